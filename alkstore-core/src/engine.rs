@@ -1,0 +1,95 @@
+//! The storage side of a store: what an engine implements so that
+//! [`EngineStore`](crate::EngineStore) can give it the whole contract.
+//!
+//! An engine only moves rows. Validation, the duration guard, the closed-store
+//! posture, tracing, the handle and the waiting loop live once, in the core,
+//! and hold for every engine alike.
+
+use std::time::Duration;
+
+use async_trait::async_trait;
+
+use crate::duration::LeaseMillis;
+use crate::error::BoxError;
+use crate::store::Holder;
+use crate::wake::ReleaseBus;
+
+/// The identity of one grant: `renew` and `release` act on exactly this.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct GrantKey {
+    /// The lock name.
+    pub name: String,
+    /// The owner the grant was made to.
+    pub owner: String,
+    /// The grant's fencing token.
+    pub fence: u64,
+}
+
+/// What one acquire attempt found.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Attempt {
+    /// Granted: a fresh insert, a takeover of an expired row, or the same
+    /// owner's live row (then `fence` and `left` are that row's, unchanged).
+    Granted {
+        /// The grant's fencing token.
+        fence: u64,
+        /// Lease time left by the engine's clock when it decided.
+        left: Duration,
+    },
+    /// Someone else holds a live lease. `expires_in` is what is left of it,
+    /// when the engine saw the row (a waiting acquire sleeps no longer than that).
+    Held {
+        /// Lease time left of the live holder, if known.
+        expires_in: Option<Duration>,
+    },
+}
+
+/// The row operations of one storage engine.
+///
+/// Every method gets arguments that already passed validation. Each must be
+/// atomic on its own; the clock that decides expiry is the engine's (the
+/// server's clock for a shared server, the host's for an embedded file).
+/// Errors are returned as they come from the driver; the core wraps them in
+/// [`Error::Database`](crate::Error::Database).
+#[async_trait]
+pub trait Engine: Send + Sync + 'static {
+    /// Grant `name` to `owner` when no unexpired row exists for it (insert, or
+    /// take over an expired row with a new, higher fence); when `owner`'s own
+    /// row is live, grant it again unchanged. A refusal must write nothing.
+    async fn acquire(&self, name: &str, owner: &str, ttl: LeaseMillis)
+    -> Result<Attempt, BoxError>;
+
+    /// Set the grant's expiry to now + `ttl` if its row is still there, still
+    /// this grant's, and not expired. `Ok(false)` otherwise.
+    async fn renew(&self, grant: &GrantKey, ttl: LeaseMillis) -> Result<bool, BoxError>;
+
+    /// Delete the grant's row, expired or not; `Ok(true)` if it was there.
+    /// Signal [`Engine::releases`] for waiters in this process.
+    async fn release(&self, grant: &GrantKey) -> Result<bool, BoxError>;
+
+    /// The live holder of `name`, if any.
+    async fn holder(&self, name: &str) -> Result<Option<Holder>, BoxError>;
+
+    /// Delete every expired row; how many.
+    async fn purge_expired(&self) -> Result<u64, BoxError>;
+
+    /// Release the engine's resources (connections, threads).
+    async fn close(&self) -> Result<(), BoxError>;
+
+    /// Where this engine signals releases, for waiting acquires.
+    fn releases(&self) -> &ReleaseBus;
+
+    /// Called once before a waiting acquire's first attempt: start whatever
+    /// carries releases from other processes. A failure here only means the
+    /// waiter falls back to polling.
+    async fn prepare_wait(&self) -> Result<(), BoxError> {
+        Ok(())
+    }
+
+    /// The longest a waiting acquire sleeps between attempts when no release
+    /// signal comes (releases from processes this engine cannot hear, and
+    /// holders that crash).
+    fn poll_ceiling(&self) -> Duration {
+        Duration::from_millis(250)
+    }
+}

@@ -1,0 +1,272 @@
+//! [`EngineStore`]: the whole `Store` contract over any [`Engine`].
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+
+use async_trait::async_trait;
+use tracing::{Instrument, field};
+
+use crate::clock::valid_until;
+use crate::duration::LeaseMillis;
+use crate::engine::{Attempt, Engine};
+use crate::error::{Error, Result};
+use crate::handle::EngineLock;
+use crate::name::{validate_name, validate_owner};
+use crate::store::{Holder, Lock, Store};
+use crate::wait::Backoff;
+
+/// The state a store shares with the handles it granted.
+#[derive(Debug)]
+pub(crate) struct Shared<E> {
+    pub(crate) engine: E,
+    closed: AtomicBool,
+}
+
+impl<E: Engine> Shared<E> {
+    /// Fails closed once [`Store::close`] ran.
+    pub(crate) fn check_open(&self, operation: &'static str) -> Result<()> {
+        if self.closed.load(Ordering::Acquire) {
+            return Err(Error::closed(operation));
+        }
+        Ok(())
+    }
+}
+
+/// Gives an [`Engine`] the whole [`Store`] contract: validation before any
+/// round trip, the duration guard, the closed posture, tracing spans, grant
+/// handles and the waiting acquire.
+///
+/// Engine crates wrap it in their own store type (`SqliteStore`, `PgStore`).
+pub struct EngineStore<E> {
+    shared: Arc<Shared<E>>,
+}
+
+impl<E> std::fmt::Debug for EngineStore<E> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("EngineStore").finish_non_exhaustive()
+    }
+}
+
+impl<E: Engine> EngineStore<E> {
+    /// Wraps an opened engine.
+    pub fn new(engine: E) -> Self {
+        EngineStore {
+            shared: Arc::new(Shared {
+                engine,
+                closed: AtomicBool::new(false),
+            }),
+        }
+    }
+
+    /// The engine underneath.
+    pub fn engine(&self) -> &E {
+        &self.shared.engine
+    }
+
+    /// True once [`Store::close`] ran.
+    pub fn is_closed(&self) -> bool {
+        self.shared.closed.load(Ordering::Acquire)
+    }
+
+    /// One acquire attempt, already validated; a handle when granted.
+    async fn attempt(
+        &self,
+        operation: &'static str,
+        name: &str,
+        owner: &str,
+        ttl: LeaseMillis,
+    ) -> Result<(Option<Box<dyn Lock>>, Option<Duration>)> {
+        self.shared.check_open(operation)?;
+        let sent = Instant::now();
+        let attempt = self
+            .shared
+            .engine
+            .acquire(name, owner, ttl)
+            .await
+            .map_err(|e| Error::database(operation, e))?;
+        Ok(match attempt {
+            Attempt::Granted { fence, left } => {
+                let handle = EngineLock::new(
+                    self.shared.clone(),
+                    name.to_owned(),
+                    owner.to_owned(),
+                    fence,
+                    valid_until(sent, left),
+                );
+                (Some(Box::new(handle)), None)
+            }
+            Attempt::Held { expires_in } => (None, expires_in),
+        })
+    }
+}
+
+/// Validates a name, an owner and a ttl, in that order.
+fn check_request(
+    operation: &'static str,
+    name: &str,
+    owner: &str,
+    ttl: Duration,
+) -> Result<LeaseMillis> {
+    validate_name(name)?;
+    validate_owner(owner)?;
+    LeaseMillis::new(ttl).map_err(|e| Error::database(operation, e))
+}
+
+/// Records how an acquire ended on the current span.
+fn record_outcome(span: &tracing::Span, result: &Result<Option<Box<dyn Lock>>>) {
+    match result {
+        Ok(Some(lock)) => {
+            span.record("outcome", "granted");
+            span.record("fence", lock.fence());
+        }
+        Ok(None) => {
+            span.record("outcome", "held elsewhere");
+        }
+        Err(_) => {
+            span.record("outcome", "error");
+        }
+    }
+}
+
+#[async_trait]
+impl<E: Engine> Store for EngineStore<E> {
+    async fn try_lock(
+        &self,
+        name: &str,
+        owner: &str,
+        ttl: Duration,
+    ) -> Result<Option<Box<dyn Lock>>> {
+        let span = tracing::debug_span!(
+            "alkstore.try_lock",
+            name,
+            owner,
+            outcome = field::Empty,
+            fence = field::Empty
+        );
+        let result = async {
+            let ttl = check_request("try_lock", name, owner, ttl)?;
+            Ok(self.attempt("try_lock", name, owner, ttl).await?.0)
+        }
+        .instrument(span.clone())
+        .await;
+        record_outcome(&span, &result);
+        result
+    }
+
+    async fn lock(
+        &self,
+        name: &str,
+        owner: &str,
+        ttl: Duration,
+        wait: Duration,
+    ) -> Result<Option<Box<dyn Lock>>> {
+        let span = tracing::debug_span!(
+            "alkstore.lock",
+            name,
+            owner,
+            outcome = field::Empty,
+            fence = field::Empty,
+            attempts = field::Empty
+        );
+        let result = async {
+            let ttl = check_request("lock", name, owner, ttl)?;
+            self.shared.check_open("lock")?;
+            // A deadline the clock cannot hold means no deadline.
+            let deadline = Instant::now().checked_add(wait);
+            let engine = &self.shared.engine;
+            let subscription = engine.releases().subscribe(name);
+            let mut prepared = false;
+            let mut backoff = Backoff::new(engine.poll_ceiling());
+            let mut attempts = 0u64;
+            loop {
+                // Enabled before the attempt: a release landing while it runs still wakes us.
+                let released = subscription.notify().notified();
+                tokio::pin!(released);
+                released.as_mut().enable();
+
+                attempts += 1;
+                tracing::Span::current().record("attempts", attempts);
+                let (granted, expires_in) = self.attempt("lock", name, owner, ttl).await?;
+                if granted.is_some() {
+                    return Ok(granted);
+                }
+                let now = Instant::now();
+                let remaining = match deadline {
+                    Some(deadline) if deadline <= now => return Ok(None),
+                    Some(deadline) => Some(deadline - now),
+                    None => None,
+                };
+                if !prepared {
+                    prepared = true;
+                    if let Err(error) = engine.prepare_wait().await {
+                        tracing::warn!(%error, "release notifications unavailable; polling");
+                    }
+                }
+                let nap = backoff.next_nap(expires_in, remaining);
+                tokio::select! {
+                    _ = &mut released => backoff.reset(),
+                    _ = tokio::time::sleep(nap) => {}
+                }
+            }
+        }
+        .instrument(span.clone())
+        .await;
+        record_outcome(&span, &result);
+        result
+    }
+
+    async fn holder(&self, name: &str) -> Result<Option<Holder>> {
+        let span = tracing::debug_span!("alkstore.holder", name, outcome = field::Empty);
+        async {
+            validate_name(name)?;
+            self.shared.check_open("holder")?;
+            let holder = self
+                .shared
+                .engine
+                .holder(name)
+                .await
+                .map_err(|e| Error::database("holder", e))?;
+            tracing::Span::current()
+                .record("outcome", if holder.is_some() { "held" } else { "free" });
+            Ok(holder)
+        }
+        .instrument(span)
+        .await
+    }
+
+    async fn purge_expired(&self) -> Result<u64> {
+        let span = tracing::debug_span!("alkstore.purge_expired", purged = field::Empty);
+        async {
+            self.shared.check_open("purge_expired")?;
+            let purged = self
+                .shared
+                .engine
+                .purge_expired()
+                .await
+                .map_err(|e| Error::database("purge_expired", e))?;
+            tracing::Span::current().record("purged", purged);
+            Ok(purged)
+        }
+        .instrument(span)
+        .await
+    }
+
+    async fn close(&self) -> Result<()> {
+        let span = tracing::debug_span!("alkstore.close");
+        async {
+            if self.shared.closed.swap(true, Ordering::AcqRel) {
+                return Ok(());
+            }
+            // Waiters see the closed flag on their next attempt.
+            self.shared.engine.releases().wake_all();
+            self.shared
+                .engine
+                .close()
+                .await
+                .map_err(|e| Error::database("close", e))
+        }
+        .instrument(span)
+        .await
+    }
+}

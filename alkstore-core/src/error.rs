@@ -1,0 +1,166 @@
+//! The one error type every engine returns, and the public sources it carries.
+
+use std::fmt;
+
+/// A boxed error, as carried in [`Error::Database`]'s source chain.
+pub type BoxError = Box<dyn std::error::Error + Send + Sync + 'static>;
+
+/// Shorthand for `std::result::Result<T, alkstore_core::Error>`.
+pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+/// What went wrong with a call on a [`Store`](crate::Store) or a [`Lock`](crate::Lock).
+///
+/// The detail of a [`Error::Database`] lives in its source chain (walk it with
+/// [`std::error::Error::source`]), never repeated in its `Display`.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum Error {
+    /// A lock name or an owner failed validation; nothing was sent to storage.
+    #[error("invalid {field}: {problem}")]
+    InvalidName {
+        /// Which argument was rejected.
+        field: Field,
+        /// Why it was rejected.
+        problem: NameProblem,
+    },
+    /// The lock name starts with the reserved prefix `alkstore.`; nothing was sent to storage.
+    #[error("lock name {name:?} is reserved: names starting with `{prefix}` belong to alkstore", prefix = crate::name::RESERVED_PREFIX)]
+    ReservedName {
+        /// The rejected name.
+        name: String,
+    },
+    /// The operation could not be carried out; the cause is the source.
+    ///
+    /// Sources alkstore itself puts here: [`DurationError`] (a bad lease
+    /// duration, rejected before any round trip) and [`Closed`] (the store was
+    /// closed). Engine failures carry the driver's error.
+    #[error("{operation} failed")]
+    Database {
+        /// The operation that failed, such as `"try_lock"`.
+        operation: &'static str,
+        /// The cause.
+        #[source]
+        source: BoxError,
+    },
+}
+
+impl Error {
+    /// Wraps any error as [`Error::Database`] for `operation`.
+    pub fn database(operation: &'static str, source: impl Into<BoxError>) -> Self {
+        Error::Database {
+            operation,
+            source: source.into(),
+        }
+    }
+
+    /// Wraps [`Closed`] for `operation`.
+    pub fn closed(operation: &'static str) -> Self {
+        Error::database(operation, Closed)
+    }
+
+    /// True when the source chain holds a [`Closed`].
+    pub fn is_closed(&self) -> bool {
+        self.find_source::<Closed>().is_some()
+    }
+
+    /// The first error of type `E` in this error's source chain, if any.
+    pub fn find_source<E: std::error::Error + 'static>(&self) -> Option<&E> {
+        let mut next: Option<&(dyn std::error::Error + 'static)> = std::error::Error::source(self);
+        while let Some(err) = next {
+            if let Some(found) = err.downcast_ref::<E>() {
+                return Some(found);
+            }
+            next = err.source();
+        }
+        None
+    }
+}
+
+/// Which argument a validation error is about.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Field {
+    /// The lock name.
+    Name,
+    /// The owner.
+    Owner,
+}
+
+impl fmt::Display for Field {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Field::Name => "lock name",
+            Field::Owner => "owner",
+        })
+    }
+}
+
+/// Why a name or an owner was rejected.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum NameProblem {
+    /// Zero bytes long.
+    #[error("it is empty")]
+    Empty,
+    /// Longer than [`MAX_NAME_BYTES`](crate::MAX_NAME_BYTES) bytes of UTF-8.
+    #[error("it is {len} bytes long, more than the {max} allowed", max = crate::MAX_NAME_BYTES)]
+    TooLong {
+        /// Its length in bytes.
+        len: usize,
+    },
+    /// Made of whitespace only.
+    #[error("it is whitespace only")]
+    WhitespaceOnly,
+    /// Holds a control character (NUL included) at byte offset `at`.
+    #[error("it holds a control character at byte {at}")]
+    ControlCharacter {
+        /// Byte offset of the first control character.
+        at: usize,
+    },
+}
+
+/// A lease duration (ttl) that alkstore refuses; found in the source chain of
+/// [`Error::Database`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum DurationError {
+    /// A zero lease would expire as it is granted.
+    #[error("the lease duration is zero")]
+    Zero,
+    /// The lease is too long to add to the clock without overflow.
+    #[error("the lease duration is too large to add to the clock")]
+    TooLarge,
+}
+
+/// The store was closed with [`Store::close`](crate::Store::close); found in the
+/// source chain of [`Error::Database`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+#[error("the store is closed")]
+pub struct Closed;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn database_error_keeps_detail_in_the_source_only() {
+        let err = Error::database("renew", DurationError::Zero);
+        assert_eq!(err.to_string(), "renew failed");
+        let source = std::error::Error::source(&err).unwrap();
+        assert_eq!(source.to_string(), "the lease duration is zero");
+        assert_eq!(
+            err.find_source::<DurationError>(),
+            Some(&DurationError::Zero)
+        );
+        assert!(!err.is_closed());
+        assert!(Error::closed("holder").is_closed());
+    }
+
+    #[test]
+    fn invalid_name_says_which_argument_and_why() {
+        let err = Error::InvalidName {
+            field: Field::Owner,
+            problem: NameProblem::Empty,
+        };
+        assert_eq!(err.to_string(), "invalid owner: it is empty");
+    }
+}

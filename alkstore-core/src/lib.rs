@@ -1,0 +1,33 @@
+//! Core of [alkstore](https://docs.rs/alkstore): named locks with TTL leases.
+//!
+//! This crate holds what every storage engine shares:
+//!
+//! - the [`Store`] and [`Lock`] traits users program against;
+//! - the validation of names and owners ([`validate_name`], [`validate_owner`])
+//!   and the duration guard ([`LeaseMillis`]), run before any round trip;
+//! - [`Error`] and the public sources it carries ([`DurationError`], [`Closed`]);
+//! - [`EngineStore`], which turns the row operations of an [`Engine`] into the
+//!   whole contract (closed posture, tracing spans, grant handles, waiting acquire);
+//!
+//! An engine author implements [`Engine`] and wraps it in [`EngineStore`], or
+//! implements [`Store`] and [`Lock`] directly; either way the
+//! `alkstore-contract-suite` crate proves the result.
+
+pub mod clock;
+mod duration;
+mod engine;
+mod engine_store;
+mod error;
+mod handle;
+mod name;
+mod store;
+pub mod wait;
+mod wake;
+
+pub use duration::{LeaseMillis, MAX_LEASE_MILLIS};
+pub use engine::{Attempt, Engine, GrantKey};
+pub use engine_store::EngineStore;
+pub use error::{BoxError, Closed, DurationError, Error, Field, NameProblem, Result};
+pub use name::{MAX_NAME_BYTES, RESERVED_PREFIX, validate_name, validate_owner};
+pub use store::{Holder, Lock, Store};
+pub use wake::{ReleaseBus, Subscription};

@@ -1,0 +1,85 @@
+//! The two traits every engine provides, and what `holder` reports.
+
+use std::time::{Duration, Instant};
+
+use async_trait::async_trait;
+
+use crate::error::Result;
+
+/// A place where named locks live: one database, file or schema.
+///
+/// Every method validates its arguments (see [`validate_name`](crate::validate_name),
+/// [`validate_owner`](crate::validate_owner) and [`LeaseMillis`](crate::LeaseMillis))
+/// before it touches storage. Used as `dyn Store`.
+#[async_trait]
+pub trait Store: Send + Sync {
+    /// Tries once to take `name` for `owner` with a lease of `ttl`.
+    ///
+    /// `Ok(None)`: held by someone else right now (no-work is a value, not an error).
+    /// The same owner asking again while its own lease is live is granted the
+    /// same grant again: same fence, expiry not refreshed.
+    async fn try_lock(
+        &self,
+        name: &str,
+        owner: &str,
+        ttl: Duration,
+    ) -> Result<Option<Box<dyn Lock>>>;
+
+    /// Waits up to `wait` for the lock; `Ok(None)` when the wait runs out.
+    ///
+    /// Woken by releases, with a bounded back-off poll as the fallback. A `wait`
+    /// of zero tries once; a `wait` too long for the clock (`Duration::MAX`)
+    /// waits until granted.
+    async fn lock(
+        &self,
+        name: &str,
+        owner: &str,
+        ttl: Duration,
+        wait: Duration,
+    ) -> Result<Option<Box<dyn Lock>>>;
+
+    /// The current unexpired holder of `name`, if any.
+    async fn holder(&self, name: &str) -> Result<Option<Holder>>;
+
+    /// Deletes every expired lock row; returns how many. Never called implicitly.
+    async fn purge_expired(&self) -> Result<u64>;
+
+    /// Closes the store; every later call on it or its handles fails with
+    /// [`Error::Database`](crate::Error::Database) holding [`Closed`](crate::Closed).
+    /// Closing twice is not an error.
+    async fn close(&self) -> Result<()>;
+}
+
+/// A granted lease on one name: the handle of one grant (name + owner + fence).
+///
+/// Dropping a handle does nothing to storage: the lease lapses at its TTL.
+/// Release it to free the name at once.
+#[async_trait]
+#[must_use = "dropping a lock handle leaves the lease held until its TTL runs out"]
+pub trait Lock: Send + Sync + std::fmt::Debug {
+    /// The lock name.
+    fn name(&self) -> &str;
+    /// The owner this grant was made to.
+    fn owner(&self) -> &str;
+    /// Fencing token of this grant: strictly greater than every earlier grant's token for the same name.
+    fn fence(&self) -> u64;
+    /// A local deadline before which the lease is certainly still valid
+    /// (conservative: the moment the request was sent, plus the lease time the
+    /// engine reported left, less the clock's rounding margin).
+    fn valid_until(&self) -> Instant;
+    /// New full window `ttl` from now (not added to the old one). `Ok(false)`: the lease is lost.
+    async fn renew(&self, ttl: Duration) -> Result<bool>;
+    /// `Ok(true)`: the row of this grant was still there and is now gone. `Ok(false)`: it was not there.
+    async fn release(self: Box<Self>) -> Result<bool>;
+}
+
+/// The current holder of a name, as [`Store::holder`] reports it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Holder {
+    /// Who holds it.
+    pub owner: String,
+    /// The fence of the live grant.
+    pub fence: u64,
+    /// How much of the lease is left, by the engine's clock.
+    pub expires_in: Duration,
+}
