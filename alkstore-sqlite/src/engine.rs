@@ -1,0 +1,160 @@
+//! The row operations of the SQLite engine, run on the connection's own thread.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use alkstore_core::clock::system_millis;
+use alkstore_core::{Attempt, BoxError, Engine, GrantKey, Holder, LeaseMillis, ReleaseBus};
+use async_trait::async_trait;
+use rusqlite::{Connection, OptionalExtension, TransactionBehavior, params};
+
+use crate::sql;
+use crate::worker::Worker;
+
+/// Polling ceiling for releases made by other processes on the same file.
+const POLL_CEILING: Duration = Duration::from_millis(100);
+
+#[derive(Debug)]
+pub(crate) struct SqliteEngine {
+    pub(crate) worker: Worker,
+    pub(crate) bus: Arc<ReleaseBus>,
+}
+
+/// A lock row as read.
+struct Row {
+    owner: String,
+    fence: i64,
+    expires_at: i64,
+}
+
+fn read_row(conn: &Connection, name: &str) -> rusqlite::Result<Option<Row>> {
+    conn.prepare_cached(sql::ROW)?
+        .query_row([name], |r| {
+            Ok(Row {
+                owner: r.get(0)?,
+                fence: r.get(1)?,
+                expires_at: r.get(2)?,
+            })
+        })
+        .optional()
+}
+
+/// What a live row means for `owner`; `None` when there is no live row.
+fn decide(row: Option<&Row>, owner: &str, now: i64) -> Option<Attempt> {
+    let row = row.filter(|r| r.expires_at > now)?;
+    let left = Duration::from_millis((row.expires_at - now) as u64);
+    Some(if row.owner == owner {
+        Attempt::Granted {
+            fence: row.fence as u64,
+            left,
+        }
+    } else {
+        Attempt::Held {
+            expires_in: Some(left),
+        }
+    })
+}
+
+fn acquire(conn: &mut Connection, name: &str, owner: &str, ttl: i64) -> rusqlite::Result<Attempt> {
+    // A refusal is decided by a plain read: no write lock, nothing written.
+    if let Some(attempt) = decide(read_row(conn, name)?.as_ref(), owner, system_millis()) {
+        return Ok(attempt);
+    }
+    let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
+    // Read the clock and the row again under the write lock.
+    let now = system_millis();
+    if let Some(attempt) = decide(read_row(&tx, name)?.as_ref(), owner, now) {
+        return Ok(attempt);
+    }
+    let fence: i64 = tx.prepare_cached(sql::NEXT_FENCE)?.query_row([], |r| r.get(0))?;
+    tx.prepare_cached(sql::GRANT)?
+        .execute(params![name, owner, fence, now + ttl])?;
+    tx.commit()?;
+    Ok(Attempt::Granted {
+        fence: fence as u64,
+        left: Duration::from_millis(ttl as u64),
+    })
+}
+
+#[async_trait]
+impl Engine for SqliteEngine {
+    async fn acquire(&self, name: &str, owner: &str, ttl: LeaseMillis) -> Result<Attempt, BoxError> {
+        let (name, owner, ttl) = (name.to_owned(), owner.to_owned(), ttl.as_i64());
+        self.worker
+            .run(move |conn| acquire(conn, &name, &owner, ttl))
+            .await
+    }
+
+    async fn renew(&self, grant: &GrantKey, ttl: LeaseMillis) -> Result<bool, BoxError> {
+        let grant = grant.clone();
+        let ttl = ttl.as_i64();
+        self.worker
+            .run(move |conn| {
+                let changed = conn.prepare_cached(sql::RENEW)?.execute(params![
+                    grant.name,
+                    grant.owner,
+                    grant.fence as i64,
+                    ttl,
+                    system_millis()
+                ])?;
+                Ok(changed == 1)
+            })
+            .await
+    }
+
+    async fn release(&self, grant: &GrantKey) -> Result<bool, BoxError> {
+        let key = grant.clone();
+        let released = self
+            .worker
+            .run(move |conn| {
+                let deleted = conn
+                    .prepare_cached(sql::RELEASE)?
+                    .execute(params![key.name, key.owner, key.fence as i64])?;
+                Ok(deleted == 1)
+            })
+            .await?;
+        if released {
+            self.bus.released(&grant.name);
+        }
+        Ok(released)
+    }
+
+    async fn holder(&self, name: &str) -> Result<Option<Holder>, BoxError> {
+        let name = name.to_owned();
+        self.worker
+            .run(move |conn| {
+                conn.prepare_cached(sql::HOLDER)?
+                    .query_row(params![name, system_millis()], |r| {
+                        Ok(Holder {
+                            owner: r.get(0)?,
+                            fence: r.get::<_, i64>(1)? as u64,
+                            expires_in: Duration::from_millis(r.get::<_, i64>(2)? as u64),
+                        })
+                    })
+                    .optional()
+            })
+            .await
+    }
+
+    async fn purge_expired(&self) -> Result<u64, BoxError> {
+        self.worker
+            .run(|conn| {
+                let purged = conn.prepare_cached(sql::PURGE)?.execute([system_millis()])?;
+                Ok(purged as u64)
+            })
+            .await
+    }
+
+    async fn close(&self) -> Result<(), BoxError> {
+        self.worker.stop().await;
+        Ok(())
+    }
+
+    fn releases(&self) -> &ReleaseBus {
+        &self.bus
+    }
+
+    fn poll_ceiling(&self) -> Duration {
+        POLL_CEILING
+    }
+}

@@ -1,0 +1,52 @@
+//! Every SQL text of the SQLite engine, in one place.
+
+/// The schema version this crate writes and reads.
+pub(crate) const SCHEMA_VERSION: i64 = 1;
+
+/// Connection settings: WAL so readers never wait for the writer, NORMAL sync
+/// (durable across process crashes; see docs/engine-sqlite.md).
+pub(crate) const PRAGMAS: &str = "PRAGMA journal_mode = WAL; PRAGMA synchronous = NORMAL;";
+
+/// Idempotent; run inside an IMMEDIATE transaction so two processes opening
+/// one new file at once do not race.
+pub(crate) const CREATE_SCHEMA: &str = "
+CREATE TABLE IF NOT EXISTS alkstore_meta (
+    key   TEXT PRIMARY KEY,
+    value INTEGER NOT NULL
+) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS alkstore_locks (
+    name       TEXT PRIMARY KEY,
+    owner      TEXT NOT NULL,
+    fence      INTEGER NOT NULL,
+    expires_at INTEGER NOT NULL -- Unix milliseconds, host clock
+) WITHOUT ROWID;
+INSERT OR IGNORE INTO alkstore_meta (key, value) VALUES ('schema_version', 1), ('last_fence', 0);
+";
+
+pub(crate) const SCHEMA_VERSION_READ: &str = "SELECT value FROM alkstore_meta WHERE key = 'schema_version'";
+
+pub(crate) const ROW: &str = "SELECT owner, fence, expires_at FROM alkstore_locks WHERE name = ?1";
+
+/// The next fencing token: one counter for the file, so a token is never
+/// reused for any name, across releases, purges and restarts.
+pub(crate) const NEXT_FENCE: &str =
+    "UPDATE alkstore_meta SET value = value + 1 WHERE key = 'last_fence' RETURNING value";
+
+/// Insert, or take over the expired row (the caller checked it is expired
+/// inside the same IMMEDIATE transaction).
+pub(crate) const GRANT: &str = "
+INSERT INTO alkstore_locks (name, owner, fence, expires_at) VALUES (?1, ?2, ?3, ?4)
+ON CONFLICT (name) DO UPDATE SET owner = excluded.owner, fence = excluded.fence, expires_at = excluded.expires_at";
+
+/// ?5 is now: only a live row of this very grant is extended.
+pub(crate) const RENEW: &str = "
+UPDATE alkstore_locks SET expires_at = ?5 + ?4
+WHERE name = ?1 AND owner = ?2 AND fence = ?3 AND expires_at > ?5";
+
+/// Deletes this grant's row whether or not it expired (the holder's own stale row).
+pub(crate) const RELEASE: &str = "DELETE FROM alkstore_locks WHERE name = ?1 AND owner = ?2 AND fence = ?3";
+
+pub(crate) const HOLDER: &str =
+    "SELECT owner, fence, expires_at - ?2 FROM alkstore_locks WHERE name = ?1 AND expires_at > ?2";
+
+pub(crate) const PURGE: &str = "DELETE FROM alkstore_locks WHERE expires_at <= ?1";
