@@ -1,0 +1,80 @@
+//! Exclusion, same-owner re-acquire and expiry.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use alkstore_core::Store;
+use tokio::sync::Barrier;
+
+use crate::support::{granted, outlive, refused};
+
+const LONG: Duration = Duration::from_secs(30);
+
+/// Two owners on one free name: the first wins, the second gets `Ok(None)`.
+pub async fn exclusion_two_owners(store: Arc<dyn Store>) {
+    let a = granted(store.try_lock("job", "a", LONG).await);
+    assert_eq!((a.name(), a.owner()), ("job", "a"));
+    refused(store.try_lock("job", "b", LONG).await);
+    // Another name is independent.
+    let other = granted(store.try_lock("other-job", "b", LONG).await);
+    assert!(other.release().await.unwrap());
+    assert!(a.release().await.unwrap());
+}
+
+/// Many concurrent contenders for one free name: exactly one grant.
+pub async fn exclusion_many_contenders(store: Arc<dyn Store>) {
+    const CONTENDERS: usize = 16;
+    for round in 0..5 {
+        let name = format!("contended-{round}");
+        let barrier = Arc::new(Barrier::new(CONTENDERS));
+        let tasks: Vec<_> = (0..CONTENDERS)
+            .map(|i| {
+                let (store, barrier, name) = (store.clone(), barrier.clone(), name.clone());
+                tokio::spawn(async move {
+                    barrier.wait().await;
+                    store.try_lock(&name, &format!("owner-{i}"), LONG).await
+                })
+            })
+            .collect();
+        let mut grants = Vec::new();
+        for task in tasks {
+            if let Some(lock) = task.await.unwrap().unwrap() {
+                grants.push(lock);
+            }
+        }
+        assert_eq!(grants.len(), 1, "round {round}: {grants:?}");
+        let holder = store.holder(&name).await.unwrap().unwrap();
+        assert_eq!(holder.owner, grants[0].owner());
+        assert_eq!(holder.fence, grants[0].fence());
+    }
+}
+
+/// The same owner again while its row is live: granted, same fence, expiry
+/// not refreshed.
+pub async fn reacquire_same_owner_keeps_grant(store: Arc<dyn Store>) {
+    let first = granted(store.try_lock("job", "a", Duration::from_secs(2)).await);
+    let second = granted(store.try_lock("job", "a", Duration::from_secs(600)).await);
+    assert_eq!(second.fence(), first.fence());
+    let holder = store.holder("job").await.unwrap().unwrap();
+    assert!(holder.expires_in <= Duration::from_secs(2), "expiry refreshed: {holder:?}");
+    // The second handle's deadline is what is left of the first lease.
+    assert!(second.valid_until() <= Instant::now() + Duration::from_secs(2));
+    assert!(second.valid_until() > Instant::now());
+    // Another owner is still refused.
+    refused(store.try_lock("job", "b", LONG).await);
+    assert!(first.release().await.unwrap());
+    assert!(!second.release().await.unwrap());
+}
+
+/// After the TTL another owner acquires, with a higher fence.
+pub async fn expiry_lets_another_owner_in(store: Arc<dyn Store>) {
+    let ttl = Duration::from_millis(200);
+    let a = granted(store.try_lock("job", "a", ttl).await);
+    refused(store.try_lock("job", "b", LONG).await);
+    outlive(ttl).await;
+    assert!(Instant::now() > a.valid_until());
+    let b = granted(store.try_lock("job", "b", LONG).await);
+    assert!(b.fence() > a.fence(), "{} !> {}", b.fence(), a.fence());
+    assert_eq!(store.holder("job").await.unwrap().unwrap().owner, "b");
+    assert!(b.release().await.unwrap());
+}

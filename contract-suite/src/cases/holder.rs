@@ -1,0 +1,48 @@
+//! `holder` and `purge_expired`.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use alkstore_core::Store;
+
+use crate::support::{granted, outlive};
+
+/// `holder` names the live holder with its fence and remaining lease, and
+/// nothing once the lease lapsed or was released.
+pub async fn holder_reports_live_holder(store: Arc<dyn Store>) {
+    assert!(store.holder("job").await.unwrap().is_none());
+    let ttl = Duration::from_millis(400);
+    let lock = granted(store.try_lock("job", "a", ttl).await);
+    let holder = store.holder("job").await.unwrap().unwrap();
+    assert_eq!((holder.owner.as_str(), holder.fence), ("a", lock.fence()));
+    assert!(holder.expires_in <= ttl && holder.expires_in > Duration::ZERO, "{holder:?}");
+    outlive(ttl).await;
+    assert!(store.holder("job").await.unwrap().is_none(), "expired lease reported");
+    let again = granted(store.try_lock("job", "b", Duration::from_secs(30)).await);
+    assert!(again.release().await.unwrap());
+    assert!(store.holder("job").await.unwrap().is_none(), "released lease reported");
+}
+
+/// `purge_expired` deletes expired rows only, and counts them.
+pub async fn purge_removes_only_expired_rows(store: Arc<dyn Store>) {
+    let short = Duration::from_millis(150);
+    let stale: Vec<_> = ["s1", "s2", "s3"]
+        .iter()
+        .map(|name| store.try_lock(name, "a", short))
+        .collect();
+    let mut stale_locks = Vec::new();
+    for attempt in stale {
+        stale_locks.push(granted(attempt.await));
+    }
+    let live = granted(store.try_lock("live", "a", Duration::from_secs(30)).await);
+    assert_eq!(store.purge_expired().await.unwrap(), 0, "purged live rows");
+    outlive(short).await;
+    assert_eq!(store.purge_expired().await.unwrap(), 3);
+    assert_eq!(store.purge_expired().await.unwrap(), 0);
+    assert_eq!(store.holder("live").await.unwrap().unwrap().fence, live.fence());
+    // A purged grant's release finds nothing.
+    for lock in stale_locks {
+        assert!(!lock.release().await.unwrap());
+    }
+    assert!(live.release().await.unwrap());
+}

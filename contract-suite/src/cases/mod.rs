@@ -1,0 +1,22 @@
+//! The contract cases, each a plain `async fn` over a fresh, empty store.
+//!
+//! Time-based cases use short TTLs and real time, and never sleep less than
+//! the window they wait out.
+
+mod acquire;
+mod closed;
+mod fencing;
+mod holder;
+mod release;
+mod renew;
+mod validation;
+mod waiting;
+
+pub use acquire::*;
+pub use closed::*;
+pub use fencing::*;
+pub use holder::*;
+pub use release::*;
+pub use renew::*;
+pub use validation::*;
+pub use waiting::*;

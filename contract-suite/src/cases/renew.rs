@@ -1,0 +1,66 @@
+//! Renewing a lease.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use alkstore_core::{DurationError, Store};
+
+use crate::support::{assert_duration_error, granted, outlive};
+
+/// Renew sets a full window from now; it does not add to the old one.
+pub async fn renew_is_a_full_window_from_now(store: Arc<dyn Store>) {
+    let lock = granted(store.try_lock("job", "a", Duration::from_secs(60)).await);
+    let before = Instant::now();
+    assert!(lock.renew(Duration::from_secs(2)).await.unwrap());
+    let holder = store.holder("job").await.unwrap().unwrap();
+    // Additive would leave about 62 s; a full window from now leaves at most 2 s.
+    assert!(holder.expires_in <= Duration::from_secs(2), "{holder:?}");
+    assert!(holder.expires_in > Duration::from_secs(1), "{holder:?}");
+    assert!(lock.valid_until() <= Instant::now() + Duration::from_secs(2));
+    assert!(lock.valid_until() >= before + Duration::from_millis(1900));
+    // And it extends a short lease past its old end.
+    let short = granted(store.try_lock("short", "a", Duration::from_millis(300)).await);
+    assert!(short.renew(Duration::from_secs(5)).await.unwrap());
+    outlive(Duration::from_millis(300)).await;
+    assert_eq!(store.holder("short").await.unwrap().unwrap().fence, short.fence());
+    assert!(short.release().await.unwrap());
+    assert!(lock.release().await.unwrap());
+}
+
+/// Renew after a takeover by another owner: `false`, and the new holder keeps it.
+pub async fn renew_false_after_takeover(store: Arc<dyn Store>) {
+    let ttl = Duration::from_millis(150);
+    let a = granted(store.try_lock("job", "a", ttl).await);
+    outlive(ttl).await;
+    let b = granted(store.try_lock("job", "b", Duration::from_secs(30)).await);
+    assert!(!a.renew(Duration::from_secs(30)).await.unwrap());
+    let holder = store.holder("job").await.unwrap().unwrap();
+    assert_eq!((holder.owner.as_str(), holder.fence), ("b", b.fence()));
+    assert!(b.release().await.unwrap());
+}
+
+/// Renew after the lease lapsed, even with nobody taking it: `false`.
+pub async fn renew_false_after_lapse(store: Arc<dyn Store>) {
+    let ttl = Duration::from_millis(150);
+    let a = granted(store.try_lock("job", "a", ttl).await);
+    outlive(ttl).await;
+    assert!(!a.renew(Duration::from_secs(30)).await.unwrap());
+    assert!(store.holder("job").await.unwrap().is_none());
+    // The holder must acquire again, and gets a new fence.
+    let again = granted(store.try_lock("job", "a", Duration::from_secs(30)).await);
+    assert!(again.fence() > a.fence());
+    assert!(again.release().await.unwrap());
+}
+
+/// Renew refuses a zero or overflowing ttl before any round trip, and the
+/// lease is left as it was.
+pub async fn renew_duration_guard(store: Arc<dyn Store>) {
+    let lock = granted(store.try_lock("job", "a", Duration::from_secs(2)).await);
+    assert_duration_error(lock.renew(Duration::ZERO).await, DurationError::Zero);
+    assert_duration_error(lock.renew(Duration::MAX).await, DurationError::TooLarge);
+    let holder = store.holder("job").await.unwrap().unwrap();
+    assert!(holder.expires_in <= Duration::from_secs(2));
+    assert_eq!(holder.fence, lock.fence());
+    assert!(lock.renew(Duration::from_secs(3)).await.unwrap());
+    assert!(lock.release().await.unwrap());
+}

@@ -1,0 +1,61 @@
+//! The waiting acquire, `lock`.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use alkstore_core::Store;
+
+use crate::support::{granted, refused};
+
+const LONG: Duration = Duration::from_secs(30);
+
+/// `lock` on a held name returns `Ok(None)` once the wait runs out, not before.
+pub async fn lock_times_out_with_none(store: Arc<dyn Store>) {
+    let a = granted(store.try_lock("job", "a", LONG).await);
+    let wait = Duration::from_millis(300);
+    let started = Instant::now();
+    refused(store.lock("job", "b", LONG, wait).await);
+    let waited = started.elapsed();
+    assert!(waited >= wait, "gave up after {waited:?}");
+    assert!(waited < wait + Duration::from_secs(5), "overran: {waited:?}");
+    // A zero wait is one attempt.
+    refused(store.lock("job", "b", LONG, Duration::ZERO).await);
+    assert!(a.release().await.unwrap());
+}
+
+/// A waiter is woken by the release, not by its poll: over several rounds
+/// (each waiter waiting long enough for its back-off to reach its ceiling
+/// first), the median release → grant time stays far below any poll interval.
+pub async fn lock_woken_by_release(store: Arc<dyn Store>) {
+    let mut handoffs = Vec::new();
+    for round in 0..5 {
+        let name = format!("handoff-{round}");
+        let holder = granted(store.try_lock(&name, "holder", LONG).await);
+        let waiter = {
+            let (store, name) = (store.clone(), name.clone());
+            tokio::spawn(async move {
+                let lock = granted(store.lock(&name, "waiter", LONG, Duration::from_secs(20)).await);
+                (Instant::now(), lock)
+            })
+        };
+        tokio::time::sleep(Duration::from_millis(600)).await;
+        let released_at = Instant::now();
+        assert!(holder.release().await.unwrap());
+        let (granted_at, lock) = waiter.await.unwrap();
+        handoffs.push(granted_at - released_at);
+        assert!(lock.release().await.unwrap());
+    }
+    handoffs.sort();
+    let median = handoffs[handoffs.len() / 2];
+    assert!(median < Duration::from_millis(30), "release → grant: {handoffs:?}");
+}
+
+/// A waiter gets the name once the holder's lease lapses, with no release.
+pub async fn lock_granted_after_expiry(store: Arc<dyn Store>) {
+    let ttl = Duration::from_millis(400);
+    let a = granted(store.try_lock("job", "a", ttl).await);
+    let b = granted(store.lock("job", "b", LONG, Duration::from_secs(10)).await);
+    assert!(Instant::now() >= a.valid_until(), "granted before the lease ended");
+    assert!(b.fence() > a.fence());
+    assert!(b.release().await.unwrap());
+}
