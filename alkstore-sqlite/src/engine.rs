@@ -66,7 +66,9 @@ fn acquire(conn: &mut Connection, name: &str, owner: &str, ttl: i64) -> rusqlite
     if let Some(attempt) = decide(read_row(&tx, name)?.as_ref(), owner, now) {
         return Ok(attempt);
     }
-    let fence: i64 = tx.prepare_cached(sql::NEXT_FENCE)?.query_row([], |r| r.get(0))?;
+    let fence: i64 = tx
+        .prepare_cached(sql::NEXT_FENCE)?
+        .query_row([], |r| r.get(0))?;
     tx.prepare_cached(sql::GRANT)?
         .execute(params![name, owner, fence, now + ttl])?;
     tx.commit()?;
@@ -78,7 +80,12 @@ fn acquire(conn: &mut Connection, name: &str, owner: &str, ttl: i64) -> rusqlite
 
 #[async_trait]
 impl Engine for SqliteEngine {
-    async fn acquire(&self, name: &str, owner: &str, ttl: LeaseMillis) -> Result<Attempt, BoxError> {
+    async fn acquire(
+        &self,
+        name: &str,
+        owner: &str,
+        ttl: LeaseMillis,
+    ) -> Result<Attempt, BoxError> {
         let (name, owner, ttl) = (name.to_owned(), owner.to_owned(), ttl.as_i64());
         self.worker
             .run(move |conn| acquire(conn, &name, &owner, ttl))
@@ -107,9 +114,11 @@ impl Engine for SqliteEngine {
         let released = self
             .worker
             .run(move |conn| {
-                let deleted = conn
-                    .prepare_cached(sql::RELEASE)?
-                    .execute(params![key.name, key.owner, key.fence as i64])?;
+                let deleted = conn.prepare_cached(sql::RELEASE)?.execute(params![
+                    key.name,
+                    key.owner,
+                    key.fence as i64
+                ])?;
                 Ok(deleted == 1)
             })
             .await?;
@@ -139,7 +148,9 @@ impl Engine for SqliteEngine {
     async fn purge_expired(&self) -> Result<u64, BoxError> {
         self.worker
             .run(|conn| {
-                let purged = conn.prepare_cached(sql::PURGE)?.execute([system_millis()])?;
+                let purged = conn
+                    .prepare_cached(sql::PURGE)?
+                    .execute([system_millis()])?;
                 Ok(purged as u64)
             })
             .await

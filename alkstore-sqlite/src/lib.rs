@@ -95,11 +95,22 @@ impl SqliteStore {
 
 #[async_trait]
 impl Store for SqliteStore {
-    async fn try_lock(&self, name: &str, owner: &str, ttl: Duration) -> Result<Option<Box<dyn Lock>>> {
+    async fn try_lock(
+        &self,
+        name: &str,
+        owner: &str,
+        ttl: Duration,
+    ) -> Result<Option<Box<dyn Lock>>> {
         self.inner.try_lock(name, owner, ttl).await
     }
 
-    async fn lock(&self, name: &str, owner: &str, ttl: Duration, wait: Duration) -> Result<Option<Box<dyn Lock>>> {
+    async fn lock(
+        &self,
+        name: &str,
+        owner: &str,
+        ttl: Duration,
+        wait: Duration,
+    ) -> Result<Option<Box<dyn Lock>>> {
         self.inner.lock(name, owner, ttl, wait).await
     }
 

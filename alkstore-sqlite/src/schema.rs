@@ -13,7 +13,9 @@ pub(crate) const BUSY_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// The file holds a schema written by a newer alkstore.
 #[derive(Debug, thiserror::Error)]
-#[error("the database holds alkstore schema version {found}; this build knows version {known} and older")]
+#[error(
+    "the database holds alkstore schema version {found}; this build knows version {known} and older"
+)]
 pub struct SchemaVersionError {
     /// The version found in the file.
     pub found: i64,

@@ -23,7 +23,8 @@ CREATE TABLE IF NOT EXISTS alkstore_locks (
 INSERT OR IGNORE INTO alkstore_meta (key, value) VALUES ('schema_version', 1), ('last_fence', 0);
 ";
 
-pub(crate) const SCHEMA_VERSION_READ: &str = "SELECT value FROM alkstore_meta WHERE key = 'schema_version'";
+pub(crate) const SCHEMA_VERSION_READ: &str =
+    "SELECT value FROM alkstore_meta WHERE key = 'schema_version'";
 
 pub(crate) const ROW: &str = "SELECT owner, fence, expires_at FROM alkstore_locks WHERE name = ?1";
 
@@ -44,7 +45,8 @@ UPDATE alkstore_locks SET expires_at = ?5 + ?4
 WHERE name = ?1 AND owner = ?2 AND fence = ?3 AND expires_at > ?5";
 
 /// Deletes this grant's row whether or not it expired (the holder's own stale row).
-pub(crate) const RELEASE: &str = "DELETE FROM alkstore_locks WHERE name = ?1 AND owner = ?2 AND fence = ?3";
+pub(crate) const RELEASE: &str =
+    "DELETE FROM alkstore_locks WHERE name = ?1 AND owner = ?2 AND fence = ?3";
 
 pub(crate) const HOLDER: &str =
     "SELECT owner, fence, expires_at - ?2 FROM alkstore_locks WHERE name = ?1 AND expires_at > ?2";

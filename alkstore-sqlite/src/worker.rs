@@ -84,7 +84,11 @@ impl Worker {
     /// connection to close.
     pub(crate) async fn stop(&self) {
         drop(self.jobs.lock().unwrap_or_else(|e| e.into_inner()).take());
-        let stopped = self.stopped.lock().unwrap_or_else(|e| e.into_inner()).take();
+        let stopped = self
+            .stopped
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .take();
         if let Some(stopped) = stopped {
             let _ = stopped.await;
         }

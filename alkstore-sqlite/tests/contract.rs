@@ -8,7 +8,9 @@ use alkstore_sqlite::SqliteStore;
 /// A store on a new file in a temp dir, removed after the case.
 async fn fresh() -> Option<Fresh> {
     let dir = tempfile::tempdir().expect("a temp dir");
-    let store = SqliteStore::open(dir.path().join("locks.db")).await.expect("open");
+    let store = SqliteStore::open(dir.path().join("locks.db"))
+        .await
+        .expect("open");
     Some(Fresh::new(Arc::new(store)).with_cleanup(async move { drop(dir) }))
 }
 

@@ -23,7 +23,10 @@ impl Fresh {
     /// A store with nothing to clean up afterwards (in memory, or a temp file
     /// that removes itself).
     pub fn new(store: Arc<dyn Store>) -> Self {
-        Fresh { store, cleanup: None }
+        Fresh {
+            store,
+            cleanup: None,
+        }
     }
 
     /// Runs `cleanup` after the case, whether it passed or failed (drop a
@@ -55,7 +58,11 @@ where
         let Some(fresh) = fresh().await else {
             return;
         };
-        let outcome = tokio::spawn(tokio::time::timeout(CASE_TIMEOUT, case(fresh.store.clone()))).await;
+        let outcome = tokio::spawn(tokio::time::timeout(
+            CASE_TIMEOUT,
+            case(fresh.store.clone()),
+        ))
+        .await;
         let _ = fresh.store.close().await;
         if let Some(cleanup) = fresh.cleanup {
             cleanup.await;

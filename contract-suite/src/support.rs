@@ -9,7 +9,11 @@ use alkstore_core::{Closed, DurationError, Error, Lock, Result};
 pub fn assert_duration_error<T: std::fmt::Debug>(result: Result<T>, expected: DurationError) {
     match result {
         Err(err @ Error::Database { .. }) => {
-            assert_eq!(err.find_source::<DurationError>(), Some(&expected), "{err:?}");
+            assert_eq!(
+                err.find_source::<DurationError>(),
+                Some(&expected),
+                "{err:?}"
+            );
         }
         other => panic!("expected Error::Database from {expected:?}, got {other:?}"),
     }
@@ -20,7 +24,10 @@ pub fn assert_duration_error<T: std::fmt::Debug>(result: Result<T>, expected: Du
 pub fn assert_closed<T: std::fmt::Debug>(result: Result<T>) {
     match result {
         Err(err @ Error::Database { .. }) => {
-            assert!(err.find_source::<Closed>().is_some(), "no Closed in {err:?}");
+            assert!(
+                err.find_source::<Closed>().is_some(),
+                "no Closed in {err:?}"
+            );
         }
         other => panic!("expected Error::Database from Closed, got {other:?}"),
     }

@@ -56,7 +56,10 @@ pub async fn reacquire_same_owner_keeps_grant(store: Arc<dyn Store>) {
     let second = granted(store.try_lock("job", "a", Duration::from_secs(600)).await);
     assert_eq!(second.fence(), first.fence());
     let holder = store.holder("job").await.unwrap().unwrap();
-    assert!(holder.expires_in <= Duration::from_secs(2), "expiry refreshed: {holder:?}");
+    assert!(
+        holder.expires_in <= Duration::from_secs(2),
+        "expiry refreshed: {holder:?}"
+    );
     // The second handle's deadline is what is left of the first lease.
     assert!(second.valid_until() <= Instant::now() + Duration::from_secs(2));
     assert!(second.valid_until() > Instant::now());

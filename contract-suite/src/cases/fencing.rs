@@ -15,11 +15,23 @@ pub async fn fences_strictly_increase(store: Arc<dyn Store>) {
     let mut last = 0u64;
     for step in 0..40 {
         let owner = ["a", "b", "c"][step % 3];
-        let lock = granted(store.try_lock("fenced", owner, if step % 4 == 0 { short } else { long }).await);
-        assert!(lock.fence() > last, "step {step}: fence {} after {last}", lock.fence());
+        let lock = granted(
+            store
+                .try_lock("fenced", owner, if step % 4 == 0 { short } else { long })
+                .await,
+        );
+        assert!(
+            lock.fence() > last,
+            "step {step}: fence {} after {last}",
+            lock.fence()
+        );
         last = lock.fence();
         let again = granted(store.try_lock("fenced", owner, long).await);
-        assert_eq!(again.fence(), last, "step {step}: re-acquire changed the fence");
+        assert_eq!(
+            again.fence(),
+            last,
+            "step {step}: re-acquire changed the fence"
+        );
         drop(again);
         match step % 4 {
             // Lapse, then the next step takes it over (sometimes after a purge).

@@ -15,12 +15,21 @@ pub async fn holder_reports_live_holder(store: Arc<dyn Store>) {
     let lock = granted(store.try_lock("job", "a", ttl).await);
     let holder = store.holder("job").await.unwrap().unwrap();
     assert_eq!((holder.owner.as_str(), holder.fence), ("a", lock.fence()));
-    assert!(holder.expires_in <= ttl && holder.expires_in > Duration::ZERO, "{holder:?}");
+    assert!(
+        holder.expires_in <= ttl && holder.expires_in > Duration::ZERO,
+        "{holder:?}"
+    );
     outlive(ttl).await;
-    assert!(store.holder("job").await.unwrap().is_none(), "expired lease reported");
+    assert!(
+        store.holder("job").await.unwrap().is_none(),
+        "expired lease reported"
+    );
     let again = granted(store.try_lock("job", "b", Duration::from_secs(30)).await);
     assert!(again.release().await.unwrap());
-    assert!(store.holder("job").await.unwrap().is_none(), "released lease reported");
+    assert!(
+        store.holder("job").await.unwrap().is_none(),
+        "released lease reported"
+    );
 }
 
 /// `purge_expired` deletes expired rows only, and counts them.
@@ -39,7 +48,10 @@ pub async fn purge_removes_only_expired_rows(store: Arc<dyn Store>) {
     outlive(short).await;
     assert_eq!(store.purge_expired().await.unwrap(), 3);
     assert_eq!(store.purge_expired().await.unwrap(), 0);
-    assert_eq!(store.holder("live").await.unwrap().unwrap().fence, live.fence());
+    assert_eq!(
+        store.holder("live").await.unwrap().unwrap().fence,
+        live.fence()
+    );
     // A purged grant's release finds nothing.
     for lock in stale_locks {
         assert!(!lock.release().await.unwrap());

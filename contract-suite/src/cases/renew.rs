@@ -19,10 +19,17 @@ pub async fn renew_is_a_full_window_from_now(store: Arc<dyn Store>) {
     assert!(lock.valid_until() <= Instant::now() + Duration::from_secs(2));
     assert!(lock.valid_until() >= before + Duration::from_millis(1900));
     // And it extends a short lease past its old end.
-    let short = granted(store.try_lock("short", "a", Duration::from_millis(300)).await);
+    let short = granted(
+        store
+            .try_lock("short", "a", Duration::from_millis(300))
+            .await,
+    );
     assert!(short.renew(Duration::from_secs(5)).await.unwrap());
     outlive(Duration::from_millis(300)).await;
-    assert_eq!(store.holder("short").await.unwrap().unwrap().fence, short.fence());
+    assert_eq!(
+        store.holder("short").await.unwrap().unwrap().fence,
+        short.fence()
+    );
     assert!(short.release().await.unwrap());
     assert!(lock.release().await.unwrap());
 }

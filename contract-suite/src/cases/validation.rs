@@ -16,15 +16,25 @@ fn bad_names() -> Vec<(String, NameProblem)> {
         ("   \u{a0}".into(), NameProblem::WhitespaceOnly),
         ("tab\there".into(), NameProblem::ControlCharacter { at: 3 }),
         ("nul\0byte".into(), NameProblem::ControlCharacter { at: 3 }),
-        ("line\nbreak".into(), NameProblem::ControlCharacter { at: 4 }),
+        (
+            "line\nbreak".into(),
+            NameProblem::ControlCharacter { at: 4 },
+        ),
         ("x".repeat(256), NameProblem::TooLong { len: 256 }),
     ]
 }
 
 #[track_caller]
-fn assert_invalid<T: std::fmt::Debug>(result: alkstore_core::Result<T>, field: Field, problem: NameProblem) {
+fn assert_invalid<T: std::fmt::Debug>(
+    result: alkstore_core::Result<T>,
+    field: Field,
+    problem: NameProblem,
+) {
     match result {
-        Err(Error::InvalidName { field: f, problem: p }) => assert_eq!((f, p), (field, problem)),
+        Err(Error::InvalidName {
+            field: f,
+            problem: p,
+        }) => assert_eq!((f, p), (field, problem)),
         other => panic!("expected InvalidName {field:?} {problem:?}, got {other:?}"),
     }
 }
@@ -34,51 +44,97 @@ fn assert_invalid<T: std::fmt::Debug>(result: alkstore_core::Result<T>, field: F
 pub async fn validation_rejects_bad_names(store: Arc<dyn Store>) {
     for (name, problem) in bad_names() {
         assert_invalid(store.try_lock(&name, "a", TTL).await, Field::Name, problem);
-        assert_invalid(store.lock(&name, "a", TTL, Duration::ZERO).await, Field::Name, problem);
+        assert_invalid(
+            store.lock(&name, "a", TTL, Duration::ZERO).await,
+            Field::Name,
+            problem,
+        );
         assert_invalid(store.holder(&name).await, Field::Name, problem);
     }
     for reserved in ["alkstore.leader", "alkstore."] {
         for result in [
             store.try_lock(reserved, "a", TTL).await.map(|_| ()),
-            store.lock(reserved, "a", TTL, Duration::ZERO).await.map(|_| ()),
+            store
+                .lock(reserved, "a", TTL, Duration::ZERO)
+                .await
+                .map(|_| ()),
             store.holder(reserved).await.map(|_| ()),
         ] {
-            assert!(matches!(&result, Err(Error::ReservedName { name }) if name == reserved), "{result:?}");
+            assert!(
+                matches!(&result, Err(Error::ReservedName { name }) if name == reserved),
+                "{result:?}"
+            );
         }
     }
     // The longest valid name and the prefix without its dot are fine.
     let longest = "x".repeat(255);
-    assert!(store.holder(&longest).await.unwrap().is_none(), "a refused call left a row");
-    granted(store.try_lock(&longest, "a", TTL).await).release().await.unwrap();
-    granted(store.try_lock("alkstore", "a", TTL).await).release().await.unwrap();
+    assert!(
+        store.holder(&longest).await.unwrap().is_none(),
+        "a refused call left a row"
+    );
+    granted(store.try_lock(&longest, "a", TTL).await)
+        .release()
+        .await
+        .unwrap();
+    granted(store.try_lock("alkstore", "a", TTL).await)
+        .release()
+        .await
+        .unwrap();
     assert_eq!(store.purge_expired().await.unwrap(), 0);
 }
 
 /// Bad owners are refused as owners, and leave the name free.
 pub async fn validation_rejects_bad_owners(store: Arc<dyn Store>) {
     for (owner, problem) in bad_names() {
-        assert_invalid(store.try_lock("job", &owner, TTL).await, Field::Owner, problem);
-        assert_invalid(store.lock("job", &owner, TTL, Duration::ZERO).await, Field::Owner, problem);
+        assert_invalid(
+            store.try_lock("job", &owner, TTL).await,
+            Field::Owner,
+            problem,
+        );
+        assert_invalid(
+            store.lock("job", &owner, TTL, Duration::ZERO).await,
+            Field::Owner,
+            problem,
+        );
     }
-    assert!(store.holder("job").await.unwrap().is_none(), "a refused call left a row");
+    assert!(
+        store.holder("job").await.unwrap().is_none(),
+        "a refused call left a row"
+    );
     // Owners have no reserved prefix.
-    granted(store.try_lock("job", "alkstore.owner", TTL).await).release().await.unwrap();
+    granted(store.try_lock("job", "alkstore.owner", TTL).await)
+        .release()
+        .await
+        .unwrap();
 }
 
 /// Zero and overflowing ttls are refused by `try_lock` and `lock`, leaving the name free.
 pub async fn duration_guard_on_acquire(store: Arc<dyn Store>) {
-    assert_duration_error(store.try_lock("job", "a", Duration::ZERO).await, DurationError::Zero);
-    assert_duration_error(store.try_lock("job", "a", Duration::MAX).await, DurationError::TooLarge);
-    assert_duration_error(store.lock("job", "a", Duration::ZERO, Duration::ZERO).await, DurationError::Zero);
     assert_duration_error(
-        store.lock("job", "a", Duration::MAX, Duration::from_secs(1)).await,
+        store.try_lock("job", "a", Duration::ZERO).await,
+        DurationError::Zero,
+    );
+    assert_duration_error(
+        store.try_lock("job", "a", Duration::MAX).await,
+        DurationError::TooLarge,
+    );
+    assert_duration_error(
+        store.lock("job", "a", Duration::ZERO, Duration::ZERO).await,
+        DurationError::Zero,
+    );
+    assert_duration_error(
+        store
+            .lock("job", "a", Duration::MAX, Duration::from_secs(1))
+            .await,
         DurationError::TooLarge,
     );
     assert!(store.holder("job").await.unwrap().is_none());
     // A huge but representable lease is fine.
     let year = Duration::from_secs(365 * 24 * 3600);
     let lock = granted(store.try_lock("job", "a", year).await);
-    assert!(store.holder("job").await.unwrap().unwrap().expires_in > year - Duration::from_secs(60));
+    assert!(
+        store.holder("job").await.unwrap().unwrap().expires_in > year - Duration::from_secs(60)
+    );
     assert!(lock.release().await.unwrap());
 }
 

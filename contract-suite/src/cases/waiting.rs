@@ -17,7 +17,10 @@ pub async fn lock_times_out_with_none(store: Arc<dyn Store>) {
     refused(store.lock("job", "b", LONG, wait).await);
     let waited = started.elapsed();
     assert!(waited >= wait, "gave up after {waited:?}");
-    assert!(waited < wait + Duration::from_secs(5), "overran: {waited:?}");
+    assert!(
+        waited < wait + Duration::from_secs(5),
+        "overran: {waited:?}"
+    );
     // A zero wait is one attempt.
     refused(store.lock("job", "b", LONG, Duration::ZERO).await);
     assert!(a.release().await.unwrap());
@@ -34,7 +37,11 @@ pub async fn lock_woken_by_release(store: Arc<dyn Store>) {
         let waiter = {
             let (store, name) = (store.clone(), name.clone());
             tokio::spawn(async move {
-                let lock = granted(store.lock(&name, "waiter", LONG, Duration::from_secs(20)).await);
+                let lock = granted(
+                    store
+                        .lock(&name, "waiter", LONG, Duration::from_secs(20))
+                        .await,
+                );
                 (Instant::now(), lock)
             })
         };
@@ -47,7 +54,10 @@ pub async fn lock_woken_by_release(store: Arc<dyn Store>) {
     }
     handoffs.sort();
     let median = handoffs[handoffs.len() / 2];
-    assert!(median < Duration::from_millis(30), "release → grant: {handoffs:?}");
+    assert!(
+        median < Duration::from_millis(30),
+        "release → grant: {handoffs:?}"
+    );
 }
 
 /// A waiter gets the name once the holder's lease lapses, with no release.
@@ -55,7 +65,10 @@ pub async fn lock_granted_after_expiry(store: Arc<dyn Store>) {
     let ttl = Duration::from_millis(400);
     let a = granted(store.try_lock("job", "a", ttl).await);
     let b = granted(store.lock("job", "b", LONG, Duration::from_secs(10)).await);
-    assert!(Instant::now() >= a.valid_until(), "granted before the lease ended");
+    assert!(
+        Instant::now() >= a.valid_until(),
+        "granted before the lease ended"
+    );
     assert!(b.fence() > a.fence());
     assert!(b.release().await.unwrap());
 }
