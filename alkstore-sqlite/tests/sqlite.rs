@@ -1,0 +1,168 @@
+//! What only the SQLite engine can show: several processes on one file, a
+//! busy database, and the rows (or absence of rows) in the file itself.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use alkstore_core::{Error, Store};
+use alkstore_sqlite::SqliteStore;
+
+/// Set in a child process: the file to contend on.
+const CHILD_DB: &str = "ALKSTORE_TEST_CHILD_DB";
+/// Set in a child process: the counter file to increment.
+const CHILD_COUNTER: &str = "ALKSTORE_TEST_CHILD_COUNTER";
+/// Cycles each process runs.
+const CYCLES: u64 = 100;
+
+/// One process's part: `CYCLES` times, wait for the lock, increment a plain
+/// counter file with a read-modify-write that loses updates if two processes
+/// ever hold the lock at once, release. Returns the fences it was granted.
+async fn contend(db: &Path, counter: &Path, me: &str) -> Vec<u64> {
+    let store = SqliteStore::open(db).await.unwrap();
+    let mut fences = Vec::new();
+    for _ in 0..CYCLES {
+        let lock = store
+            .lock("shared", me, Duration::from_secs(30), Duration::from_secs(60))
+            .await
+            .unwrap()
+            .expect("granted within a minute");
+        let value: u64 = std::fs::read_to_string(counter).unwrap().trim().parse().unwrap();
+        tokio::time::sleep(Duration::from_millis(1)).await;
+        std::fs::write(counter, (value + 1).to_string()).unwrap();
+        fences.push(lock.fence());
+        assert!(lock.release().await.unwrap());
+    }
+    store.close().await.unwrap();
+    fences
+}
+
+/// The child side of `processes_on_one_file_exclude_each_other`; does
+/// nothing unless the parent started this binary with the child variables.
+#[tokio::test]
+#[ignore = "run by processes_on_one_file_exclude_each_other in a child process"]
+async fn child_process_contender() {
+    let db = PathBuf::from(std::env::var(CHILD_DB).expect("started by the parent test"));
+    let counter = PathBuf::from(std::env::var(CHILD_COUNTER).unwrap());
+    let fences = contend(&db, &counter, &format!("pid-{}", std::process::id())).await;
+    assert!(fences.windows(2).all(|w| w[0] < w[1]), "{fences:?}");
+}
+
+/// Three processes (this one and two children of this test binary) take one
+/// lock on one file 100 times each: the unprotected counter comes out exact
+/// and every fence is distinct.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn processes_on_one_file_exclude_each_other() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("locks.db");
+    let counter = dir.path().join("counter");
+    std::fs::write(&counter, "0").unwrap();
+    let children: Vec<_> = (0..2)
+        .map(|_| {
+            Command::new(std::env::current_exe().unwrap())
+                .args(["--exact", "child_process_contender", "--ignored", "--nocapture"])
+                .env(CHILD_DB, &db)
+                .env(CHILD_COUNTER, &counter)
+                .spawn()
+                .unwrap()
+        })
+        .collect();
+    let mine = contend(&db, &counter, "parent").await;
+    for mut child in children {
+        let status = tokio::task::spawn_blocking(move || child.wait()).await.unwrap().unwrap();
+        assert!(status.success(), "a child failed: {status}");
+    }
+    let total: u64 = std::fs::read_to_string(&counter).unwrap().parse().unwrap();
+    assert_eq!(total, 3 * CYCLES, "lost updates: two holders at once");
+    // The file's fence counter saw every grant of all three processes.
+    let conn = rusqlite::Connection::open(&db).unwrap();
+    let last: i64 = conn
+        .query_row("SELECT value FROM alkstore_meta WHERE key = 'last_fence'", [], |r| r.get(0))
+        .unwrap();
+    assert_eq!(last as u64, 3 * CYCLES);
+    assert!(mine.windows(2).all(|w| w[0] < w[1]));
+}
+
+/// A database another connection keeps write-locked gives `Error::Database`
+/// after the busy timeout: no hang, no panic, and reads still work.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn busy_database_is_an_error_not_a_hang() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("locks.db");
+    let store = SqliteStore::open(&db).await.unwrap();
+    let blocker = rusqlite::Connection::open(&db).unwrap();
+    blocker.execute_batch("BEGIN IMMEDIATE").unwrap();
+    let started = Instant::now();
+    let result = store.try_lock("job", "a", Duration::from_secs(30)).await;
+    assert!(matches!(result, Err(Error::Database { .. })), "{result:?}");
+    let source = std::error::Error::source(result.as_ref().unwrap_err()).unwrap();
+    assert!(source.to_string().contains("locked"), "{source}");
+    assert!(started.elapsed() < Duration::from_secs(30));
+    assert!(store.holder("job").await.unwrap().is_none());
+    blocker.execute_batch("ROLLBACK").unwrap();
+    let lock = store.try_lock("job", "a", Duration::from_secs(30)).await.unwrap().unwrap();
+    assert!(lock.release().await.unwrap());
+}
+
+fn row_count(db: &Path) -> i64 {
+    let conn = rusqlite::Connection::open(db).unwrap();
+    conn.query_row("SELECT count(*) FROM alkstore_locks", [], |r| r.get(0)).unwrap()
+}
+
+/// Every refused call (bad name, owner or ttl) leaves the table empty.
+#[tokio::test]
+async fn refused_calls_write_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("locks.db");
+    let store = SqliteStore::open(&db).await.unwrap();
+    let ttl = Duration::from_secs(30);
+    let long = "n".repeat(256);
+    for (name, owner, ttl) in [
+        ("", "a", ttl),
+        ("a\0b", "a", ttl),
+        (long.as_str(), "a", ttl),
+        ("alkstore.x", "a", ttl),
+        ("job", "", ttl),
+        ("job", " ", ttl),
+        ("job", "a\u{1b}", ttl),
+        ("job", "a", Duration::ZERO),
+        ("job", "a", Duration::MAX),
+    ] {
+        assert!(store.try_lock(name, owner, ttl).await.is_err());
+        assert!(store.lock(name, owner, ttl, Duration::from_millis(10)).await.is_err());
+    }
+    assert_eq!(row_count(&db), 0);
+    store.close().await.unwrap();
+}
+
+/// Fences keep rising across a close and reopen of the file.
+#[tokio::test]
+async fn fences_survive_reopening_the_file() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("locks.db");
+    let store = SqliteStore::open(&db).await.unwrap();
+    let first = store.try_lock("job", "a", Duration::from_secs(30)).await.unwrap().unwrap();
+    let fence = first.fence();
+    assert!(first.release().await.unwrap());
+    assert_eq!(store.purge_expired().await.unwrap(), 0);
+    store.close().await.unwrap();
+    let reopened = SqliteStore::open(&db).await.unwrap();
+    let second = reopened.try_lock("job", "b", Duration::from_secs(30)).await.unwrap().unwrap();
+    assert!(second.fence() > fence);
+    assert!(second.release().await.unwrap());
+}
+
+/// A file written by a newer schema version is refused on open.
+#[tokio::test]
+async fn newer_schema_version_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("locks.db");
+    SqliteStore::open(&db).await.unwrap().close().await.unwrap();
+    let conn = rusqlite::Connection::open(&db).unwrap();
+    conn.execute("UPDATE alkstore_meta SET value = 99 WHERE key = 'schema_version'", [])
+        .unwrap();
+    drop(conn);
+    let err = SqliteStore::open(&db).await.unwrap_err();
+    let found = err.find_source::<alkstore_sqlite::SchemaVersionError>().expect("a schema version error");
+    assert_eq!(found.found, 99);
+}
