@@ -78,11 +78,14 @@ impl Error {
 
 /// Which argument a validation error is about.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum Field {
     /// The lock name.
     Name,
     /// The owner.
     Owner,
+    /// An engine's namespace, such as a PostgreSQL schema name.
+    Schema,
 }
 
 impl fmt::Display for Field {
@@ -90,6 +93,7 @@ impl fmt::Display for Field {
         f.write_str(match self {
             Field::Name => "lock name",
             Field::Owner => "owner",
+            Field::Schema => "schema name",
         })
     }
 }
@@ -101,11 +105,14 @@ pub enum NameProblem {
     /// Zero bytes long.
     #[error("it is empty")]
     Empty,
-    /// Longer than [`MAX_NAME_BYTES`](crate::MAX_NAME_BYTES) bytes of UTF-8.
-    #[error("it is {len} bytes long, more than the {max} allowed", max = crate::MAX_NAME_BYTES)]
+    /// Longer than allowed ([`MAX_NAME_BYTES`](crate::MAX_NAME_BYTES) bytes of
+    /// UTF-8 for names and owners).
+    #[error("it is {len} bytes long, more than the {max} allowed")]
     TooLong {
         /// Its length in bytes.
         len: usize,
+        /// The most bytes allowed.
+        max: usize,
     },
     /// Made of whitespace only.
     #[error("it is whitespace only")]

@@ -20,7 +20,7 @@ pub const RESERVED_PREFIX: &str = "alkstore.";
 /// assert!(matches!(validate_name("alkstore.internal"), Err(Error::ReservedName { .. })));
 /// ```
 pub fn validate_name(name: &str) -> Result<()> {
-    check(name).map_err(|problem| Error::InvalidName {
+    check_text(name, MAX_NAME_BYTES).map_err(|problem| Error::InvalidName {
         field: Field::Name,
         problem,
     })?;
@@ -43,19 +43,24 @@ pub fn validate_name(name: &str) -> Result<()> {
 /// ));
 /// ```
 pub fn validate_owner(owner: &str) -> Result<()> {
-    check(owner).map_err(|problem| Error::InvalidName {
+    check_text(owner, MAX_NAME_BYTES).map_err(|problem| Error::InvalidName {
         field: Field::Owner,
         problem,
     })
 }
 
-/// 1 to [`MAX_NAME_BYTES`] bytes, not whitespace only, no control characters.
-fn check(text: &str) -> std::result::Result<(), NameProblem> {
+/// Checks the shared character rules with a byte limit of `max`: 1 to `max`
+/// bytes, not whitespace only, no control characters. Engines use it for
+/// their own namespaces (a PostgreSQL schema name allows 63 bytes).
+pub fn check_text(text: &str, max: usize) -> std::result::Result<(), NameProblem> {
     if text.is_empty() {
         return Err(NameProblem::Empty);
     }
-    if text.len() > MAX_NAME_BYTES {
-        return Err(NameProblem::TooLong { len: text.len() });
+    if text.len() > max {
+        return Err(NameProblem::TooLong {
+            len: text.len(),
+            max,
+        });
     }
     if let Some((at, _)) = text.char_indices().find(|(_, c)| c.is_control()) {
         return Err(NameProblem::ControlCharacter { at });
@@ -104,14 +109,14 @@ mod tests {
         );
         assert_eq!(
             problem(&"a".repeat(256)),
-            Some(NameProblem::TooLong { len: 256 })
+            Some(NameProblem::TooLong { len: 256, max: 255 })
         );
         assert_eq!(problem(&"a".repeat(255)), None);
         // 85 three-byte characters are 255 bytes; one more is 258.
         assert_eq!(problem(&"€".repeat(85)), None);
         assert_eq!(
             problem(&"€".repeat(86)),
-            Some(NameProblem::TooLong { len: 258 })
+            Some(NameProblem::TooLong { len: 258, max: 255 })
         );
         assert_eq!(problem(" padded name "), None);
     }

@@ -1,1 +1,155 @@
-//! placeholder
+//! The PostgreSQL engine of alkstore: named locks with TTL leases that a
+//! fleet of hosts shares through one server.
+//!
+//! - Every object lives in one schema the caller names (default `alkstore`).
+//! - Acquire, renew and release are one statement, one round trip, each; a
+//!   refused acquire writes nothing.
+//! - The server's clock decides expiry, so hosts never disagree about it.
+//! - Fences come from an identity sequence: strictly increasing per name
+//!   across releases, expiries, takeovers and reconnects.
+//! - Waiting acquires are woken by releases through LISTEN/NOTIFY (one
+//!   listener connection per store), with a bounded poll for expiries.
+//!
+//! ```no_run
+//! use std::time::Duration;
+//! use alkstore_core::Store;
+//! use alkstore_postgres::PgStore;
+//!
+//! # #[tokio::main(flavor = "current_thread")]
+//! # async fn main() -> alkstore_core::Result<()> {
+//! let store = PgStore::connect("postgres://app@db.internal/app", "alkstore").await?;
+//! if let Some(lock) = store.try_lock("leader", "host-a", Duration::from_secs(15)).await? {
+//!     lock.release().await?;
+//! }
+//! # Ok(())
+//! # }
+//! ```
+
+mod engine;
+mod listener;
+mod schema;
+mod sql;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use alkstore_core::{EngineStore, Error, Holder, Lock, ReleaseBus, Result, Store};
+use async_trait::async_trait;
+use sqlx::PgPool;
+use sqlx::postgres::PgPoolOptions;
+use tokio::sync::OnceCell;
+
+use crate::engine::PgEngine;
+use crate::sql::Statements;
+
+pub use schema::{MAX_SCHEMA_BYTES, SchemaVersionError};
+/// The connection pool type `PgStore::open` takes (sqlx's).
+pub use sqlx::PgPool as Pool;
+
+/// The default schema name.
+pub const DEFAULT_SCHEMA: &str = "alkstore";
+
+/// The most connections the pool `PgStore::connect` makes holds.
+pub const DEFAULT_MAX_CONNECTIONS: u32 = 10;
+
+/// A lock store in one PostgreSQL schema.
+#[derive(Debug)]
+pub struct PgStore {
+    inner: EngineStore<PgEngine>,
+    schema: String,
+}
+
+impl PgStore {
+    /// Connects a pool of up to [`DEFAULT_MAX_CONNECTIONS`] to `url` and opens
+    /// the store in `schema`, creating it if missing.
+    pub async fn connect(url: &str, schema: &str) -> Result<Self> {
+        schema::validate(schema)?;
+        let pool = PgPoolOptions::new()
+            .max_connections(DEFAULT_MAX_CONNECTIONS)
+            // Each checkout would cost a ping round trip; a broken connection
+            // shows up as the operation's own error instead.
+            .test_before_acquire(false)
+            .connect(url)
+            .await
+            .map_err(|e| Error::database("connect", e))?;
+        Self::open(pool, schema).await
+    }
+
+    /// Opens the store in `schema` over an existing pool, creating the schema
+    /// if missing. Safe when several processes open the same schema at once.
+    pub async fn open(pool: PgPool, schema: &str) -> Result<Self> {
+        schema::validate(schema)?;
+        let sql = Statements::new(schema);
+        let oid = schema::create(&pool, schema, &sql)
+            .await
+            .map_err(|e| Error::database("open", e))?;
+        let engine = PgEngine {
+            pool,
+            sql,
+            channel: sql::channel(oid),
+            bus: Arc::new(ReleaseBus::new()),
+            listener: OnceCell::new(),
+        };
+        Ok(PgStore {
+            inner: EngineStore::new(engine),
+            schema: schema.to_owned(),
+        })
+    }
+
+    /// The schema this store lives in.
+    pub fn schema(&self) -> &str {
+        &self.schema
+    }
+
+    /// The pool underneath.
+    pub fn pool(&self) -> &PgPool {
+        &self.inner.engine().pool
+    }
+
+    /// Drops the schema and everything in it (tests and teardown). Fails
+    /// closed after [`Store::close`].
+    pub async fn drop_schema(&self) -> Result<()> {
+        if self.inner.is_closed() {
+            return Err(Error::closed("drop_schema"));
+        }
+        sqlx::query(self.inner.engine().sql.drop_schema.clone())
+            .execute(self.pool())
+            .await
+            .map_err(|e| Error::database("drop_schema", e))?;
+        Ok(())
+    }
+}
+
+#[async_trait]
+impl Store for PgStore {
+    async fn try_lock(
+        &self,
+        name: &str,
+        owner: &str,
+        ttl: Duration,
+    ) -> Result<Option<Box<dyn Lock>>> {
+        self.inner.try_lock(name, owner, ttl).await
+    }
+
+    async fn lock(
+        &self,
+        name: &str,
+        owner: &str,
+        ttl: Duration,
+        wait: Duration,
+    ) -> Result<Option<Box<dyn Lock>>> {
+        self.inner.lock(name, owner, ttl, wait).await
+    }
+
+    async fn holder(&self, name: &str) -> Result<Option<Holder>> {
+        self.inner.holder(name).await
+    }
+
+    async fn purge_expired(&self) -> Result<u64> {
+        self.inner.purge_expired().await
+    }
+
+    async fn close(&self) -> Result<()> {
+        self.inner.close().await
+    }
+}

@@ -23,11 +23,20 @@ async fn contend(db: &Path, counter: &Path, me: &str) -> Vec<u64> {
     let mut fences = Vec::new();
     for _ in 0..CYCLES {
         let lock = store
-            .lock("shared", me, Duration::from_secs(30), Duration::from_secs(60))
+            .lock(
+                "shared",
+                me,
+                Duration::from_secs(30),
+                Duration::from_secs(60),
+            )
             .await
             .unwrap()
             .expect("granted within a minute");
-        let value: u64 = std::fs::read_to_string(counter).unwrap().trim().parse().unwrap();
+        let value: u64 = std::fs::read_to_string(counter)
+            .unwrap()
+            .trim()
+            .parse()
+            .unwrap();
         tokio::time::sleep(Duration::from_millis(1)).await;
         std::fs::write(counter, (value + 1).to_string()).unwrap();
         fences.push(lock.fence());
@@ -60,7 +69,12 @@ async fn processes_on_one_file_exclude_each_other() {
     let children: Vec<_> = (0..2)
         .map(|_| {
             Command::new(std::env::current_exe().unwrap())
-                .args(["--exact", "child_process_contender", "--ignored", "--nocapture"])
+                .args([
+                    "--exact",
+                    "child_process_contender",
+                    "--ignored",
+                    "--nocapture",
+                ])
                 .env(CHILD_DB, &db)
                 .env(CHILD_COUNTER, &counter)
                 .spawn()
@@ -69,7 +83,10 @@ async fn processes_on_one_file_exclude_each_other() {
         .collect();
     let mine = contend(&db, &counter, "parent").await;
     for mut child in children {
-        let status = tokio::task::spawn_blocking(move || child.wait()).await.unwrap().unwrap();
+        let status = tokio::task::spawn_blocking(move || child.wait())
+            .await
+            .unwrap()
+            .unwrap();
         assert!(status.success(), "a child failed: {status}");
     }
     let total: u64 = std::fs::read_to_string(&counter).unwrap().parse().unwrap();
@@ -77,7 +94,11 @@ async fn processes_on_one_file_exclude_each_other() {
     // The file's fence counter saw every grant of all three processes.
     let conn = rusqlite::Connection::open(&db).unwrap();
     let last: i64 = conn
-        .query_row("SELECT value FROM alkstore_meta WHERE key = 'last_fence'", [], |r| r.get(0))
+        .query_row(
+            "SELECT value FROM alkstore_meta WHERE key = 'last_fence'",
+            [],
+            |r| r.get(0),
+        )
         .unwrap();
     assert_eq!(last as u64, 3 * CYCLES);
     assert!(mine.windows(2).all(|w| w[0] < w[1]));
@@ -100,13 +121,18 @@ async fn busy_database_is_an_error_not_a_hang() {
     assert!(started.elapsed() < Duration::from_secs(30));
     assert!(store.holder("job").await.unwrap().is_none());
     blocker.execute_batch("ROLLBACK").unwrap();
-    let lock = store.try_lock("job", "a", Duration::from_secs(30)).await.unwrap().unwrap();
+    let lock = store
+        .try_lock("job", "a", Duration::from_secs(30))
+        .await
+        .unwrap()
+        .unwrap();
     assert!(lock.release().await.unwrap());
 }
 
 fn row_count(db: &Path) -> i64 {
     let conn = rusqlite::Connection::open(db).unwrap();
-    conn.query_row("SELECT count(*) FROM alkstore_locks", [], |r| r.get(0)).unwrap()
+    conn.query_row("SELECT count(*) FROM alkstore_locks", [], |r| r.get(0))
+        .unwrap()
 }
 
 /// Every refused call (bad name, owner or ttl) leaves the table empty.
@@ -129,7 +155,12 @@ async fn refused_calls_write_nothing() {
         ("job", "a", Duration::MAX),
     ] {
         assert!(store.try_lock(name, owner, ttl).await.is_err());
-        assert!(store.lock(name, owner, ttl, Duration::from_millis(10)).await.is_err());
+        assert!(
+            store
+                .lock(name, owner, ttl, Duration::from_millis(10))
+                .await
+                .is_err()
+        );
     }
     assert_eq!(row_count(&db), 0);
     store.close().await.unwrap();
@@ -141,13 +172,21 @@ async fn fences_survive_reopening_the_file() {
     let dir = tempfile::tempdir().unwrap();
     let db = dir.path().join("locks.db");
     let store = SqliteStore::open(&db).await.unwrap();
-    let first = store.try_lock("job", "a", Duration::from_secs(30)).await.unwrap().unwrap();
+    let first = store
+        .try_lock("job", "a", Duration::from_secs(30))
+        .await
+        .unwrap()
+        .unwrap();
     let fence = first.fence();
     assert!(first.release().await.unwrap());
     assert_eq!(store.purge_expired().await.unwrap(), 0);
     store.close().await.unwrap();
     let reopened = SqliteStore::open(&db).await.unwrap();
-    let second = reopened.try_lock("job", "b", Duration::from_secs(30)).await.unwrap().unwrap();
+    let second = reopened
+        .try_lock("job", "b", Duration::from_secs(30))
+        .await
+        .unwrap()
+        .unwrap();
     assert!(second.fence() > fence);
     assert!(second.release().await.unwrap());
 }
@@ -159,10 +198,15 @@ async fn newer_schema_version_is_refused() {
     let db = dir.path().join("locks.db");
     SqliteStore::open(&db).await.unwrap().close().await.unwrap();
     let conn = rusqlite::Connection::open(&db).unwrap();
-    conn.execute("UPDATE alkstore_meta SET value = 99 WHERE key = 'schema_version'", [])
-        .unwrap();
+    conn.execute(
+        "UPDATE alkstore_meta SET value = 99 WHERE key = 'schema_version'",
+        [],
+    )
+    .unwrap();
     drop(conn);
     let err = SqliteStore::open(&db).await.unwrap_err();
-    let found = err.find_source::<alkstore_sqlite::SchemaVersionError>().expect("a schema version error");
+    let found = err
+        .find_source::<alkstore_sqlite::SchemaVersionError>()
+        .expect("a schema version error");
     assert_eq!(found.found, 99);
 }

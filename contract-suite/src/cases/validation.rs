@@ -20,7 +20,7 @@ fn bad_names() -> Vec<(String, NameProblem)> {
             "line\nbreak".into(),
             NameProblem::ControlCharacter { at: 4 },
         ),
-        ("x".repeat(256), NameProblem::TooLong { len: 256 }),
+        ("x".repeat(256), NameProblem::TooLong { len: 256, max: 255 }),
     ]
 }
 

@@ -1,0 +1,127 @@
+//! The row operations of the PostgreSQL engine: one statement, one round
+//! trip, per operation.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use alkstore_core::{Attempt, BoxError, Engine, GrantKey, Holder, LeaseMillis, ReleaseBus};
+use async_trait::async_trait;
+use sqlx::PgPool;
+use tokio::sync::OnceCell;
+
+use crate::listener::Listener;
+use crate::sql::Statements;
+
+/// How long a waiter polls at most when no notification comes (expiries
+/// notify nobody, and a notification can be lost while the listener reconnects).
+const POLL_CEILING: Duration = Duration::from_millis(250);
+
+#[derive(Debug)]
+pub(crate) struct PgEngine {
+    pub(crate) pool: PgPool,
+    pub(crate) sql: Statements,
+    pub(crate) channel: String,
+    pub(crate) bus: Arc<ReleaseBus>,
+    pub(crate) listener: OnceCell<Listener>,
+}
+
+fn millis(ms: i64) -> Duration {
+    Duration::from_millis(ms.max(0) as u64)
+}
+
+#[async_trait]
+impl Engine for PgEngine {
+    async fn acquire(
+        &self,
+        name: &str,
+        owner: &str,
+        ttl: LeaseMillis,
+    ) -> Result<Attempt, BoxError> {
+        let row: Option<(bool, i64, i64)> = sqlx::query_as(self.sql.acquire.clone())
+            .bind(name)
+            .bind(owner)
+            .bind(ttl.as_i64())
+            .fetch_optional(&self.pool)
+            .await?;
+        Ok(match row {
+            Some((true, fence, left_ms)) => Attempt::Granted {
+                fence: fence as u64,
+                left: millis(left_ms),
+            },
+            Some((false, _, left_ms)) => Attempt::Held {
+                expires_in: Some(millis(left_ms)),
+            },
+            // A concurrent grant won the race after our snapshot: held.
+            None => Attempt::Held { expires_in: None },
+        })
+    }
+
+    async fn renew(&self, grant: &GrantKey, ttl: LeaseMillis) -> Result<bool, BoxError> {
+        let done = sqlx::query(self.sql.renew.clone())
+            .bind(&grant.name)
+            .bind(&grant.owner)
+            .bind(grant.fence as i64)
+            .bind(ttl.as_i64())
+            .execute(&self.pool)
+            .await?;
+        Ok(done.rows_affected() == 1)
+    }
+
+    async fn release(&self, grant: &GrantKey) -> Result<bool, BoxError> {
+        let (deleted,): (i64,) = sqlx::query_as(self.sql.release.clone())
+            .bind(&grant.name)
+            .bind(&grant.owner)
+            .bind(grant.fence as i64)
+            .bind(&self.channel)
+            .fetch_one(&self.pool)
+            .await?;
+        if deleted == 1 {
+            // Waiters in this process need not wait for the notification's trip.
+            self.bus.released(&grant.name);
+        }
+        Ok(deleted == 1)
+    }
+
+    async fn holder(&self, name: &str) -> Result<Option<Holder>, BoxError> {
+        let row: Option<(String, i64, i64)> = sqlx::query_as(self.sql.holder.clone())
+            .bind(name)
+            .fetch_optional(&self.pool)
+            .await?;
+        Ok(row.map(|(owner, fence, left_ms)| Holder {
+            owner,
+            fence: fence as u64,
+            expires_in: millis(left_ms),
+        }))
+    }
+
+    async fn purge_expired(&self) -> Result<u64, BoxError> {
+        let done = sqlx::query(self.sql.purge.clone())
+            .execute(&self.pool)
+            .await?;
+        Ok(done.rows_affected())
+    }
+
+    async fn close(&self) -> Result<(), BoxError> {
+        // The listener holds a pool connection; the pool's close waits for it.
+        if let Some(listener) = self.listener.get() {
+            listener.stop();
+        }
+        self.pool.close().await;
+        Ok(())
+    }
+
+    fn releases(&self) -> &ReleaseBus {
+        &self.bus
+    }
+
+    async fn prepare_wait(&self) -> Result<(), BoxError> {
+        self.listener
+            .get_or_try_init(|| Listener::start(&self.pool, &self.channel, self.bus.clone()))
+            .await?;
+        Ok(())
+    }
+
+    fn poll_ceiling(&self) -> Duration {
+        POLL_CEILING
+    }
+}

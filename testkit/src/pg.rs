@@ -1,0 +1,244 @@
+//! Finding or starting the PostgreSQL server the tests run against.
+
+use std::net::TcpListener;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::sync::OnceLock;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+/// The URL of a server to use instead of starting one.
+pub const URL_VAR: &str = "ALKSTORE_PG_URL";
+/// Set to `1` to fail, instead of skip, when no server can be had.
+pub const REQUIRE_VAR: &str = "ALKSTORE_REQUIRE_PG";
+
+/// A PostgreSQL server for tests.
+#[derive(Debug)]
+pub struct Server {
+    /// Connection URL (a superuser on a throwaway cluster).
+    pub url: String,
+    /// The cluster this process started, if it started one.
+    pub cluster: Option<Cluster>,
+}
+
+/// A throwaway cluster started by this process.
+#[derive(Debug)]
+pub struct Cluster {
+    /// The directory holding the data directory, the log and the socket.
+    pub dir: PathBuf,
+    /// The directory of `pg_ctl`, `initdb` and `postgres`.
+    pub bin: PathBuf,
+    /// The loopback port it listens on.
+    pub port: u16,
+    /// Whether commands must run as the `postgres` user (this process is root).
+    pub as_postgres_user: bool,
+}
+
+impl Cluster {
+    /// The data directory.
+    pub fn data(&self) -> PathBuf {
+        self.dir.join("data")
+    }
+
+    /// Runs `pg_ctl` with `args` against this cluster (for fault tests:
+    /// `stop -m fast`, `start`); true when it succeeded.
+    pub fn pg_ctl(&self, args: &[&str]) -> bool {
+        let mut full: Vec<String> = vec!["-D".into(), self.data().display().to_string()];
+        full.extend(args.iter().map(|a| a.to_string()));
+        if args.contains(&"start") || args.contains(&"restart") {
+            let options = format!(
+                "-c listen_addresses=127.0.0.1 -p {} -k {} -c max_connections=400",
+                self.port,
+                self.dir.display()
+            );
+            let log = self.dir.join("log").display().to_string();
+            full.extend(["-w".into(), "-l".into(), log, "-o".into(), options]);
+        }
+        let full: Vec<&str> = full.iter().map(String::as_str).collect();
+        run(&self.bin.join("pg_ctl"), &full, self.as_postgres_user).is_ok()
+    }
+}
+
+static SERVER: OnceLock<Result<Server, String>> = OnceLock::new();
+
+/// The server for this process's tests, or `None` (after printing why) when
+/// there is none and `ALKSTORE_REQUIRE_PG` is not `1`.
+///
+/// # Panics
+/// When no server can be had and `ALKSTORE_REQUIRE_PG=1`.
+pub fn server() -> Option<&'static Server> {
+    match SERVER.get_or_init(find_or_start) {
+        Ok(server) => Some(server),
+        Err(why) => {
+            if std::env::var(REQUIRE_VAR).as_deref() == Ok("1") {
+                panic!("PostgreSQL is required ({REQUIRE_VAR}=1) but unavailable: {why}");
+            }
+            eprintln!(
+                "SKIPPED: PostgreSQL tests skipped: {why} (set {URL_VAR}, or install PostgreSQL's server binaries)"
+            );
+            None
+        }
+    }
+}
+
+/// A schema name no other test of any process uses.
+pub fn unique_schema(prefix: &str) -> String {
+    static NEXT: AtomicU64 = AtomicU64::new(0);
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.subsec_nanos())
+        .unwrap_or(0);
+    format!(
+        "{prefix}_{}_{}_{nanos}",
+        std::process::id(),
+        NEXT.fetch_add(1, Ordering::Relaxed)
+    )
+}
+
+fn find_or_start() -> Result<Server, String> {
+    if let Ok(url) = std::env::var(URL_VAR) {
+        if !url.is_empty() {
+            return Ok(Server { url, cluster: None });
+        }
+    }
+    let bin = find_bin_dir().ok_or("no PostgreSQL server binaries (initdb, pg_ctl) found")?;
+    start_cluster(bin)
+}
+
+/// `initdb` on the PATH, or the newest `/usr/lib/postgresql/*/bin`.
+fn find_bin_dir() -> Option<PathBuf> {
+    let has_tools = |dir: &Path| dir.join("initdb").is_file() && dir.join("pg_ctl").is_file();
+    if let Some(path) = std::env::var_os("PATH") {
+        if let Some(dir) = std::env::split_paths(&path).find(|d| has_tools(d)) {
+            return Some(dir);
+        }
+    }
+    let mut versions: Vec<(u32, PathBuf)> = std::fs::read_dir("/usr/lib/postgresql")
+        .ok()?
+        .filter_map(|e| {
+            let e = e.ok()?;
+            let version = e.file_name().to_str()?.parse().ok()?;
+            Some((version, e.path().join("bin")))
+        })
+        .filter(|(_, bin)| has_tools(bin))
+        .collect();
+    versions.sort();
+    versions.pop().map(|(_, bin)| bin)
+}
+
+fn is_root() -> bool {
+    Command::new("id")
+        .arg("-u")
+        .output()
+        .map(|o| String::from_utf8_lossy(&o.stdout).trim() == "0")
+        .unwrap_or(false)
+}
+
+/// Runs `program args`, as the `postgres` user when asked; the error holds its output.
+fn run(program: &Path, args: &[&str], as_postgres_user: bool) -> Result<(), String> {
+    let mut command = if as_postgres_user {
+        let mut c = Command::new("runuser");
+        c.args(["-u", "postgres", "--"]).arg(program);
+        c
+    } else {
+        Command::new(program)
+    };
+    let output = command
+        .args(args)
+        .stdin(Stdio::null())
+        .output()
+        .map_err(|e| format!("could not run {}: {e}", program.display()))?;
+    if output.status.success() {
+        Ok(())
+    } else {
+        Err(format!(
+            "{} {args:?} failed ({}): {}{}",
+            program.display(),
+            output.status,
+            String::from_utf8_lossy(&output.stdout),
+            String::from_utf8_lossy(&output.stderr)
+        ))
+    }
+}
+
+fn free_port() -> Result<u16, String> {
+    let listener = TcpListener::bind("127.0.0.1:0").map_err(|e| format!("no free port: {e}"))?;
+    listener
+        .local_addr()
+        .map(|a| a.port())
+        .map_err(|e| e.to_string())
+}
+
+fn start_cluster(bin: PathBuf) -> Result<Server, String> {
+    let as_postgres_user = is_root();
+    let dir = tempfile::Builder::new()
+        .prefix("alkstore-pg-")
+        .tempdir()
+        .map_err(|e| format!("no temp dir: {e}"))?
+        .keep();
+    if as_postgres_user {
+        run(
+            Path::new("chown"),
+            &["postgres:", dir.to_str().unwrap()],
+            false,
+        )?;
+    }
+    let cluster = Cluster {
+        dir,
+        bin,
+        port: free_port()?,
+        as_postgres_user,
+    };
+    let data = cluster.data();
+    run(
+        &cluster.bin.join("initdb"),
+        &[
+            "-D",
+            data.to_str().unwrap(),
+            "-U",
+            "postgres",
+            "--auth=trust",
+            "--no-sync",
+            "--encoding=UTF8",
+            "--locale=C",
+        ],
+        as_postgres_user,
+    )?;
+    spawn_watchdog(&cluster)?;
+    if !cluster.pg_ctl(&["start"]) {
+        let log = std::fs::read_to_string(cluster.dir.join("log")).unwrap_or_default();
+        return Err(format!("pg_ctl start failed: {log}"));
+    }
+    Ok(Server {
+        url: format!("postgres://postgres@127.0.0.1:{}/postgres", cluster.port),
+        cluster: Some(cluster),
+    })
+}
+
+/// Stops the cluster and removes its directory once this process is gone,
+/// however it ends; its output goes nowhere, so it holds no test pipe open.
+fn spawn_watchdog(cluster: &Cluster) -> Result<(), String> {
+    let pg_ctl = cluster.bin.join("pg_ctl");
+    let stop = format!(
+        "{}{} -D '{}' -m immediate stop",
+        if cluster.as_postgres_user {
+            "runuser -u postgres -- "
+        } else {
+            ""
+        },
+        pg_ctl.display(),
+        cluster.data().display()
+    );
+    let script = format!(
+        "while kill -0 {pid} 2>/dev/null; do sleep 1; done; {stop}; rm -rf '{dir}'",
+        pid = std::process::id(),
+        dir = cluster.dir.display()
+    );
+    Command::new("sh")
+        .args(["-c", &script])
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .map(drop)
+        .map_err(|e| format!("could not start the cluster watchdog: {e}"))
+}
