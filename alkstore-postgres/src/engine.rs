@@ -9,6 +9,7 @@ use async_trait::async_trait;
 use sqlx::PgPool;
 use tokio::sync::OnceCell;
 
+use crate::connections::Connections;
 use crate::listener::Listener;
 use crate::sql::Statements;
 
@@ -19,6 +20,7 @@ const POLL_CEILING: Duration = Duration::from_millis(250);
 #[derive(Debug)]
 pub(crate) struct PgEngine {
     pub(crate) pool: PgPool,
+    pub(crate) connections: Connections,
     pub(crate) sql: Statements,
     pub(crate) channel: String,
     pub(crate) bus: Arc<ReleaseBus>,
@@ -37,11 +39,18 @@ impl Engine for PgEngine {
         owner: &str,
         ttl: LeaseMillis,
     ) -> Result<Attempt, BoxError> {
-        let row: Option<(bool, i64, i64)> = sqlx::query_as(self.sql.acquire.clone())
-            .bind(name)
-            .bind(owner)
-            .bind(ttl.as_i64())
-            .fetch_optional(&self.pool)
+        let row: Option<(bool, i64, i64)> = self
+            .connections
+            .get()
+            .await?
+            .run(async |conn| {
+                sqlx::query_as(self.sql.acquire.clone())
+                    .bind(name)
+                    .bind(owner)
+                    .bind(ttl.as_i64())
+                    .fetch_optional(conn)
+                    .await
+            })
             .await?;
         Ok(match row {
             Some((true, fence, left_ms)) => Attempt::Granted {
@@ -57,23 +66,37 @@ impl Engine for PgEngine {
     }
 
     async fn renew(&self, grant: &GrantKey, ttl: LeaseMillis) -> Result<bool, BoxError> {
-        let done = sqlx::query(self.sql.renew.clone())
-            .bind(&grant.name)
-            .bind(&grant.owner)
-            .bind(grant.fence as i64)
-            .bind(ttl.as_i64())
-            .execute(&self.pool)
+        let done = self
+            .connections
+            .get()
+            .await?
+            .run(async |conn| {
+                sqlx::query(self.sql.renew.clone())
+                    .bind(&grant.name)
+                    .bind(&grant.owner)
+                    .bind(grant.fence as i64)
+                    .bind(ttl.as_i64())
+                    .execute(conn)
+                    .await
+            })
             .await?;
         Ok(done.rows_affected() == 1)
     }
 
     async fn release(&self, grant: &GrantKey) -> Result<bool, BoxError> {
-        let (deleted,): (i64,) = sqlx::query_as(self.sql.release.clone())
-            .bind(&grant.name)
-            .bind(&grant.owner)
-            .bind(grant.fence as i64)
-            .bind(&self.channel)
-            .fetch_one(&self.pool)
+        let (deleted,): (i64,) = self
+            .connections
+            .get()
+            .await?
+            .run(async |conn| {
+                sqlx::query_as(self.sql.release.clone())
+                    .bind(&grant.name)
+                    .bind(&grant.owner)
+                    .bind(grant.fence as i64)
+                    .bind(&self.channel)
+                    .fetch_one(conn)
+                    .await
+            })
             .await?;
         if deleted == 1 {
             // Waiters in this process need not wait for the notification's trip.
@@ -83,9 +106,16 @@ impl Engine for PgEngine {
     }
 
     async fn holder(&self, name: &str) -> Result<Option<Holder>, BoxError> {
-        let row: Option<(String, i64, i64)> = sqlx::query_as(self.sql.holder.clone())
-            .bind(name)
-            .fetch_optional(&self.pool)
+        let row: Option<(String, i64, i64)> = self
+            .connections
+            .get()
+            .await?
+            .run(async |conn| {
+                sqlx::query_as(self.sql.holder.clone())
+                    .bind(name)
+                    .fetch_optional(conn)
+                    .await
+            })
             .await?;
         Ok(row.map(|(owner, fence, left_ms)| Holder {
             owner,
@@ -106,6 +136,7 @@ impl Engine for PgEngine {
         if let Some(listener) = self.listener.get() {
             listener.stop();
         }
+        self.connections.close().await;
         self.pool.close().await;
         Ok(())
     }

@@ -25,6 +25,7 @@
 //! # }
 //! ```
 
+mod connections;
 mod engine;
 mod listener;
 mod schema;
@@ -39,6 +40,7 @@ use sqlx::PgPool;
 use sqlx::postgres::PgPoolOptions;
 use tokio::sync::OnceCell;
 
+use crate::connections::Connections;
 use crate::engine::PgEngine;
 use crate::sql::Statements;
 
@@ -83,7 +85,12 @@ impl PgStore {
         let oid = schema::create(&pool, schema, &sql)
             .await
             .map_err(|e| Error::database("open", e))?;
+        let connections = Connections::new(
+            (*pool.connect_options()).clone(),
+            pool.options().get_max_connections(),
+        );
         let engine = PgEngine {
+            connections,
             pool,
             sql,
             channel: sql::channel(oid),

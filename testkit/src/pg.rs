@@ -46,7 +46,8 @@ impl Cluster {
         full.extend(args.iter().map(|a| a.to_string()));
         if args.contains(&"start") || args.contains(&"restart") {
             let options = format!(
-                "-c listen_addresses=127.0.0.1 -p {} -k {} -c max_connections=400",
+                "-c listen_addresses=127.0.0.1 -p {} -k {} -c max_connections=400 \
+                 -c shared_preload_libraries=pg_stat_statements -c pg_stat_statements.track=all",
                 self.port,
                 self.dir.display()
             );

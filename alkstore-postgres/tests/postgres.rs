@@ -1,0 +1,348 @@
+//! What only the PostgreSQL engine can show, against a real server: the
+//! schema name as data, concurrent opens, wake-ups across stores, the WAL a
+//! refusal writes, and round trips per operation counted on the wire.
+
+mod common;
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use alkstore_core::{Error, Field, Store};
+use alkstore_postgres::PgStore;
+use sqlx::Row;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::{TcpListener, TcpStream};
+
+const TTL: Duration = Duration::from_secs(30);
+
+/// A schema name full of quotes, spaces and SQL works, and touches nothing
+/// outside itself.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn hostile_schema_name_is_only_a_name() {
+    let Some(server) = alkstore_testkit::pg::server() else {
+        return;
+    };
+    let bystander = alkstore_testkit::pg::unique_schema("bystander");
+    let bystander_store = PgStore::connect(&server.url, &bystander).await.unwrap();
+    let kept = bystander_store
+        .try_lock("x", "a", TTL)
+        .await
+        .unwrap()
+        .unwrap();
+    for hostile in [
+        "a\"; DROP TABLE x; --",
+        "it's \"quoted\" \\ spaced",
+        "x\"; DROP SCHEMA public CASCADE; --",
+    ] {
+        let name = format!("{hostile}{}", std::process::id() % 1000);
+        let store = PgStore::connect(&server.url, &name).await.unwrap();
+        assert_eq!(store.schema(), name);
+        let lock = store.try_lock("x", "b", TTL).await.unwrap().unwrap();
+        let (found,): (String,) =
+            sqlx::query_as("SELECT nspname::text FROM pg_namespace WHERE nspname = $1")
+                .bind(&name)
+                .fetch_one(store.pool())
+                .await
+                .unwrap();
+        assert_eq!(found, name);
+        assert!(lock.release().await.unwrap());
+        store.drop_schema().await.unwrap();
+        store.close().await.unwrap();
+    }
+    // The bystander schema and the public schema are untouched.
+    let holder = bystander_store.holder("x").await.unwrap().unwrap();
+    assert_eq!(holder.fence, kept.fence());
+    let (public,): (i64,) =
+        sqlx::query_as("SELECT count(*) FROM pg_namespace WHERE nspname = 'public'")
+            .fetch_one(bystander_store.pool())
+            .await
+            .unwrap();
+    assert_eq!(public, 1);
+    assert!(kept.release().await.unwrap());
+    bystander_store.drop_schema().await.unwrap();
+}
+
+/// Schema names PostgreSQL cannot hold as given are refused before connecting.
+#[tokio::test]
+async fn bad_schema_names_are_refused_before_any_connection() {
+    // No server is contacted: the URL points nowhere.
+    let url = "postgres://nobody@127.0.0.1:1/none";
+    for (schema, field) in [
+        ("", Field::Schema),
+        ("a\0b", Field::Schema),
+        (&"s".repeat(64)[..], Field::Schema),
+    ] {
+        match PgStore::connect(url, schema).await {
+            Err(Error::InvalidName { field: f, .. }) => assert_eq!(f, field),
+            other => panic!("{schema:?}: expected InvalidName, got {other:?}"),
+        }
+    }
+    assert!(matches!(
+        PgStore::connect(url, "pg_catalog").await,
+        Err(Error::ReservedName { .. })
+    ));
+}
+
+/// Several stores opening one new schema at once all succeed, and share it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn concurrent_opens_of_one_schema_succeed() {
+    let Some(server) = alkstore_testkit::pg::server() else {
+        return;
+    };
+    let schema = alkstore_testkit::pg::unique_schema("opens");
+    let opens: Vec<_> = (0..8)
+        .map(|_| {
+            let (url, schema) = (server.url.clone(), schema.clone());
+            tokio::spawn(async move { PgStore::connect(&url, &schema).await })
+        })
+        .collect();
+    let mut stores = Vec::new();
+    for open in opens {
+        stores.push(open.await.unwrap().expect("every concurrent open succeeds"));
+    }
+    let lock = stores[0]
+        .try_lock("shared", "a", TTL)
+        .await
+        .unwrap()
+        .unwrap();
+    for store in &stores[1..] {
+        assert!(store.try_lock("shared", "b", TTL).await.unwrap().is_none());
+    }
+    assert!(lock.release().await.unwrap());
+    stores[0].drop_schema().await.unwrap();
+}
+
+/// A waiter on one store is woken by a release made through another store
+/// (another pool, as another host would): LISTEN/NOTIFY, not the poll.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn release_through_another_store_wakes_the_waiter() {
+    let Some((holder_store, schema)) = common::store("notify").await else {
+        return;
+    };
+    let waiter_store = Arc::new(PgStore::connect(&schema.url, &schema.name).await.unwrap());
+    let mut handoffs = Vec::new();
+    for round in 0..5 {
+        let name = format!("handoff-{round}");
+        let held = holder_store
+            .try_lock(&name, "holder", TTL)
+            .await
+            .unwrap()
+            .unwrap();
+        let waiter = {
+            let (store, name) = (waiter_store.clone(), name.clone());
+            tokio::spawn(async move {
+                let lock = store
+                    .lock(&name, "waiter", TTL, Duration::from_secs(20))
+                    .await
+                    .unwrap()
+                    .unwrap();
+                (Instant::now(), lock)
+            })
+        };
+        // Long enough for the waiter's back-off to reach its 250 ms ceiling.
+        tokio::time::sleep(Duration::from_millis(800)).await;
+        let released_at = Instant::now();
+        assert!(held.release().await.unwrap());
+        let (granted_at, lock) = waiter.await.unwrap();
+        handoffs.push(granted_at - released_at);
+        assert!(lock.release().await.unwrap());
+    }
+    handoffs.sort();
+    assert!(
+        handoffs[2] < Duration::from_millis(50),
+        "release → grant across stores: {handoffs:?}"
+    );
+    waiter_store.close().await.unwrap();
+    holder_store.close().await.unwrap();
+    schema.drop().await;
+}
+
+/// Statistics of this schema's statements, from pg_stat_statements; `None`
+/// when the server does not load it (an external server may not).
+async fn statement_stats(store: &PgStore) -> Option<Vec<(String, i64, i64)>> {
+    sqlx::query("CREATE EXTENSION IF NOT EXISTS pg_stat_statements")
+        .execute(store.pool())
+        .await
+        .ok()?;
+    let rows = sqlx::query(
+        "SELECT query, sum(calls)::bigint, sum(wal_records)::bigint FROM pg_stat_statements
+         WHERE query LIKE '%' || $1 || '%' GROUP BY query",
+    )
+    .bind(format!("\"{}\"", store.schema()))
+    .fetch_all(store.pool())
+    .await
+    .ok()?;
+    Some(
+        rows.iter()
+            .map(|r| (r.get(0), r.get(1), r.get(2)))
+            .collect(),
+    )
+}
+
+fn calls_and_wal(stats: &[(String, i64, i64)], needle: &str) -> (i64, i64) {
+    stats
+        .iter()
+        .filter(|(query, _, _)| query.contains(needle))
+        .fold((0, 0), |(c, w), (_, calls, wal)| (c + calls, w + wal))
+}
+
+/// A refused acquire writes no WAL: 1000 refusals, 0 WAL records, while the
+/// grants themselves do write.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn refused_acquire_writes_no_wal() {
+    let Some((store, schema)) = common::store("nowal").await else {
+        return;
+    };
+    let held = store
+        .try_lock("busy", "holder", TTL)
+        .await
+        .unwrap()
+        .unwrap();
+    let Some(before) = statement_stats(&store).await else {
+        eprintln!("SKIPPED: pg_stat_statements is not loaded on this server");
+        return;
+    };
+    for i in 0..1000 {
+        assert!(
+            store
+                .try_lock("busy", &format!("c{i}"), TTL)
+                .await
+                .unwrap()
+                .is_none()
+        );
+    }
+    let after = statement_stats(&store).await.unwrap();
+    let (calls_before, wal_before) = calls_and_wal(&before, "INSERT INTO");
+    let (calls_after, wal_after) = calls_and_wal(&after, "INSERT INTO");
+    assert_eq!(calls_after - calls_before, 1000);
+    assert_eq!(wal_after - wal_before, 0, "refusals wrote WAL");
+    assert!(wal_before > 0, "the grant itself should have written WAL");
+    assert!(held.release().await.unwrap());
+    store.close().await.unwrap();
+    schema.drop().await;
+}
+
+/// A TCP proxy to the test server that counts the client's flights: a write
+/// from the client after the server last spoke on that connection (or its
+/// first write) starts one round trip. Counted before forwarding, so the
+/// count is complete by the time the client sees the answer.
+async fn counting_proxy(target: String) -> (String, Arc<AtomicU64>) {
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let flights = Arc::new(AtomicU64::new(0));
+    let counter = flights.clone();
+    tokio::spawn(async move {
+        loop {
+            let (client, _) = listener.accept().await.unwrap();
+            let server = TcpStream::connect(&target).await.unwrap();
+            let (mut cr, mut cw) = client.into_split();
+            let (mut sr, mut sw) = server.into_split();
+            let client_turn = Arc::new(std::sync::atomic::AtomicBool::new(false));
+            let (up_turn, up_count) = (client_turn.clone(), counter.clone());
+            tokio::spawn(async move {
+                let mut buf = vec![0u8; 65536];
+                while let Ok(n) = cr.read(&mut buf).await {
+                    if n == 0 {
+                        break;
+                    }
+                    if !up_turn.swap(true, Ordering::SeqCst) {
+                        up_count.fetch_add(1, Ordering::SeqCst);
+                    }
+                    if sw.write_all(&buf[..n]).await.is_err() {
+                        break;
+                    }
+                }
+            });
+            tokio::spawn(async move {
+                let mut buf = vec![0u8; 65536];
+                while let Ok(n) = sr.read(&mut buf).await {
+                    if n == 0 {
+                        break;
+                    }
+                    client_turn.store(false, Ordering::SeqCst);
+                    if cw.write_all(&buf[..n]).await.is_err() {
+                        break;
+                    }
+                }
+            });
+        }
+    });
+    (format!("127.0.0.1:{port}"), flights)
+}
+
+/// Acquire, renew, release, a refusal and holder are one round trip each,
+/// counted on the wire through a proxy (after a warm-up, so that statement
+/// preparation is cached as in steady state).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_round_trip_per_operation() {
+    let Some(server) = alkstore_testkit::pg::server() else {
+        return;
+    };
+    let target = server
+        .url
+        .split('@')
+        .nth(1)
+        .unwrap()
+        .split('/')
+        .next()
+        .unwrap()
+        .to_owned();
+    let (proxy, flights) = counting_proxy(target.clone()).await;
+    let url = server.url.replace(&target, &proxy);
+    let schema = alkstore_testkit::pg::unique_schema("trips");
+    let store = PgStore::connect(&url, &schema).await.unwrap();
+    let measure = |f: &AtomicU64| f.load(Ordering::SeqCst);
+    // Warm-up: every statement prepared once on the pool's connection.
+    for _ in 0..3 {
+        let lock = store.try_lock("warm", "a", TTL).await.unwrap().unwrap();
+        assert!(store.try_lock("warm", "b", TTL).await.unwrap().is_none());
+        assert!(lock.renew(TTL).await.unwrap());
+        store.holder("warm").await.unwrap();
+        assert!(lock.release().await.unwrap());
+    }
+    let mut trips = Vec::new();
+    for _ in 0..20 {
+        let t0 = measure(&flights);
+        let lock = store.try_lock("job", "a", TTL).await.unwrap().unwrap();
+        let t1 = measure(&flights);
+        assert!(store.try_lock("job", "b", TTL).await.unwrap().is_none());
+        let t2 = measure(&flights);
+        assert!(lock.renew(TTL).await.unwrap());
+        let t3 = measure(&flights);
+        store.holder("job").await.unwrap().unwrap();
+        let t4 = measure(&flights);
+        assert!(lock.release().await.unwrap());
+        let t5 = measure(&flights);
+        trips.push([t1 - t0, t2 - t1, t3 - t2, t4 - t3, t5 - t4]);
+    }
+    for t in &trips {
+        assert_eq!(
+            t,
+            &[1, 1, 1, 1, 1],
+            "round trips of [acquire, refused, renew, holder, release]: {trips:?}"
+        );
+    }
+    store.drop_schema().await.unwrap();
+    store.close().await.unwrap();
+}
+
+/// Fences keep rising across stores and reconnects (a new pool each time).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn fences_rise_across_reconnects() {
+    let Some((store, schema)) = common::store("reconnect").await else {
+        return;
+    };
+    let mut last = 0;
+    let mut store = store;
+    for _ in 0..5 {
+        let lock = store.try_lock("job", "a", TTL).await.unwrap().unwrap();
+        assert!(lock.fence() > last);
+        last = lock.fence();
+        assert!(lock.release().await.unwrap());
+        store.close().await.unwrap();
+        store = PgStore::connect(&schema.url, &schema.name).await.unwrap();
+    }
+    store.close().await.unwrap();
+    schema.drop().await;
+}
