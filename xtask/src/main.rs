@@ -1,1 +1,65 @@
-fn main() {}
+//! Project automation, as a small Rust program instead of shell scripts.
+//!
+//! - `cargo xtask contract` — runs the contract suite on every engine and
+//!   prints a table of cases × engines; fails if any case fails, if the
+//!   engines disagree, or if an engine was skipped while
+//!   `ALKSTORE_REQUIRE_PG=1`.
+//! - `cargo xtask ci` — fmt check, clippy `-D warnings`, the full test run,
+//!   the quickstart example, and the contract table.
+
+use std::collections::BTreeMap;
+use std::process::{Command, ExitCode};
+
+mod contract;
+
+fn main() -> ExitCode {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let result = match args.first().map(String::as_str) {
+        Some("contract") => contract::run(),
+        Some("ci") => ci(),
+        _ => {
+            eprintln!("usage: cargo xtask <contract | ci>");
+            return ExitCode::from(2);
+        }
+    };
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(why) => {
+            eprintln!("xtask: {why}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+/// Runs `cargo args`, streaming its output; an error when it fails.
+pub(crate) fn cargo(args: &[&str]) -> Result<(), String> {
+    eprintln!("xtask: cargo {}", args.join(" "));
+    let status = Command::new(env!("CARGO"))
+        .args(args)
+        .status()
+        .map_err(|e| format!("could not run cargo: {e}"))?;
+    if status.success() {
+        Ok(())
+    } else {
+        Err(format!("cargo {} failed ({status})", args.join(" ")))
+    }
+}
+
+fn ci() -> Result<(), String> {
+    cargo(&["fmt", "--all", "--", "--check"])?;
+    cargo(&["clippy", "--workspace", "--all-targets", "--all-features", "--", "-D", "warnings"])?;
+    cargo(&["test", "--workspace", "--all-features"])?;
+    cargo(&["run", "--quiet", "--example", "quickstart"])?;
+    contract::run()
+}
+
+/// Outcome of one case on one engine.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Outcome {
+    Pass,
+    Fail,
+    Skipped,
+}
+
+/// Cases × engines.
+pub(crate) type Table = BTreeMap<String, BTreeMap<&'static str, Outcome>>;
