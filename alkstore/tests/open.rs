@@ -2,7 +2,7 @@
 
 use std::time::Duration;
 
-use alkstore::{Error, Store, UrlError};
+use alkstore::{Error, UrlError};
 
 const TTL: Duration = Duration::from_secs(30);
 
@@ -20,7 +20,10 @@ async fn sqlite_urls_open_working_stores() {
     let second = alkstore::open(&url).await.unwrap();
     let lock = first.try_lock("job", "a", TTL).await.unwrap().unwrap();
     // Both URLs name the same file.
-    assert_eq!(second.holder("job").await.unwrap().unwrap().fence, lock.fence());
+    assert_eq!(
+        second.holder("job").await.unwrap().unwrap().fence,
+        lock.fence()
+    );
     assert!(path.exists());
     assert!(lock.release().await.unwrap());
 }
@@ -41,14 +44,23 @@ async fn bad_urls_are_refused_with_a_url_error() {
 #[cfg(feature = "postgres")]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn postgres_url_with_schema_opens_that_schema() {
-    let Some(server) = alkstore_testkit::pg::server() else { return };
+    use alkstore::Store;
+    let Some(server) = alkstore_testkit::pg::server() else {
+        return;
+    };
     let schema = alkstore_testkit::pg::unique_schema("facade");
     let sep = if server.url.contains('?') { '&' } else { '?' };
-    let url = format!("{}{sep}schema={schema}", server.url).replacen("postgres://", "postgresql://", 1);
+    let url =
+        format!("{}{sep}schema={schema}", server.url).replacen("postgres://", "postgresql://", 1);
     let store = alkstore::open(&url).await.unwrap();
     let lock = store.try_lock("job", "a", TTL).await.unwrap().unwrap();
-    let direct = alkstore::postgres::PgStore::connect(&server.url, &schema).await.unwrap();
-    assert_eq!(direct.holder("job").await.unwrap().unwrap().fence, lock.fence());
+    let direct = alkstore::postgres::PgStore::connect(&server.url, &schema)
+        .await
+        .unwrap();
+    assert_eq!(
+        direct.holder("job").await.unwrap().unwrap().fence,
+        lock.fence()
+    );
     assert!(lock.release().await.unwrap());
     direct.drop_schema().await.unwrap();
 }

@@ -5,7 +5,10 @@ use std::process::Command;
 use crate::{Outcome, Table};
 
 /// The engines and the test target that runs the suite on each.
-const ENGINES: &[(&str, &str)] = &[("sqlite", "alkstore-sqlite"), ("postgres", "alkstore-postgres")];
+const ENGINES: &[(&str, &str)] = &[
+    ("sqlite", "alkstore-sqlite"),
+    ("postgres", "alkstore-postgres"),
+];
 
 pub(crate) fn run() -> Result<(), String> {
     let require_pg = std::env::var("ALKSTORE_REQUIRE_PG").as_deref() == Ok("1");
@@ -14,15 +17,27 @@ pub(crate) fn run() -> Result<(), String> {
     for &(engine, package) in ENGINES {
         eprintln!("xtask: contract suite on {engine}");
         let output = Command::new(env!("CARGO"))
-            .args(["test", "-p", package, "--test", "contract", "--", "--show-output"])
+            .args([
+                "test",
+                "-p",
+                package,
+                "--test",
+                "contract",
+                "--",
+                "--show-output",
+            ])
             .output()
             .map_err(|e| format!("could not run cargo: {e}"))?;
         let stdout = String::from_utf8_lossy(&output.stdout);
         let skipped = stdout.contains("SKIPPED:");
         let mut cases = 0;
         for line in stdout.lines() {
-            let Some(rest) = line.strip_prefix("test ") else { continue };
-            let Some((case, verdict)) = rest.split_once(" ... ") else { continue };
+            let Some(rest) = line.strip_prefix("test ") else {
+                continue;
+            };
+            let Some((case, verdict)) = rest.split_once(" ... ") else {
+                continue;
+            };
             let outcome = match verdict.trim() {
                 "ok" if skipped => Outcome::Skipped,
                 "ok" => Outcome::Pass,
@@ -30,7 +45,10 @@ pub(crate) fn run() -> Result<(), String> {
                 _ => Outcome::Fail,
             };
             cases += 1;
-            table.entry(case.to_owned()).or_default().insert(engine, outcome);
+            table
+                .entry(case.to_owned())
+                .or_default()
+                .insert(engine, outcome);
         }
         if cases == 0 {
             problems.push(format!(
@@ -39,19 +57,29 @@ pub(crate) fn run() -> Result<(), String> {
             ));
         }
         if skipped {
-            let why = stdout.lines().find(|l| l.contains("SKIPPED:")).unwrap_or_default();
+            let why = stdout
+                .lines()
+                .find(|l| l.contains("SKIPPED:"))
+                .unwrap_or_default();
             eprintln!("xtask: {engine} skipped: {why}");
             if require_pg {
                 problems.push(format!("{engine} was skipped but ALKSTORE_REQUIRE_PG=1"));
             }
         }
         if !output.status.success() && !stdout.contains("FAILED") {
-            problems.push(format!("{engine}: {}", String::from_utf8_lossy(&output.stderr)));
+            problems.push(format!(
+                "{engine}: {}",
+                String::from_utf8_lossy(&output.stderr)
+            ));
         }
     }
     print_table(&table);
     for (case, results) in &table {
-        let failed: Vec<_> = results.iter().filter(|(_, o)| **o == Outcome::Fail).map(|(e, _)| *e).collect();
+        let failed: Vec<_> = results
+            .iter()
+            .filter(|(_, o)| **o == Outcome::Fail)
+            .map(|(e, _)| *e)
+            .collect();
         if !failed.is_empty() {
             problems.push(format!("{case} fails on {}", failed.join(", ")));
         }

@@ -47,7 +47,15 @@ pub(crate) fn cargo(args: &[&str]) -> Result<(), String> {
 
 fn ci() -> Result<(), String> {
     cargo(&["fmt", "--all", "--", "--check"])?;
-    cargo(&["clippy", "--workspace", "--all-targets", "--all-features", "--", "-D", "warnings"])?;
+    cargo(&[
+        "clippy",
+        "--workspace",
+        "--all-targets",
+        "--all-features",
+        "--",
+        "-D",
+        "warnings",
+    ])?;
     cargo(&["test", "--workspace", "--all-features"])?;
     cargo(&["run", "--quiet", "--example", "quickstart"])?;
     contract::run()
