@@ -234,8 +234,10 @@ fn spawn_watchdog(cluster: &Cluster) -> Result<(), String> {
         pid = std::process::id(),
         dir = cluster.dir.display()
     );
-    Command::new("sh")
-        .args(["-c", &script])
+    // A session of its own (setsid): a signal to the test's process group,
+    // such as a timeout or Ctrl-C, must not take the watchdog down with it.
+    Command::new("setsid")
+        .args(["sh", "-c", &script])
         .stdin(Stdio::null())
         .stdout(Stdio::null())
         .stderr(Stdio::null())
