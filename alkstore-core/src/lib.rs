@@ -8,6 +8,7 @@
 //! - [`Error`] and the public sources it carries ([`DurationError`], [`Closed`]);
 //! - [`EngineStore`], which turns the row operations of an [`Engine`] into the
 //!   whole contract (closed posture, tracing spans, grant handles, waiting acquire);
+//! - the [`KeepAlive`] helper that renews a held lock in the background.
 //!
 //! An engine author implements [`Engine`] and wraps it in [`EngineStore`], or
 //! implements [`Store`] and [`Lock`] directly; either way the
@@ -19,6 +20,7 @@ mod engine;
 mod engine_store;
 mod error;
 mod handle;
+mod keepalive;
 mod name;
 mod store;
 pub mod wait;
@@ -28,6 +30,7 @@ pub use duration::{LeaseMillis, MAX_LEASE_MILLIS};
 pub use engine::{Attempt, Engine, GrantKey};
 pub use engine_store::EngineStore;
 pub use error::{BoxError, Closed, DurationError, Error, Field, NameProblem, Result};
+pub use keepalive::{KeepAlive, KeepAliveOptions, LeaseStatus, LostReason};
 pub use name::{MAX_NAME_BYTES, RESERVED_PREFIX, check_text, validate_name, validate_owner};
 pub use store::{Holder, Lock, Store};
 pub use wake::{ReleaseBus, Subscription};

@@ -61,7 +61,10 @@ macro_rules! contract_tests {
             lock_woken_by_release,
             lock_granted_after_expiry,
             holder_reports_live_holder,
-            purge_removes_only_expired_rows
+            purge_removes_only_expired_rows,
+            keepalive_holds_past_ttl,
+            keepalive_signals_revoked,
+            keepalive_signals_lost_before_valid_until
         );
     };
     (@cases $fresh:path; $($case:ident),* $(,)?) => {

@@ -1,0 +1,395 @@
+//! Keep-alive: renews a held lock in the background, and tells the holder at
+//! once when the lease cannot be kept.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use tokio::sync::watch;
+use tokio::task::JoinHandle;
+
+use crate::duration::LeaseMillis;
+use crate::error::{Error, Result};
+use crate::store::Lock;
+
+/// The pause between retries after a failed renewal.
+const RETRY_PAUSE: Duration = Duration::from_millis(50);
+
+/// Why a kept lease was lost.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum LostReason {
+    /// A renewal answered `false`: the grant is gone (taken over, purged, or lapsed).
+    Revoked,
+    /// No renewal succeeded in time; the last error, if any, says why.
+    NotRenewedInTime {
+        /// The last renewal error, as text.
+        last_error: Option<String>,
+    },
+}
+
+/// What a keep-alive knows about its lease.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum LeaseStatus {
+    /// Held, certainly valid until `valid_until`.
+    Held {
+        /// The conservative local deadline of the lease.
+        valid_until: Instant,
+    },
+    /// Lost: stop the work the lock protects. Signalled no later than
+    /// `valid_until - margin` of the last successful grant or renewal.
+    Lost(LostReason),
+}
+
+/// How a [`KeepAlive`] renews.
+#[derive(Debug, Clone, Copy)]
+pub struct KeepAliveOptions {
+    /// The lease each renewal asks for.
+    pub ttl: Duration,
+    /// Time between renewals (default: `ttl / 3`).
+    pub interval: Duration,
+    /// How long before `valid_until` the keep-alive gives up and signals
+    /// [`LeaseStatus::Lost`] when renewals keep failing (default: `ttl / 10`),
+    /// so the holder hears of the loss while the lease is still valid.
+    pub margin: Duration,
+}
+
+impl KeepAliveOptions {
+    /// Defaults for a lease of `ttl`: renew every `ttl / 3`, give up `ttl / 10`
+    /// before the lease ends.
+    pub fn new(ttl: Duration) -> Self {
+        KeepAliveOptions {
+            ttl,
+            interval: ttl / 3,
+            margin: ttl / 10,
+        }
+    }
+}
+
+/// A held lock renewed in the background.
+///
+/// Renewals run every `interval`; a failed renewal is retried until it
+/// succeeds or the lease is about to end. The holder hears of a loss through
+/// [`KeepAlive::lost`] or [`KeepAlive::status`] before the conservative
+/// `valid_until` passes: a renewal that answered `false` is reported at once,
+/// and errors that kept every retry from succeeding are reported `margin`
+/// before the lease ends. [`KeepAlive::release`] stops the renewals and
+/// releases; dropping the keep-alive stops them and leaves the lease to lapse.
+///
+/// ```
+/// use std::time::Duration;
+/// use alkstore_core::{KeepAlive, Store};
+/// # async fn demo(store: &dyn Store) -> alkstore_core::Result<()> {
+/// if let Some(lock) = store.try_lock("leader", "replica-1", Duration::from_secs(10)).await? {
+///     let kept = KeepAlive::start(lock, Duration::from_secs(10))?;
+///     tokio::select! {
+///         reason = kept.lost() => eprintln!("leadership lost: {reason:?}"),
+///         _ = tokio::time::sleep(Duration::from_secs(1)) => { kept.release().await?; }
+///     }
+/// }
+/// # Ok(())
+/// # }
+/// ```
+#[must_use = "dropping a KeepAlive stops the renewals"]
+#[derive(Debug)]
+pub struct KeepAlive {
+    lock: Arc<Box<dyn Lock>>,
+    status: watch::Receiver<LeaseStatus>,
+    /// `None` once `release` took it.
+    task: Option<JoinHandle<()>>,
+}
+
+impl KeepAlive {
+    /// Starts renewing `lock` with a lease of `ttl` and the default options.
+    /// Needs a tokio runtime. A `ttl` the duration guard refuses is an error.
+    pub fn start(lock: Box<dyn Lock>, ttl: Duration) -> Result<Self> {
+        Self::with_options(lock, KeepAliveOptions::new(ttl))
+    }
+
+    /// Starts renewing `lock` as `options` say.
+    pub fn with_options(lock: Box<dyn Lock>, options: KeepAliveOptions) -> Result<Self> {
+        LeaseMillis::new(options.ttl).map_err(|e| Error::database("keep_alive", e))?;
+        let lock: Arc<Box<dyn Lock>> = Arc::new(lock);
+        let (tx, status) = watch::channel(LeaseStatus::Held {
+            valid_until: lock.valid_until(),
+        });
+        let task = tokio::spawn(keep(lock.clone(), options, tx));
+        Ok(KeepAlive {
+            lock,
+            status,
+            task: Some(task),
+        })
+    }
+
+    /// The lock being kept.
+    pub fn lock(&self) -> &dyn Lock {
+        self.lock.as_ref().as_ref()
+    }
+
+    /// The lease status now.
+    pub fn status(&self) -> LeaseStatus {
+        self.status.borrow().clone()
+    }
+
+    /// A receiver that sees every change of status.
+    pub fn watch(&self) -> watch::Receiver<LeaseStatus> {
+        self.status.clone()
+    }
+
+    /// Resolves when the lease is lost, with the reason.
+    pub async fn lost(&self) -> LostReason {
+        let mut status = self.status.clone();
+        loop {
+            if let LeaseStatus::Lost(reason) = &*status.borrow_and_update() {
+                return reason.clone();
+            }
+            if status.changed().await.is_err() {
+                // The task ended without a verdict (cancelled): treat as lost.
+                return LostReason::NotRenewedInTime { last_error: None };
+            }
+        }
+    }
+
+    /// Stops the renewals, then releases the lock (see [`Lock::release`]).
+    pub async fn release(mut self) -> Result<bool> {
+        if let Some(task) = self.task.take() {
+            task.abort();
+            // Wait until the task let go of its share of the lock.
+            let _ = task.await;
+        }
+        let lock = std::mem::replace(&mut self.lock, Arc::new(Box::new(Released)));
+        match Arc::into_inner(lock) {
+            Some(lock) => lock.release().await,
+            None => Err(Error::database(
+                "release",
+                "keep-alive still shares the lock",
+            )),
+        }
+    }
+}
+
+impl Drop for KeepAlive {
+    fn drop(&mut self) {
+        if let Some(task) = &self.task {
+            task.abort();
+        }
+    }
+}
+
+/// Stands in for the lock once `release` moved it out.
+#[derive(Debug)]
+struct Released;
+
+#[async_trait::async_trait]
+impl Lock for Released {
+    fn name(&self) -> &str {
+        ""
+    }
+    fn owner(&self) -> &str {
+        ""
+    }
+    fn fence(&self) -> u64 {
+        0
+    }
+    fn valid_until(&self) -> Instant {
+        Instant::now()
+    }
+    async fn renew(&self, _: Duration) -> Result<bool> {
+        Ok(false)
+    }
+    async fn release(self: Box<Self>) -> Result<bool> {
+        Ok(false)
+    }
+}
+
+/// The renewal loop.
+async fn keep(
+    lock: Arc<Box<dyn Lock>>,
+    options: KeepAliveOptions,
+    status: watch::Sender<LeaseStatus>,
+) {
+    let mut next = Instant::now() + options.interval;
+    loop {
+        let give_up = lock
+            .valid_until()
+            .checked_sub(options.margin)
+            .unwrap_or_else(Instant::now);
+        tokio::time::sleep_until(next.min(give_up).into()).await;
+        let mut last_error = None;
+        // Retry until renewed, revoked, or too late.
+        loop {
+            let give_up = lock
+                .valid_until()
+                .checked_sub(options.margin)
+                .unwrap_or_else(Instant::now);
+            let attempt = tokio::time::timeout_at(give_up.into(), lock.renew(options.ttl)).await;
+            match attempt {
+                Ok(Ok(true)) => {
+                    let _ = status.send(LeaseStatus::Held {
+                        valid_until: lock.valid_until(),
+                    });
+                    break;
+                }
+                Ok(Ok(false)) => {
+                    tracing::warn!(
+                        name = lock.name(),
+                        fence = lock.fence(),
+                        "keep-alive: lease lost"
+                    );
+                    let _ = status.send(LeaseStatus::Lost(LostReason::Revoked));
+                    return;
+                }
+                Ok(Err(error)) => {
+                    tracing::warn!(name = lock.name(), fence = lock.fence(), %error, "keep-alive: renewal failed; retrying");
+                    last_error = Some(error_chain(&error));
+                    let pause = Instant::now() + RETRY_PAUSE;
+                    if pause >= give_up {
+                        tokio::time::sleep_until(give_up.into()).await;
+                    } else {
+                        tokio::time::sleep_until(pause.into()).await;
+                        continue;
+                    }
+                }
+                Err(_) => {}
+            }
+            tracing::warn!(
+                name = lock.name(),
+                fence = lock.fence(),
+                "keep-alive: not renewed in time"
+            );
+            let _ = status.send(LeaseStatus::Lost(LostReason::NotRenewedInTime {
+                last_error,
+            }));
+            return;
+        }
+        next = Instant::now() + options.interval;
+    }
+}
+
+fn error_chain(error: &Error) -> String {
+    let mut text = error.to_string();
+    let mut source = std::error::Error::source(error);
+    while let Some(cause) = source {
+        text.push_str(": ");
+        text.push_str(&cause.to_string());
+        source = cause.source();
+    }
+    text
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::Mutex;
+
+    /// A lock whose renewals follow a script (`Err` for a transient failure),
+    /// to drive the keep-alive's retry logic deterministically.
+    #[derive(Debug)]
+    struct Scripted {
+        script: Mutex<Vec<Option<bool>>>,
+        valid_until: Mutex<Instant>,
+        renewals: Mutex<u32>,
+    }
+
+    impl Scripted {
+        fn new(ttl: Duration, script: Vec<Option<bool>>) -> Self {
+            Scripted {
+                script: Mutex::new(script),
+                valid_until: Mutex::new(Instant::now() + ttl),
+                renewals: Mutex::new(0),
+            }
+        }
+    }
+
+    #[async_trait::async_trait]
+    impl Lock for Scripted {
+        fn name(&self) -> &str {
+            "scripted"
+        }
+        fn owner(&self) -> &str {
+            "me"
+        }
+        fn fence(&self) -> u64 {
+            1
+        }
+        fn valid_until(&self) -> Instant {
+            *self.valid_until.lock().unwrap()
+        }
+        async fn renew(&self, ttl: Duration) -> Result<bool> {
+            *self.renewals.lock().unwrap() += 1;
+            let next = {
+                let mut script = self.script.lock().unwrap();
+                if script.is_empty() {
+                    Some(true)
+                } else {
+                    script.remove(0)
+                }
+            };
+            match next {
+                Some(true) => {
+                    *self.valid_until.lock().unwrap() = Instant::now() + ttl;
+                    Ok(true)
+                }
+                Some(false) => Ok(false),
+                None => Err(Error::database("renew", "transient failure")),
+            }
+        }
+        async fn release(self: Box<Self>) -> Result<bool> {
+            Ok(true)
+        }
+    }
+
+    #[tokio::test]
+    async fn a_transient_error_is_retried_and_the_lease_kept() {
+        let ttl = Duration::from_millis(300);
+        let kept =
+            KeepAlive::start(Box::new(Scripted::new(ttl, vec![None, Some(true)])), ttl).unwrap();
+        tokio::time::sleep(Duration::from_millis(700)).await;
+        assert!(
+            matches!(kept.status(), LeaseStatus::Held { .. }),
+            "{:?}",
+            kept.status()
+        );
+        assert!(kept.lock().valid_until() > Instant::now());
+        assert!(kept.release().await.unwrap());
+    }
+
+    #[tokio::test]
+    async fn persistent_errors_signal_lost_before_the_lease_ends() {
+        let ttl = Duration::from_millis(300);
+        let lock = Scripted::new(ttl, vec![None; 1000]);
+        let deadline = lock.valid_until();
+        let kept = KeepAlive::start(Box::new(lock), ttl).unwrap();
+        let reason = kept.lost().await;
+        assert!(
+            Instant::now() < deadline,
+            "lost signalled after valid_until"
+        );
+        assert_eq!(
+            reason,
+            LostReason::NotRenewedInTime {
+                last_error: Some("renew failed: transient failure".into())
+            }
+        );
+    }
+
+    #[tokio::test]
+    async fn a_false_renewal_signals_revoked_at_once() {
+        let ttl = Duration::from_millis(3000);
+        let lock = Scripted::new(ttl, vec![Some(false)]);
+        let options = KeepAliveOptions {
+            interval: Duration::from_millis(20),
+            ..KeepAliveOptions::new(ttl)
+        };
+        let kept = KeepAlive::with_options(Box::new(lock), options).unwrap();
+        let started = Instant::now();
+        assert_eq!(kept.lost().await, LostReason::Revoked);
+        assert!(started.elapsed() < Duration::from_millis(1000));
+    }
+
+    #[test]
+    fn a_bad_ttl_is_refused() {
+        let lock = Scripted::new(Duration::from_secs(1), vec![]);
+        let err = KeepAlive::start(Box::new(lock), Duration::ZERO).unwrap_err();
+        assert!(err.find_source::<crate::DurationError>().is_some());
+    }
+}
