@@ -25,6 +25,7 @@
 
 pub mod cases;
 mod fresh;
+pub mod safety;
 pub mod support;
 
 pub use fresh::{Fresh, run};
@@ -64,7 +65,11 @@ macro_rules! contract_tests {
             purge_removes_only_expired_rows,
             keepalive_holds_past_ttl,
             keepalive_signals_revoked,
-            keepalive_signals_lost_before_valid_until
+            keepalive_signals_lost_before_valid_until,
+            safety_many_holders_one_name,
+            cancellation_leaves_no_trace,
+            model_based_sequences,
+            bad_input_is_refused_and_writes_nothing
         );
     };
     (@cases $fresh:path; $($case:ident),* $(,)?) => {

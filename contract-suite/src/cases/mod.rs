@@ -10,6 +10,7 @@ mod holder;
 mod keepalive;
 mod release;
 mod renew;
+mod safety;
 mod validation;
 mod waiting;
 
@@ -20,5 +21,6 @@ pub use holder::*;
 pub use keepalive::*;
 pub use release::*;
 pub use renew::*;
+pub use safety::*;
 pub use validation::*;
 pub use waiting::*;

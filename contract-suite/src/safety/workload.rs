@@ -1,0 +1,106 @@
+//! The contended workload whose history the checker reads.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use alkstore_core::Store;
+use tokio::sync::Mutex;
+
+use super::Rng;
+use super::history::Interval;
+
+/// What a contended run produced.
+#[derive(Debug)]
+pub struct Outcome {
+    /// Every grant's validity interval.
+    pub history: Vec<Interval>,
+    /// The shared counter after the run.
+    pub counter: u64,
+    /// How many increments holders made inside their critical sections.
+    pub increments: u64,
+    /// How many holders paused past their TTL.
+    pub pauses: u64,
+}
+
+/// How a contended run is shaped.
+#[derive(Debug, Clone, Copy)]
+pub struct Workload {
+    /// Concurrent tasks, one owner each.
+    pub tasks: usize,
+    /// Grants each task takes.
+    pub cycles: usize,
+    /// The lease of each grant.
+    pub ttl: Duration,
+    /// One holder in this many pauses past its TTL.
+    pub pause_one_in: u64,
+}
+
+/// A critical section must not start unless this much lease is left: far
+/// more than the section takes.
+const SECTION_MARGIN: Duration = Duration::from_millis(25);
+
+/// Runs the workload on one name: each task waits for the lock, maybe
+/// increments the shared counter (read, yield, write: a lost update if two
+/// holders overlap), holds for a random while or pauses past its TTL, and
+/// releases. Each grant's interval is recorded.
+pub async fn contend(store: Arc<dyn Store>, name: &str, workload: Workload, seed: u64) -> Outcome {
+    let history = Arc::new(Mutex::new(Vec::new()));
+    // The counter is not atomic in spirit: read and write are separate steps.
+    let counter = Arc::new(AtomicU64::new(0));
+    let increments = Arc::new(AtomicU64::new(0));
+    let pauses = Arc::new(AtomicU64::new(0));
+    let tasks: Vec<_> = (0..workload.tasks)
+        .map(|task| {
+            let (store, name) = (store.clone(), name.to_owned());
+            let (history, counter, increments, pauses) = (
+                history.clone(),
+                counter.clone(),
+                increments.clone(),
+                pauses.clone(),
+            );
+            let mut rng = Rng::new(seed ^ (task as u64).wrapping_mul(0x9E37_79B9));
+            tokio::spawn(async move {
+                let owner = format!("task-{task}");
+                for _ in 0..workload.cycles {
+                    let lock = store
+                        .lock(&name, &owner, workload.ttl, Duration::from_secs(120))
+                        .await
+                        .expect("lock")
+                        .expect("granted within the wait");
+                    let start = Instant::now();
+                    if start + SECTION_MARGIN < lock.valid_until() {
+                        let seen = counter.load(Ordering::SeqCst);
+                        tokio::task::yield_now().await;
+                        counter.store(seen + 1, Ordering::SeqCst);
+                        increments.fetch_add(1, Ordering::SeqCst);
+                    }
+                    if rng.below(workload.pause_one_in) == 0 {
+                        pauses.fetch_add(1, Ordering::SeqCst);
+                        tokio::time::sleep(workload.ttl + Duration::from_millis(20)).await;
+                    } else {
+                        tokio::time::sleep(Duration::from_micros(rng.below(3000))).await;
+                    }
+                    let end = Instant::now().min(lock.valid_until());
+                    history.lock().await.push(Interval {
+                        owner: owner.clone(),
+                        fence: lock.fence(),
+                        start,
+                        end,
+                    });
+                    let _ = lock.release().await.expect("release");
+                }
+            })
+        })
+        .collect();
+    for task in tasks {
+        task.await.expect("a contending task panicked");
+    }
+    let history = std::mem::take(&mut *history.lock().await);
+    Outcome {
+        history,
+        counter: counter.load(Ordering::SeqCst),
+        increments: increments.load(Ordering::SeqCst),
+        pauses: pauses.load(Ordering::SeqCst),
+    }
+}
