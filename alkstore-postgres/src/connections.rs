@@ -39,15 +39,20 @@ impl Connections {
         }
     }
 
-    /// An idle connection, or a new one when none is idle and the bound allows.
-    pub(crate) async fn get(&self) -> Result<Checkout<'_>, sqlx::Error> {
+    /// An idle connection (when `reuse`), or a new one.
+    pub(crate) async fn get(&self, reuse: bool) -> Result<Checkout<'_>, sqlx::Error> {
         let permit = self
             .permits
             .clone()
             .acquire_owned()
             .await
             .map_err(|_| sqlx::Error::PoolClosed)?;
-        let idle = self.idle.lock().unwrap_or_else(|e| e.into_inner()).pop();
+        let idle = if reuse {
+            self.idle.lock().unwrap_or_else(|e| e.into_inner()).pop()
+        } else {
+            None
+        };
+        let reused = idle.is_some();
         let conn = match idle {
             Some(conn) => conn,
             None => tokio::time::timeout(CONNECT_TIMEOUT, self.options.connect())
@@ -58,6 +63,7 @@ impl Connections {
             owner: self,
             conn: Some(conn),
             clean: false,
+            reused,
             _permit: permit,
         })
     }
@@ -78,25 +84,65 @@ pub(crate) struct Checkout<'a> {
     owner: &'a Connections,
     conn: Option<PgConnection>,
     clean: bool,
+    /// Taken from the idle set rather than connected for this statement.
+    reused: bool,
     _permit: OwnedSemaphorePermit,
 }
 
 impl Checkout<'_> {
+    /// The connection, for one statement.
     pub(crate) fn conn(&mut self) -> &mut PgConnection {
         self.conn.as_mut().expect("present until drop")
     }
 
-    /// Runs one statement's future on the connection; the connection goes
-    /// back to the idle set only if it completed without error.
-    pub(crate) async fn run<T, F>(mut self, statement: F) -> Result<T, sqlx::Error>
-    where
-        F: AsyncFnOnce(&mut PgConnection) -> Result<T, sqlx::Error>,
-    {
-        let result = statement(self.conn()).await;
+    /// Takes the statement's result. The connection goes back to the idle
+    /// set only if the statement succeeded. A reused idle connection found
+    /// dead (the server restarted or terminated it while it sat idle, so the
+    /// statement never ran) asks for one retry on a new connection, and the
+    /// rest of the idle set, likely dead too, is dropped.
+    pub(crate) fn settle<T>(mut self, result: Result<T, sqlx::Error>) -> Settled<T> {
         self.clean = result.is_ok();
-        result
+        match result {
+            Err(error) if self.reused && is_connection_lost(&error) => {
+                tracing::debug!(%error, "idle connection was dead; retrying on a new one");
+                self.owner
+                    .idle
+                    .lock()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .clear();
+                Settled::Retry
+            }
+            result => Settled::Done(result),
+        }
     }
 }
+
+/// What to do after a statement.
+pub(crate) enum Settled<T> {
+    /// Run it again, on a new connection.
+    Retry,
+    /// The answer.
+    Done(Result<T, sqlx::Error>),
+}
+
+/// Runs one statement (`$statement`, using the connection `$conn`) on a
+/// connection from `$connections`, retrying once on a new connection when a
+/// reused idle one was dead.
+macro_rules! on_connection {
+    ($connections:expr, |$conn:ident| $statement:expr) => {{
+        let mut reuse = true;
+        loop {
+            let mut checkout = $connections.get(reuse).await?;
+            let $conn = checkout.conn();
+            let result = $statement.await;
+            match checkout.settle(result) {
+                $crate::connections::Settled::Retry => reuse = false,
+                $crate::connections::Settled::Done(result) => break result,
+            }
+        }
+    }};
+}
+pub(crate) use on_connection;
 
 impl Drop for Checkout<'_> {
     fn drop(&mut self) {
@@ -110,5 +156,18 @@ impl Drop for Checkout<'_> {
         }
         // Otherwise the connection is dropped: its socket closes, and the
         // server ends the session and rolls back anything unfinished.
+    }
+}
+
+/// Errors that mean the connection was gone: an I/O failure, or the server
+/// saying it terminated the session (admin shutdown, crash shutdown,
+/// `pg_terminate_backend`).
+fn is_connection_lost(error: &sqlx::Error) -> bool {
+    match error {
+        sqlx::Error::Io(_) => true,
+        sqlx::Error::Database(db) => {
+            matches!(db.code().as_deref(), Some("57P01" | "57P02" | "57P03"))
+        }
+        _ => false,
     }
 }

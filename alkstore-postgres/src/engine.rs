@@ -9,7 +9,7 @@ use async_trait::async_trait;
 use sqlx::PgPool;
 use tokio::sync::OnceCell;
 
-use crate::connections::Connections;
+use crate::connections::{Connections, on_connection};
 use crate::listener::Listener;
 use crate::sql::Statements;
 
@@ -27,6 +27,17 @@ pub(crate) struct PgEngine {
     pub(crate) listener: OnceCell<Listener>,
 }
 
+impl PgEngine {
+    /// Drops the schema and everything in it.
+    pub(crate) async fn drop_schema(&self) -> Result<(), sqlx::Error> {
+        on_connection!(self.connections, |conn| sqlx::query(
+            self.sql.drop_schema.clone()
+        )
+        .execute(conn))?;
+        Ok(())
+    }
+}
+
 fn millis(ms: i64) -> Duration {
     Duration::from_millis(ms.max(0) as u64)
 }
@@ -39,19 +50,14 @@ impl Engine for PgEngine {
         owner: &str,
         ttl: LeaseMillis,
     ) -> Result<Attempt, BoxError> {
-        let row: Option<(bool, i64, i64)> = self
-            .connections
-            .get()
-            .await?
-            .run(async |conn| {
-                sqlx::query_as(self.sql.acquire.clone())
-                    .bind(name)
-                    .bind(owner)
-                    .bind(ttl.as_i64())
-                    .fetch_optional(conn)
-                    .await
-            })
-            .await?;
+        let row: Option<(bool, i64, i64)> =
+            on_connection!(self.connections, |conn| sqlx::query_as(
+                self.sql.acquire.clone()
+            )
+            .bind(name)
+            .bind(owner)
+            .bind(ttl.as_i64())
+            .fetch_optional(conn))?;
         Ok(match row {
             Some((true, fence, left_ms)) => Attempt::Granted {
                 fence: fence as u64,
@@ -66,38 +72,24 @@ impl Engine for PgEngine {
     }
 
     async fn renew(&self, grant: &GrantKey, ttl: LeaseMillis) -> Result<bool, BoxError> {
-        let done = self
-            .connections
-            .get()
-            .await?
-            .run(async |conn| {
-                sqlx::query(self.sql.renew.clone())
-                    .bind(&grant.name)
-                    .bind(&grant.owner)
-                    .bind(grant.fence as i64)
-                    .bind(ttl.as_i64())
-                    .execute(conn)
-                    .await
-            })
-            .await?;
+        let done = on_connection!(self.connections, |conn| sqlx::query(self.sql.renew.clone())
+            .bind(&grant.name)
+            .bind(&grant.owner)
+            .bind(grant.fence as i64)
+            .bind(ttl.as_i64())
+            .execute(conn))?;
         Ok(done.rows_affected() == 1)
     }
 
     async fn release(&self, grant: &GrantKey) -> Result<bool, BoxError> {
-        let (deleted,): (i64,) = self
-            .connections
-            .get()
-            .await?
-            .run(async |conn| {
-                sqlx::query_as(self.sql.release.clone())
-                    .bind(&grant.name)
-                    .bind(&grant.owner)
-                    .bind(grant.fence as i64)
-                    .bind(&self.channel)
-                    .fetch_one(conn)
-                    .await
-            })
-            .await?;
+        let (deleted,): (i64,) = on_connection!(self.connections, |conn| sqlx::query_as(
+            self.sql.release.clone()
+        )
+        .bind(&grant.name)
+        .bind(&grant.owner)
+        .bind(grant.fence as i64)
+        .bind(&self.channel)
+        .fetch_one(conn))?;
         if deleted == 1 {
             // Waiters in this process need not wait for the notification's trip.
             self.bus.released(&grant.name);
@@ -106,17 +98,12 @@ impl Engine for PgEngine {
     }
 
     async fn holder(&self, name: &str) -> Result<Option<Holder>, BoxError> {
-        let row: Option<(String, i64, i64)> = self
-            .connections
-            .get()
-            .await?
-            .run(async |conn| {
-                sqlx::query_as(self.sql.holder.clone())
-                    .bind(name)
-                    .fetch_optional(conn)
-                    .await
-            })
-            .await?;
+        let row: Option<(String, i64, i64)> =
+            on_connection!(self.connections, |conn| sqlx::query_as(
+                self.sql.holder.clone()
+            )
+            .bind(name)
+            .fetch_optional(conn))?;
         Ok(row.map(|(owner, fence, left_ms)| Holder {
             owner,
             fence: fence as u64,
@@ -125,9 +112,8 @@ impl Engine for PgEngine {
     }
 
     async fn purge_expired(&self) -> Result<u64, BoxError> {
-        let done = sqlx::query(self.sql.purge.clone())
-            .execute(&self.pool)
-            .await?;
+        let done = on_connection!(self.connections, |conn| sqlx::query(self.sql.purge.clone())
+            .execute(conn))?;
         Ok(done.rows_affected())
     }
 

@@ -119,11 +119,11 @@ impl PgStore {
         if self.inner.is_closed() {
             return Err(Error::closed("drop_schema"));
         }
-        sqlx::query(self.inner.engine().sql.drop_schema.clone())
-            .execute(self.pool())
+        self.inner
+            .engine()
+            .drop_schema()
             .await
-            .map_err(|e| Error::database("drop_schema", e))?;
-        Ok(())
+            .map_err(|e| Error::database("drop_schema", e))
     }
 }
 

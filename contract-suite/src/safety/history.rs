@@ -36,14 +36,17 @@ pub enum Violation {
 }
 
 /// Checks a history: no two non-empty intervals overlap, and fences strictly
-/// increase in grant order. Empty intervals (a grant whose answer came back
-/// after its lease ended) are ignored: their holder never counted on them.
+/// increase in grant order — except that one owner may hold the same grant
+/// (same fence) again: a same-owner re-acquire of a row its failed release
+/// left live. Empty intervals (a grant whose answer came back after its lease
+/// ended) are ignored: their holder never counted on them.
 pub fn check(history: &[Interval]) -> Result<(), Violation> {
     let mut intervals: Vec<&Interval> = history.iter().filter(|i| i.start < i.end).collect();
     intervals.sort_by_key(|i| i.start);
     let mut latest_end: Option<&Interval> = None;
     for pair in intervals.windows(2) {
-        if pair[1].fence <= pair[0].fence {
+        let same_grant = pair[1].fence == pair[0].fence && pair[1].owner == pair[0].owner;
+        if pair[1].fence < pair[0].fence || (pair[1].fence == pair[0].fence && !same_grant) {
             return Err(Violation::FenceOrder {
                 earlier: pair[0].fence,
                 later: pair[1].fence,

@@ -1,0 +1,413 @@
+//! Faults against a real server: a holder process killed with SIGKILL, the
+//! server stopped and restarted under load, the store's connections killed
+//! with pg_terminate_backend, and more waiters than connections.
+//!
+//! This binary gets a throwaway cluster of its own (the harness starts one per
+//! test process), so restarting it disturbs no other test binary; the tests
+//! here take turns through `SERIAL`.
+
+mod common;
+
+use std::process::Stdio;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use alkstore_contract_suite::safety::history::{Interval, check};
+use alkstore_core::{Error, KeepAlive, LeaseStatus, Store};
+use alkstore_postgres::PgStore;
+use sqlx::postgres::PgPoolOptions;
+use tokio::io::{AsyncBufReadExt, BufReader};
+use tokio::sync::Mutex;
+
+static SERIAL: Mutex<()> = Mutex::const_new(());
+
+const CHILD_SCHEMA: &str = "ALKSTORE_TEST_CHILD_SCHEMA";
+
+/// The child side of `killed_holder_blocks_until_its_ttl`: takes the lock,
+/// says so, and hangs until killed.
+#[tokio::test]
+#[ignore = "run by killed_holder_blocks_until_its_ttl in a child process"]
+async fn child_holds_until_killed() {
+    let schema = std::env::var(CHILD_SCHEMA).expect("started by the parent test");
+    let url = std::env::var(alkstore_testkit::pg::URL_VAR).unwrap();
+    let store = PgStore::connect(&url, &schema).await.unwrap();
+    let lock = store
+        .try_lock("job", "child", Duration::from_secs(2))
+        .await
+        .unwrap()
+        .unwrap();
+    println!("HELD {}", lock.fence());
+    std::future::pending::<()>().await;
+}
+
+/// A holder process killed with SIGKILL: nobody gets the lock before its TTL
+/// runs out, and a waiter gets it once it has.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn killed_holder_blocks_until_its_ttl() {
+    let _turn = SERIAL.lock().await;
+    let Some((store, schema)) = common::store("sigkill").await else {
+        return;
+    };
+    let mut child = tokio::process::Command::new(std::env::current_exe().unwrap())
+        .args([
+            "--exact",
+            "child_holds_until_killed",
+            "--ignored",
+            "--nocapture",
+            "--quiet",
+        ])
+        .env(CHILD_SCHEMA, &schema.name)
+        .env(alkstore_testkit::pg::URL_VAR, &schema.url)
+        .stdout(Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap();
+    let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
+    let fence: u64 = loop {
+        let line = lines
+            .next_line()
+            .await
+            .unwrap()
+            .expect("the child reports its grant");
+        if let Some(fence) = line.strip_prefix("HELD ") {
+            break fence.trim().parse().unwrap();
+        }
+    };
+    child.start_kill().unwrap();
+    child.wait().await.unwrap();
+    let asked = Instant::now();
+    let holder = store
+        .holder("job")
+        .await
+        .unwrap()
+        .expect("the dead child's lease is still live");
+    assert_eq!((holder.owner.as_str(), holder.fence), ("child", fence));
+    assert!(
+        store
+            .try_lock("job", "parent", Duration::from_secs(5))
+            .await
+            .unwrap()
+            .is_none()
+    );
+    let lock = store
+        .lock(
+            "job",
+            "parent",
+            Duration::from_secs(5),
+            Duration::from_secs(10),
+        )
+        .await
+        .unwrap()
+        .expect("granted once the TTL ran out");
+    let granted_at = Instant::now();
+    assert!(
+        granted_at >= asked + holder.expires_in,
+        "granted before the dead holder's lease ended"
+    );
+    assert!(
+        granted_at < asked + holder.expires_in + Duration::from_secs(1),
+        "took too long"
+    );
+    assert!(lock.fence() > fence);
+    eprintln!(
+        "sigkill: holder killed with {:?} left; granted {:?} after asking, fence {} > {fence}",
+        holder.expires_in,
+        granted_at - asked,
+        lock.fence()
+    );
+    assert!(lock.release().await.unwrap());
+    store.close().await.unwrap();
+    schema.drop().await;
+}
+
+/// What a load run saw.
+#[derive(Default)]
+struct Load {
+    history: Mutex<Vec<Interval>>,
+    grants: AtomicU64,
+    errors: AtomicU64,
+    slowest_ms: AtomicU64,
+    stop: AtomicBool,
+}
+
+/// Workers taking one lock in turns until told to stop; every operation
+/// bounded in time, every error an `Error::Database`.
+fn start_load(
+    store: Arc<PgStore>,
+    workers: usize,
+    load: Arc<Load>,
+) -> Vec<tokio::task::JoinHandle<()>> {
+    (0..workers)
+        .map(|w| {
+            let (store, load) = (store.clone(), load.clone());
+            tokio::spawn(async move {
+                let owner = format!("worker-{w}");
+                while !load.stop.load(Ordering::SeqCst) {
+                    let began = Instant::now();
+                    let attempt = tokio::time::timeout(
+                        Duration::from_secs(20),
+                        store.lock(
+                            "loaded",
+                            &owner,
+                            Duration::from_millis(500),
+                            Duration::from_millis(300),
+                        ),
+                    )
+                    .await
+                    .expect("an operation hung past 20 s");
+                    load.slowest_ms
+                        .fetch_max(began.elapsed().as_millis() as u64, Ordering::SeqCst);
+                    match attempt {
+                        Ok(Some(lock)) => {
+                            let start = Instant::now();
+                            tokio::time::sleep(Duration::from_millis(2)).await;
+                            let end = Instant::now().min(lock.valid_until());
+                            load.history.lock().await.push(Interval {
+                                owner: owner.clone(),
+                                fence: lock.fence(),
+                                start,
+                                end,
+                            });
+                            load.grants.fetch_add(1, Ordering::SeqCst);
+                            if let Err(error) = lock.release().await {
+                                assert!(matches!(error, Error::Database { .. }), "{error:?}");
+                                load.errors.fetch_add(1, Ordering::SeqCst);
+                            }
+                        }
+                        Ok(None) => {}
+                        Err(error) => {
+                            assert!(matches!(error, Error::Database { .. }), "{error:?}");
+                            load.errors.fetch_add(1, Ordering::SeqCst);
+                            tokio::time::sleep(Duration::from_millis(20)).await;
+                        }
+                    }
+                }
+            })
+        })
+        .collect()
+}
+
+/// Median time from a release through another store to the grant of a
+/// waiter on `store` (woken through its LISTEN connection).
+async fn cross_store_handoff(store: &Arc<PgStore>, other: &PgStore, name: &str) -> Duration {
+    let mut handoffs = Vec::new();
+    for round in 0..3 {
+        let name = format!("{name}-{round}");
+        let held = other
+            .try_lock(&name, "other", Duration::from_secs(30))
+            .await
+            .unwrap()
+            .unwrap();
+        let waiter = {
+            let (store, name) = (store.clone(), name.clone());
+            tokio::spawn(async move {
+                let lock = store
+                    .lock(
+                        &name,
+                        "waiter",
+                        Duration::from_secs(30),
+                        Duration::from_secs(20),
+                    )
+                    .await
+                    .unwrap()
+                    .unwrap();
+                (Instant::now(), lock)
+            })
+        };
+        tokio::time::sleep(Duration::from_millis(800)).await;
+        let released = Instant::now();
+        assert!(held.release().await.unwrap());
+        let (granted, lock) = waiter.await.unwrap();
+        handoffs.push(granted - released);
+        lock.release().await.unwrap();
+    }
+    handoffs.sort();
+    handoffs[1]
+}
+
+/// The server stopped and restarted under load: operations fail with
+/// `Error::Database` (no panic, no hang), the same store works again
+/// afterwards without reopening, its LISTEN connection comes back, and no
+/// two holders overlap across the outage.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn server_restart_under_load() {
+    let _turn = SERIAL.lock().await;
+    let Some(server) = alkstore_testkit::pg::server() else {
+        return;
+    };
+    let Some(cluster) = &server.cluster else {
+        eprintln!(
+            "SKIPPED: server_restart_under_load needs the harness's own cluster, not {}",
+            alkstore_testkit::pg::URL_VAR
+        );
+        return;
+    };
+    let schema = alkstore_testkit::pg::unique_schema("restart");
+    let store = Arc::new(PgStore::connect(&server.url, &schema).await.unwrap());
+    let other = PgStore::connect(&server.url, &schema).await.unwrap();
+    // Start the listener before the outage.
+    let before = cross_store_handoff(&store, &other, "before").await;
+    let load = Arc::new(Load::default());
+    let workers = start_load(store.clone(), 8, load.clone());
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let grants_before = load.grants.load(Ordering::SeqCst);
+    let stopped =
+        tokio::task::spawn_blocking(move || cluster.pg_ctl(&["stop", "-m", "fast", "-w"]));
+    assert!(stopped.await.unwrap(), "pg_ctl stop");
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let errors_during = load.errors.load(Ordering::SeqCst);
+    let started = tokio::task::spawn_blocking(move || cluster.pg_ctl(&["start"]));
+    assert!(started.await.unwrap(), "pg_ctl start");
+    let restarted = Instant::now();
+    // Wait for the load to get grants again, through the same store.
+    let grants_at_restart = load.grants.load(Ordering::SeqCst);
+    while load.grants.load(Ordering::SeqCst) < grants_at_restart + 20 {
+        assert!(
+            restarted.elapsed() < Duration::from_secs(30),
+            "the store did not recover"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let recovered_after = restarted.elapsed();
+    load.stop.store(true, Ordering::SeqCst);
+    for worker in workers {
+        worker.await.expect("a worker panicked");
+    }
+    let after = cross_store_handoff(&store, &other, "after").await;
+    let history = std::mem::take(&mut *load.history.lock().await);
+    assert_eq!(check(&history), Ok(()));
+    assert!(
+        grants_before > 0 && errors_during > 0,
+        "no load, or no outage seen"
+    );
+    assert!(
+        after < Duration::from_millis(100),
+        "LISTEN did not come back: handoff {after:?}"
+    );
+    eprintln!(
+        "restart: {} grants checked, {} errors (all Error::Database), slowest op {} ms, \
+         recovered {recovered_after:?} after start, handoff before {before:?} after {after:?}, violations: 0",
+        history.len(),
+        load.errors.load(Ordering::SeqCst),
+        load.slowest_ms.load(Ordering::SeqCst)
+    );
+    other.drop_schema().await.unwrap();
+    store.close().await.unwrap();
+    other.close().await.unwrap();
+}
+
+/// The store's server connections killed mid-run: the store recovers, a kept
+/// lease survives (the failed renewal is retried), and nothing overlaps.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn connections_killed_mid_run() {
+    let _turn = SERIAL.lock().await;
+    let Some((store, schema)) = common::store("terminate").await else {
+        return;
+    };
+    let store = Arc::new(store);
+    let admin = PgStore::connect(&schema.url, &schema.name).await.unwrap();
+    let kept_lock = store
+        .try_lock("kept", "keeper", Duration::from_millis(900))
+        .await
+        .unwrap()
+        .unwrap();
+    let kept_fence = kept_lock.fence();
+    let kept = KeepAlive::start(kept_lock, Duration::from_millis(900)).unwrap();
+    let load = Arc::new(Load::default());
+    let workers = start_load(store.clone(), 6, load.clone());
+    let mut killed = 0;
+    for _ in 0..5 {
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        let (n,): (i64,) = sqlx::query_as(
+            "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity
+             WHERE backend_type = 'client backend' AND pid <> pg_backend_pid()
+               AND datname = current_database() AND query NOT LIKE '%pg_stat_activity%'",
+        )
+        .fetch_one(admin.pool())
+        .await
+        .unwrap();
+        killed += n;
+    }
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    load.stop.store(true, Ordering::SeqCst);
+    for worker in workers {
+        worker.await.expect("a worker panicked");
+    }
+    assert!(
+        matches!(kept.status(), LeaseStatus::Held { .. }),
+        "kept lease lost: {:?}",
+        kept.status()
+    );
+    assert_eq!(
+        store.holder("kept").await.unwrap().unwrap().fence,
+        kept_fence
+    );
+    let history = std::mem::take(&mut *load.history.lock().await);
+    assert_eq!(check(&history), Ok(()));
+    assert!(killed > 0);
+    eprintln!(
+        "terminate: {killed} backends killed, {} grants checked, {} errors, kept lease held throughout, violations: 0",
+        history.len(),
+        load.errors.load(Ordering::SeqCst)
+    );
+    assert!(kept.release().await.unwrap());
+    store.close().await.unwrap();
+    admin.close().await.unwrap();
+    schema.drop().await;
+}
+
+/// More waiters than connections: waiting acquires hold no connection while
+/// they wait, so every holder can release and every waiter gets its turn.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn more_waiters_than_connections() {
+    let _turn = SERIAL.lock().await;
+    let Some(server) = alkstore_testkit::pg::server() else {
+        return;
+    };
+    let schema = alkstore_testkit::pg::unique_schema("starve");
+    let pool = PgPoolOptions::new()
+        .max_connections(2)
+        .connect(&server.url)
+        .await
+        .unwrap();
+    let store = Arc::new(PgStore::open(pool, &schema).await.unwrap());
+    let slowest_release = Arc::new(AtomicU64::new(0));
+    let started = Instant::now();
+    let tasks: Vec<_> = (0..40)
+        .map(|i| {
+            let (store, slowest_release) = (store.clone(), slowest_release.clone());
+            tokio::spawn(async move {
+                let lock = store
+                    .lock(
+                        "narrow",
+                        &format!("w{i}"),
+                        Duration::from_secs(10),
+                        Duration::from_secs(60),
+                    )
+                    .await
+                    .unwrap()
+                    .expect("every waiter gets its turn");
+                tokio::time::sleep(Duration::from_millis(5)).await;
+                let began = Instant::now();
+                assert!(lock.release().await.unwrap());
+                slowest_release.fetch_max(began.elapsed().as_millis() as u64, Ordering::SeqCst);
+            })
+        })
+        .collect();
+    for task in tasks {
+        task.await.unwrap();
+    }
+    let took = started.elapsed();
+    let slowest = slowest_release.load(Ordering::SeqCst);
+    assert!(
+        slowest < 1000,
+        "a release waited {slowest} ms for a connection"
+    );
+    assert!(took < Duration::from_secs(30));
+    eprintln!(
+        "starvation: 40 waiters over 2 connections served in {took:?}, slowest release {slowest} ms"
+    );
+    store.drop_schema().await.unwrap();
+    store.close().await.unwrap();
+}
