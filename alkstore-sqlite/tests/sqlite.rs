@@ -210,3 +210,91 @@ async fn newer_schema_version_is_refused() {
         .expect("a schema version error");
     assert_eq!(found.found, 99);
 }
+
+/// Set in a child process: hold the lock on this file until killed.
+const CHILD_HOLD_DB: &str = "ALKSTORE_TEST_CHILD_HOLD_DB";
+
+/// The child side of `killed_holder_blocks_until_its_ttl`.
+#[tokio::test]
+#[ignore = "run by killed_holder_blocks_until_its_ttl in a child process"]
+async fn child_holds_until_killed() {
+    let db = PathBuf::from(std::env::var(CHILD_HOLD_DB).expect("started by the parent test"));
+    let store = SqliteStore::open(&db).await.unwrap();
+    let lock = store
+        .try_lock("job", "child", Duration::from_secs(2))
+        .await
+        .unwrap()
+        .unwrap();
+    println!("HELD {}", lock.fence());
+    std::future::pending::<()>().await;
+}
+
+/// A holder process killed with SIGKILL: nobody gets the lock before its TTL
+/// runs out, and a waiter gets it once it has.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn killed_holder_blocks_until_its_ttl() {
+    use std::io::BufRead;
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("locks.db");
+    let mut child = Command::new(std::env::current_exe().unwrap())
+        .args([
+            "--exact",
+            "child_holds_until_killed",
+            "--ignored",
+            "--nocapture",
+            "--quiet",
+        ])
+        .env(CHILD_HOLD_DB, &db)
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let stdout = std::io::BufReader::new(child.stdout.take().unwrap());
+    let fence: u64 = stdout
+        .lines()
+        .map(Result::unwrap)
+        .find_map(|line| {
+            line.strip_prefix("HELD ")
+                .map(|f| f.trim().parse().unwrap())
+        })
+        .expect("the child reports its grant");
+    child.kill().unwrap();
+    child.wait().unwrap();
+    let store = SqliteStore::open(&db).await.unwrap();
+    let asked = Instant::now();
+    let holder = store
+        .holder("job")
+        .await
+        .unwrap()
+        .expect("the dead child's lease is still live");
+    assert_eq!((holder.owner.as_str(), holder.fence), ("child", fence));
+    assert!(
+        store
+            .try_lock("job", "parent", Duration::from_secs(5))
+            .await
+            .unwrap()
+            .is_none()
+    );
+    let lock = store
+        .lock(
+            "job",
+            "parent",
+            Duration::from_secs(5),
+            Duration::from_secs(10),
+        )
+        .await
+        .unwrap()
+        .expect("granted once the TTL ran out");
+    let granted_at = Instant::now();
+    assert!(
+        granted_at >= asked + holder.expires_in,
+        "granted before the dead holder's lease ended"
+    );
+    assert!(granted_at < asked + holder.expires_in + Duration::from_secs(1));
+    assert!(lock.fence() > fence);
+    eprintln!(
+        "sigkill: holder killed with {:?} left; granted {:?} after asking",
+        holder.expires_in,
+        granted_at - asked
+    );
+    assert!(lock.release().await.unwrap());
+}
