@@ -346,3 +346,72 @@ async fn fences_rise_across_reconnects() {
     store.close().await.unwrap();
     schema.drop().await;
 }
+
+/// Random schema names (quotes, NUL, control characters, 10 KB strings, SQL
+/// fragments): never a panic; an invalid name is refused before connecting
+/// (`InvalidName`/`ReservedName`); a valid one opens a schema of exactly that
+/// name and nothing else.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn random_schema_names_are_refused_or_used_verbatim() {
+    use proptest::prelude::*;
+    use proptest::test_runner::{Config, TestRunner};
+    let Some(server) = alkstore_testkit::pg::server() else {
+        return;
+    };
+    let runtime = tokio::runtime::Handle::current();
+    let names = prop_oneof![
+        "[a-z\"'; \\-\\\\]{1,20}",
+        "[\\x00-\\x1f]{1,3}[a-z]{0,5}",
+        Just("a\"; DROP TABLE x; --".to_owned()),
+        Just("pg_temp_evil".to_owned()),
+        (0usize..3).prop_map(|n| "s".repeat([63, 64, 10 * 1024][n])),
+        "\\PC{1,30}",
+    ];
+    let mut runner = TestRunner::new(Config {
+        cases: 40,
+        failure_persistence: None,
+        ..Config::default()
+    });
+    let result = runner.run(&names, |raw| {
+        tokio::task::block_in_place(|| {
+            runtime.block_on(async {
+                // A numeric suffix keeps a valid name off existing schemas
+                // (a generated "public" must not be dropped).
+                let name = if raw.len() < 50 {
+                    format!("{raw}{}", std::process::id())
+                } else {
+                    raw.clone()
+                };
+                let valid = !name.is_empty()
+                    && name.len() <= 63
+                    && !name.chars().any(char::is_control)
+                    && name.chars().any(|c| !c.is_whitespace())
+                    && !name.starts_with("pg_");
+                match PgStore::connect(&server.url, &name).await {
+                    Ok(store) => {
+                        prop_assert!(valid, "accepted {:?}", name);
+                        let (count,): (i64,) =
+                            sqlx::query_as("SELECT count(*) FROM pg_namespace WHERE nspname = $1")
+                                .bind(&name)
+                                .fetch_one(store.pool())
+                                .await
+                                .unwrap();
+                        prop_assert_eq!(count, 1);
+                        store.drop_schema().await.unwrap();
+                        store.close().await.unwrap();
+                    }
+                    Err(Error::InvalidName { field, .. }) => {
+                        prop_assert!(!valid, "refused {:?}", name);
+                        prop_assert_eq!(field, Field::Schema);
+                    }
+                    Err(Error::ReservedName { .. }) => prop_assert!(name.starts_with("pg_")),
+                    Err(other) => prop_assert!(false, "{:?}: {:?}", name, other),
+                }
+                Ok(())
+            })
+        })
+    });
+    if let Err(failure) = result {
+        panic!("{failure}");
+    }
+}
