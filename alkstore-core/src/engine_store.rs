@@ -205,7 +205,9 @@ impl<E: Engine> Store for EngineStore<E> {
                 }
                 let nap = backoff.next_nap(expires_in, remaining);
                 tokio::select! {
-                    _ = &mut released => backoff.reset(),
+                    // Woken by a release; if another contender wins it, keep
+                    // the back-off growing: the next release wakes us again.
+                    _ = &mut released => {}
                     _ = tokio::time::sleep(nap) => {}
                 }
             }

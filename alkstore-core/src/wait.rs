@@ -39,11 +39,6 @@ impl Backoff {
         }
         nap
     }
-
-    /// A release signal came: start again from the shortest nap.
-    pub fn reset(&mut self) {
-        self.next = FIRST_NAP.min(self.ceiling);
-    }
 }
 
 #[cfg(test)]
@@ -63,7 +58,5 @@ mod tests {
             b.next_nap(None, Some(Duration::from_millis(1))),
             Duration::from_millis(1)
         );
-        b.reset();
-        assert_eq!(b.next_nap(None, None), Duration::from_millis(2));
     }
 }

@@ -23,6 +23,8 @@ pub(crate) struct PgEngine {
     pub(crate) connections: Connections,
     pub(crate) sql: Statements,
     pub(crate) channel: String,
+    /// This store's mark on the notifications its releases send.
+    pub(crate) tag: String,
     pub(crate) bus: Arc<ReleaseBus>,
     pub(crate) listener: OnceCell<Listener>,
 }
@@ -89,6 +91,7 @@ impl Engine for PgEngine {
         .bind(&grant.owner)
         .bind(grant.fence as i64)
         .bind(&self.channel)
+        .bind(&self.tag)
         .fetch_one(conn))?;
         if deleted == 1 {
             // Waiters in this process need not wait for the notification's trip.
@@ -133,7 +136,9 @@ impl Engine for PgEngine {
 
     async fn prepare_wait(&self) -> Result<(), BoxError> {
         self.listener
-            .get_or_try_init(|| Listener::start(&self.pool, &self.channel, self.bus.clone()))
+            .get_or_try_init(|| {
+                Listener::start(&self.pool, &self.channel, &self.tag, self.bus.clone())
+            })
             .await?;
         Ok(())
     }

@@ -48,6 +48,17 @@ pub use schema::{MAX_SCHEMA_BYTES, SchemaVersionError};
 /// The connection pool type `PgStore::open` takes (sqlx's).
 pub use sqlx::PgPool as Pool;
 
+/// A tag no other store shares: process id, a counter, and the clock.
+fn store_tag() -> String {
+    static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.subsec_nanos())
+        .unwrap_or(0);
+    let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    format!("{}.{n}.{nanos}", std::process::id())
+}
+
 /// The default schema name.
 pub const DEFAULT_SCHEMA: &str = "alkstore";
 
@@ -94,6 +105,7 @@ impl PgStore {
             pool,
             sql,
             channel: sql::channel(oid),
+            tag: store_tag(),
             bus: Arc::new(ReleaseBus::new()),
             listener: OnceCell::new(),
         };

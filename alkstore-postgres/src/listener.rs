@@ -16,14 +16,18 @@ pub(crate) struct Listener {
 }
 
 impl Listener {
-    /// Connects, listens on `channel`, and forwards each notification (the
-    /// released name) to `bus`. Returns once LISTEN is in place, so that a
-    /// waiter that subscribed before cannot miss a later release.
+    /// Connects, listens on `channel`, and forwards each notification
+    /// ("<store tag>:<released name>") to `bus`, except those tagged `tag`
+    /// (this store's own releases, which woke its waiters directly). Returns
+    /// once LISTEN is in place, so that a waiter that subscribed before cannot
+    /// miss a later release.
     pub(crate) async fn start(
         pool: &PgPool,
         channel: &str,
+        tag: &str,
         bus: Arc<ReleaseBus>,
     ) -> Result<Self, sqlx::Error> {
+        let own = format!("{tag}:");
         let mut listener = PgListener::connect_with(pool).await?;
         listener.listen(channel).await?;
         let task = tokio::spawn(async move {
@@ -32,7 +36,13 @@ impl Listener {
                 match listener.try_recv().await {
                     Ok(Some(notification)) => {
                         pause = Duration::from_millis(10);
-                        bus.released(notification.payload());
+                        // "<tag>:<name>"; our own releases woke our waiters already.
+                        let payload = notification.payload();
+                        if !payload.starts_with(&own) {
+                            if let Some((_, name)) = payload.split_once(':') {
+                                bus.released(name);
+                            }
+                        }
                     }
                     // The connection dropped; the next call reconnects and
                     // listens again. Releases in between were missed, so every

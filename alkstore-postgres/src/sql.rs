@@ -108,12 +108,14 @@ impl Statements {
                  WHERE name = $1 AND owner = $2 AND fence = $3 AND expires_at > {NOW_MS}"
             )),
             // The release notifies waiters in the same statement; NOTIFY is
-            // delivered when it commits.
+            // delivered when it commits. The payload is "<store tag>:<name>",
+            // so a store's listener can skip its own releases (it woke its
+            // own waiters directly).
             release: audited(format!(
                 "WITH gone AS (
                      DELETE FROM {locks} WHERE name = $1 AND owner = $2 AND fence = $3 RETURNING name
                  )
-                 SELECT count(pg_notify($4, gone.name)::text) FROM gone"
+                 SELECT count(pg_notify($4, $5 || ':' || gone.name)::text) FROM gone"
             )),
             holder: audited(format!(
                 "SELECT owner, fence, expires_at - {NOW_MS} FROM {locks}

@@ -14,6 +14,27 @@ use tokio::sync::oneshot;
 
 type Job = Box<dyn FnOnce(&mut Connection) + Send>;
 
+/// How long the thread keeps polling for a next job before it sleeps: a
+/// caller that sends again soon (the usual pattern: acquire, work, release)
+/// then finds it awake, without a thread wake-up on its path.
+const SPIN: std::time::Duration = std::time::Duration::from_micros(50);
+
+/// The next job: polled for `SPIN`, then waited for. `None` once every
+/// sender is gone.
+fn next_job(jobs: &mpsc::Receiver<Job>) -> Option<Job> {
+    let spin_until = std::time::Instant::now() + SPIN;
+    loop {
+        match jobs.try_recv() {
+            Ok(job) => return Some(job),
+            Err(mpsc::TryRecvError::Disconnected) => return None,
+            Err(mpsc::TryRecvError::Empty) if std::time::Instant::now() < spin_until => {
+                std::hint::spin_loop();
+            }
+            Err(mpsc::TryRecvError::Empty) => return jobs.recv().ok(),
+        }
+    }
+}
+
 /// The thread that owns one connection.
 #[derive(Debug)]
 pub(crate) struct Worker {
@@ -44,7 +65,7 @@ impl Worker {
                     }
                 };
                 // Ends when every sender is gone (the store closed or dropped).
-                while let Ok(job) = jobs_rx.recv() {
+                while let Some(job) = next_job(&jobs_rx) {
                     job(&mut conn);
                 }
                 if let Err((_, error)) = conn.close() {

@@ -6,6 +6,9 @@
 //!   `ALKSTORE_REQUIRE_PG=1`.
 //! - `cargo xtask ci` — fmt check, clippy `-D warnings`, the full test run,
 //!   the quickstart example, and the contract table.
+//! - `cargo xtask bench` — the benchmark (`bench/`), built with optimizations:
+//!   a table of figures next to floors measured in the same run, JSON and
+//!   SVG plots under `target/bench/`.
 
 use std::collections::BTreeMap;
 use std::process::{Command, ExitCode};
@@ -17,8 +20,16 @@ fn main() -> ExitCode {
     let result = match args.first().map(String::as_str) {
         Some("contract") => contract::run(),
         Some("ci") => ci(),
+        Some("bench") => cargo(&[
+            "run",
+            "--release",
+            "-p",
+            "alkstore-bench",
+            "--",
+            "target/bench",
+        ]),
         _ => {
-            eprintln!("usage: cargo xtask <contract | ci>");
+            eprintln!("usage: cargo xtask <contract | ci | bench>");
             return ExitCode::from(2);
         }
     };

@@ -1,0 +1,45 @@
+//! `cargo xtask bench`: alkstore's figures next to floors measured in the
+//! same run, as a table, JSON and plots under `target/bench/`.
+
+mod contention;
+mod measure;
+mod pg;
+mod report;
+mod sqlite;
+
+use std::path::PathBuf;
+
+#[tokio::main]
+async fn main() {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    if args.first().map(String::as_str) == Some("sqlite-child") {
+        sqlite::child(&args[1], args[2].parse().unwrap()).await;
+        return;
+    }
+    let out = PathBuf::from(
+        args.first()
+            .cloned()
+            .unwrap_or_else(|| "target/bench".into()),
+    );
+    std::fs::create_dir_all(&out).unwrap();
+    let mut rows = Vec::new();
+    let mut contended = Vec::new();
+    let dir = tempfile::tempdir().unwrap();
+    let sqlite_curve = sqlite::run(dir.path(), &mut rows, &mut contended).await;
+    let mut curves = vec![("sqlite", sqlite_curve)];
+    match alkstore_testkit::pg::server() {
+        Some(server) => curves.push((
+            "postgres",
+            pg::run(&server.url, &mut rows, &mut contended).await,
+        )),
+        None => eprintln!("bench: PostgreSQL figures skipped (no server)"),
+    }
+    report::print_table(&rows);
+    report::write_json(&out.join("results.json"), &rows, &contended).unwrap();
+    report::plot_handoffs(&out.join("handoff-latency.svg"), &contended).unwrap();
+    report::plot_contention(&out.join("contention.svg"), &curves).unwrap();
+    println!(
+        "\nwrote {0}/results.json, {0}/handoff-latency.svg, {0}/contention.svg",
+        out.display()
+    );
+}

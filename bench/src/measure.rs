@@ -1,0 +1,43 @@
+//! Timing helpers: medians of repeated runs, percentiles.
+
+use std::time::Duration;
+
+/// Runs per figure; the median run is reported.
+pub const RUNS: usize = 5;
+
+/// The median over `RUNS` runs of the mean time per pass of `$body`, each
+/// run `$iterations` passes long (after up to 50 warm-up passes). A macro, so
+/// that the body may `.await` and borrow the caller's connection.
+macro_rules! timed {
+    ($iterations:expr, $body:block) => {{
+        let iterations: u32 = $iterations;
+        for _ in 0..iterations.min(50) $body
+        let mut means = Vec::with_capacity($crate::measure::RUNS);
+        for _ in 0..$crate::measure::RUNS {
+            let start = std::time::Instant::now();
+            for _ in 0..iterations $body
+            means.push(start.elapsed() / iterations);
+        }
+        $crate::measure::median(&mut means)
+    }};
+}
+pub(crate) use timed;
+
+pub fn median(values: &mut [Duration]) -> Duration {
+    values.sort();
+    values[values.len() / 2]
+}
+
+/// The `p`-th percentile (0–100) of `values`, sorted in place.
+pub fn percentile(values: &mut [Duration], p: f64) -> Duration {
+    if values.is_empty() {
+        return Duration::ZERO;
+    }
+    values.sort();
+    let rank = ((p / 100.0) * (values.len() - 1) as f64).round() as usize;
+    values[rank.min(values.len() - 1)]
+}
+
+pub fn micros(d: Duration) -> f64 {
+    d.as_secs_f64() * 1e6
+}
