@@ -272,3 +272,48 @@ impl<E: Engine> Store for EngineStore<E> {
         .await
     }
 }
+
+/// Implements [`Store`] for an engine's store type by handing every call to
+/// its [`EngineStore`] field, so that engine crates do not repeat the
+/// delegation: `alkstore_core::delegate_store!(SqliteStore, inner);`
+#[macro_export]
+macro_rules! delegate_store {
+    ($store:ty, $field:ident) => {
+        #[$crate::__private::async_trait]
+        impl $crate::Store for $store {
+            async fn try_lock(
+                &self,
+                name: &str,
+                owner: &str,
+                ttl: ::std::time::Duration,
+            ) -> $crate::Result<::std::option::Option<::std::boxed::Box<dyn $crate::Lock>>> {
+                self.$field.try_lock(name, owner, ttl).await
+            }
+
+            async fn lock(
+                &self,
+                name: &str,
+                owner: &str,
+                ttl: ::std::time::Duration,
+                wait: ::std::time::Duration,
+            ) -> $crate::Result<::std::option::Option<::std::boxed::Box<dyn $crate::Lock>>> {
+                self.$field.lock(name, owner, ttl, wait).await
+            }
+
+            async fn holder(
+                &self,
+                name: &str,
+            ) -> $crate::Result<::std::option::Option<$crate::Holder>> {
+                self.$field.holder(name).await
+            }
+
+            async fn purge_expired(&self) -> $crate::Result<u64> {
+                self.$field.purge_expired().await
+            }
+
+            async fn close(&self) -> $crate::Result<()> {
+                self.$field.close().await
+            }
+        }
+    };
+}

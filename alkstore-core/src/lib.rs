@@ -34,3 +34,9 @@ pub use keepalive::{KeepAlive, KeepAliveOptions, LeaseStatus, LostReason};
 pub use name::{MAX_NAME_BYTES, RESERVED_PREFIX, check_text, validate_name, validate_owner};
 pub use store::{Holder, Lock, Store};
 pub use wake::{ReleaseBus, Subscription};
+
+/// Re-exports for this crate's macros; not part of the public API.
+#[doc(hidden)]
+pub mod __private {
+    pub use async_trait::async_trait;
+}

@@ -32,10 +32,8 @@ mod schema;
 mod sql;
 
 use std::sync::Arc;
-use std::time::Duration;
 
-use alkstore_core::{EngineStore, Error, Holder, Lock, ReleaseBus, Result, Store};
-use async_trait::async_trait;
+use alkstore_core::{EngineStore, Error, ReleaseBus, Result};
 use sqlx::PgPool;
 use sqlx::postgres::PgPoolOptions;
 use tokio::sync::OnceCell;
@@ -126,7 +124,7 @@ impl PgStore {
     }
 
     /// Drops the schema and everything in it (tests and teardown). Fails
-    /// closed after [`Store::close`].
+    /// closed after [`Store::close`](alkstore_core::Store::close).
     pub async fn drop_schema(&self) -> Result<()> {
         if self.inner.is_closed() {
             return Err(Error::closed("drop_schema"));
@@ -139,36 +137,4 @@ impl PgStore {
     }
 }
 
-#[async_trait]
-impl Store for PgStore {
-    async fn try_lock(
-        &self,
-        name: &str,
-        owner: &str,
-        ttl: Duration,
-    ) -> Result<Option<Box<dyn Lock>>> {
-        self.inner.try_lock(name, owner, ttl).await
-    }
-
-    async fn lock(
-        &self,
-        name: &str,
-        owner: &str,
-        ttl: Duration,
-        wait: Duration,
-    ) -> Result<Option<Box<dyn Lock>>> {
-        self.inner.lock(name, owner, ttl, wait).await
-    }
-
-    async fn holder(&self, name: &str) -> Result<Option<Holder>> {
-        self.inner.holder(name).await
-    }
-
-    async fn purge_expired(&self) -> Result<u64> {
-        self.inner.purge_expired().await
-    }
-
-    async fn close(&self) -> Result<()> {
-        self.inner.close().await
-    }
-}
+alkstore_core::delegate_store!(PgStore, inner);

@@ -29,10 +29,8 @@ mod worker;
 
 use std::path::Path;
 use std::sync::Arc;
-use std::time::Duration;
 
-use alkstore_core::{EngineStore, Error, Holder, Lock, ReleaseBus, Result, Store};
-use async_trait::async_trait;
+use alkstore_core::{EngineStore, Error, ReleaseBus, Result};
 use rusqlite::{Connection, OpenFlags};
 
 use crate::engine::SqliteEngine;
@@ -93,36 +91,4 @@ impl SqliteStore {
     }
 }
 
-#[async_trait]
-impl Store for SqliteStore {
-    async fn try_lock(
-        &self,
-        name: &str,
-        owner: &str,
-        ttl: Duration,
-    ) -> Result<Option<Box<dyn Lock>>> {
-        self.inner.try_lock(name, owner, ttl).await
-    }
-
-    async fn lock(
-        &self,
-        name: &str,
-        owner: &str,
-        ttl: Duration,
-        wait: Duration,
-    ) -> Result<Option<Box<dyn Lock>>> {
-        self.inner.lock(name, owner, ttl, wait).await
-    }
-
-    async fn holder(&self, name: &str) -> Result<Option<Holder>> {
-        self.inner.holder(name).await
-    }
-
-    async fn purge_expired(&self) -> Result<u64> {
-        self.inner.purge_expired().await
-    }
-
-    async fn close(&self) -> Result<()> {
-        self.inner.close().await
-    }
-}
+alkstore_core::delegate_store!(SqliteStore, inner);

@@ -5,6 +5,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::{Duration, Instant};
 
+use alkstore_contract_suite::support::assert_dead_holder_blocks_until_ttl;
 use alkstore_core::{Error, Store};
 use alkstore_sqlite::SqliteStore;
 
@@ -260,41 +261,6 @@ async fn killed_holder_blocks_until_its_ttl() {
     child.kill().unwrap();
     child.wait().unwrap();
     let store = SqliteStore::open(&db).await.unwrap();
-    let asked = Instant::now();
-    let holder = store
-        .holder("job")
-        .await
-        .unwrap()
-        .expect("the dead child's lease is still live");
-    assert_eq!((holder.owner.as_str(), holder.fence), ("child", fence));
-    assert!(
-        store
-            .try_lock("job", "parent", Duration::from_secs(5))
-            .await
-            .unwrap()
-            .is_none()
-    );
-    let lock = store
-        .lock(
-            "job",
-            "parent",
-            Duration::from_secs(5),
-            Duration::from_secs(10),
-        )
-        .await
-        .unwrap()
-        .expect("granted once the TTL ran out");
-    let granted_at = Instant::now();
-    assert!(
-        granted_at >= asked + holder.expires_in,
-        "granted before the dead holder's lease ended"
-    );
-    assert!(granted_at < asked + holder.expires_in + Duration::from_secs(1));
-    assert!(lock.fence() > fence);
-    eprintln!(
-        "sigkill: holder killed with {:?} left; granted {:?} after asking",
-        holder.expires_in,
-        granted_at - asked
-    );
-    assert!(lock.release().await.unwrap());
+    let (left, waited) = assert_dead_holder_blocks_until_ttl(&store, "job", "child", fence).await;
+    eprintln!("sigkill: holder killed with {left:?} left; granted {waited:?} after asking");
 }
