@@ -40,6 +40,22 @@ pub enum LeaseStatus {
     Lost(LostReason),
 }
 
+/// Keep-alive options that could not keep a lease; found in the source chain
+/// of the [`Error::Database`] that [`KeepAlive::with_options`] returns.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum KeepAliveOptionsError {
+    /// A zero interval would renew in a tight loop.
+    #[error("the keep-alive interval is zero")]
+    ZeroInterval,
+    /// The lease would lapse between two renewals.
+    #[error("the keep-alive interval is not shorter than the ttl")]
+    IntervalNotBelowTtl,
+    /// The loss would be signalled before the first renewal could happen.
+    #[error("the keep-alive margin is not shorter than the ttl")]
+    MarginNotBelowTtl,
+}
+
 /// How a [`KeepAlive`] renews.
 #[derive(Debug, Clone, Copy)]
 pub struct KeepAliveOptions {
@@ -100,19 +116,37 @@ pub struct KeepAlive {
 
 impl KeepAlive {
     /// Starts renewing `lock` with a lease of `ttl` and the default options.
-    /// Needs a tokio runtime. A `ttl` the duration guard refuses is an error.
+    /// A `ttl` the duration guard refuses is an error, and so is calling it
+    /// outside a tokio runtime.
     pub fn start(lock: Box<dyn Lock>, ttl: Duration) -> Result<Self> {
         Self::with_options(lock, KeepAliveOptions::new(ttl))
     }
 
-    /// Starts renewing `lock` as `options` say.
+    /// Starts renewing `lock` as `options` say. Refused (nothing started):
+    /// a `ttl` the duration guard refuses ([`DurationError`](crate::DurationError)),
+    /// or an interval or margin that could not keep the lease
+    /// ([`KeepAliveOptionsError`]).
     pub fn with_options(lock: Box<dyn Lock>, options: KeepAliveOptions) -> Result<Self> {
         LeaseMillis::new(options.ttl).map_err(|e| Error::database("keep_alive", e))?;
+        let problem = if options.interval.is_zero() {
+            Some(KeepAliveOptionsError::ZeroInterval)
+        } else if options.interval >= options.ttl {
+            Some(KeepAliveOptionsError::IntervalNotBelowTtl)
+        } else if options.margin >= options.ttl {
+            Some(KeepAliveOptionsError::MarginNotBelowTtl)
+        } else {
+            None
+        };
+        if let Some(problem) = problem {
+            return Err(Error::database("keep_alive", problem));
+        }
         let lock: Arc<Box<dyn Lock>> = Arc::new(lock);
         let (tx, status) = watch::channel(LeaseStatus::Held {
             valid_until: lock.valid_until(),
         });
-        let task = tokio::spawn(keep(lock.clone(), options, tx));
+        let runtime =
+            tokio::runtime::Handle::try_current().map_err(|e| Error::database("keep_alive", e))?;
+        let task = runtime.spawn(keep(lock.clone(), options, tx));
         Ok(KeepAlive {
             lock,
             status,
@@ -384,6 +418,38 @@ mod tests {
         let started = Instant::now();
         assert_eq!(kept.lost().await, LostReason::Revoked);
         assert!(started.elapsed() < Duration::from_millis(1000));
+    }
+
+    #[test]
+    fn options_that_cannot_keep_a_lease_are_refused() {
+        let ttl = Duration::from_secs(1);
+        for (options, expected) in [
+            (
+                KeepAliveOptions {
+                    interval: Duration::ZERO,
+                    ..KeepAliveOptions::new(ttl)
+                },
+                KeepAliveOptionsError::ZeroInterval,
+            ),
+            (
+                KeepAliveOptions {
+                    interval: ttl,
+                    ..KeepAliveOptions::new(ttl)
+                },
+                KeepAliveOptionsError::IntervalNotBelowTtl,
+            ),
+            (
+                KeepAliveOptions {
+                    margin: ttl * 2,
+                    ..KeepAliveOptions::new(ttl)
+                },
+                KeepAliveOptionsError::MarginNotBelowTtl,
+            ),
+        ] {
+            let lock = Scripted::new(ttl, vec![]);
+            let err = KeepAlive::with_options(Box::new(lock), options).unwrap_err();
+            assert_eq!(err.find_source::<KeepAliveOptionsError>(), Some(&expected));
+        }
     }
 
     #[test]

@@ -30,7 +30,7 @@ pub use duration::{LeaseMillis, MAX_LEASE_MILLIS};
 pub use engine::{Attempt, Engine, GrantKey};
 pub use engine_store::EngineStore;
 pub use error::{BoxError, Closed, DurationError, Error, Field, NameProblem, Result};
-pub use keepalive::{KeepAlive, KeepAliveOptions, LeaseStatus, LostReason};
+pub use keepalive::{KeepAlive, KeepAliveOptions, KeepAliveOptionsError, LeaseStatus, LostReason};
 pub use name::{MAX_NAME_BYTES, RESERVED_PREFIX, check_text, validate_name, validate_owner};
 pub use store::{Holder, Lock, Store};
 pub use wake::{ReleaseBus, Subscription};
