@@ -73,9 +73,23 @@ pub fn server() -> Option<&'static Server> {
             if std::env::var(REQUIRE_VAR).as_deref() == Ok("1") {
                 panic!("PostgreSQL is required ({REQUIRE_VAR}=1) but unavailable: {why}");
             }
-            eprintln!(
-                "SKIPPED: PostgreSQL tests skipped: {why} (set {URL_VAR}, or install PostgreSQL's server binaries)"
-            );
+            // Once per process, and past the test harness's output capture
+            // (through /dev/stderr), so that a plain `cargo test` shows it.
+            static SAID: std::sync::Once = std::sync::Once::new();
+            SAID.call_once(|| {
+                use std::io::Write;
+                let line = format!(
+                    "SKIPPED: PostgreSQL tests skipped: {why} \
+                     (set {URL_VAR}, or install PostgreSQL's server binaries)"
+                );
+                let direct = std::fs::OpenOptions::new()
+                    .append(true)
+                    .open("/dev/stderr")
+                    .and_then(|mut stderr| writeln!(stderr, "{line}"));
+                if direct.is_err() {
+                    eprintln!("{line}");
+                }
+            });
             None
         }
     }

@@ -29,7 +29,9 @@ pub(crate) fn run() -> Result<(), String> {
             .output()
             .map_err(|e| format!("could not run cargo: {e}"))?;
         let stdout = String::from_utf8_lossy(&output.stdout);
-        let skipped = stdout.contains("SKIPPED:");
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        // The harness says SKIPPED once, on stderr, past the output capture.
+        let skipped = stderr.contains("SKIPPED:") || stdout.contains("SKIPPED:");
         let mut cases = 0;
         for line in stdout.lines() {
             let Some(rest) = line.strip_prefix("test ") else {
@@ -57,8 +59,9 @@ pub(crate) fn run() -> Result<(), String> {
             ));
         }
         if skipped {
-            let why = stdout
+            let why = stderr
                 .lines()
+                .chain(stdout.lines())
                 .find(|l| l.contains("SKIPPED:"))
                 .unwrap_or_default();
             eprintln!("xtask: {engine} skipped: {why}");
