@@ -108,7 +108,8 @@ impl KeepAliveOptions {
 #[must_use = "dropping a KeepAlive stops the renewals"]
 #[derive(Debug)]
 pub struct KeepAlive {
-    lock: Arc<Box<dyn Lock>>,
+    /// `None` only inside `release`, which consumes the keep-alive.
+    lock: Option<Arc<Box<dyn Lock>>>,
     status: watch::Receiver<LeaseStatus>,
     /// `None` once `release` took it.
     task: Option<JoinHandle<()>>,
@@ -148,7 +149,7 @@ impl KeepAlive {
             tokio::runtime::Handle::try_current().map_err(|e| Error::database("keep_alive", e))?;
         let task = runtime.spawn(keep(lock.clone(), options, tx));
         Ok(KeepAlive {
-            lock,
+            lock: Some(lock),
             status,
             task: Some(task),
         })
@@ -156,7 +157,10 @@ impl KeepAlive {
 
     /// The lock being kept.
     pub fn lock(&self) -> &dyn Lock {
-        self.lock.as_ref().as_ref()
+        self.lock
+            .as_deref()
+            .map(|lock| lock.as_ref())
+            .expect("present until release")
     }
 
     /// The lease status now.
@@ -190,8 +194,7 @@ impl KeepAlive {
             // Wait until the task let go of its share of the lock.
             let _ = task.await;
         }
-        let lock = std::mem::replace(&mut self.lock, Arc::new(Box::new(Released)));
-        match Arc::into_inner(lock) {
+        match self.lock.take().and_then(Arc::into_inner) {
             Some(lock) => lock.release().await,
             None => Err(Error::database(
                 "release",
@@ -206,32 +209,6 @@ impl Drop for KeepAlive {
         if let Some(task) = &self.task {
             task.abort();
         }
-    }
-}
-
-/// Stands in for the lock once `release` moved it out.
-#[derive(Debug)]
-struct Released;
-
-#[async_trait::async_trait]
-impl Lock for Released {
-    fn name(&self) -> &str {
-        ""
-    }
-    fn owner(&self) -> &str {
-        ""
-    }
-    fn fence(&self) -> u64 {
-        0
-    }
-    fn valid_until(&self) -> Instant {
-        Instant::now()
-    }
-    async fn renew(&self, _: Duration) -> Result<bool> {
-        Ok(false)
-    }
-    async fn release(self: Box<Self>) -> Result<bool> {
-        Ok(false)
     }
 }
 
