@@ -34,7 +34,7 @@ async fn the_checker_catches_an_engine_that_grants_everything() {
         "the counter missed the lost updates"
     );
     eprintln!(
-        "negative control: {verdict:?}; counter {} of {} increments",
-        outcome.counter, outcome.increments
+        "negative control: {verdict:?}; {} lost updates, counter {} of {} increments",
+        outcome.lost_updates, outcome.counter, outcome.increments
     );
 }

@@ -19,6 +19,9 @@ pub struct Outcome {
     pub counter: u64,
     /// How many increments holders made inside their critical sections.
     pub increments: u64,
+    /// Writes that found the counter changed since their read although
+    /// their lease was still valid: another holder wrote in between.
+    pub lost_updates: u64,
     /// How many holders paused past their TTL.
     pub pauses: u64,
 }
@@ -36,23 +39,24 @@ pub struct Workload {
     pub pause_one_in: u64,
 }
 
-/// A critical section must not start unless this much lease is left: far
-/// more than the section takes.
-const SECTION_MARGIN: Duration = Duration::from_millis(25);
-
 /// Runs the workload on one name: each task waits for the lock, maybe
 /// increments the shared counter (read, yield, write: a lost update if two
 /// holders overlap), holds for a random while or pauses past its TTL, and
 /// releases. Each grant's interval is recorded.
 pub async fn contend(store: Arc<dyn Store>, name: &str, workload: Workload, seed: u64) -> Outcome {
     let history = Arc::new(Mutex::new(Vec::new()));
-    // The counter is not atomic in spirit: read and write are separate steps.
-    let counter = Arc::new(AtomicU64::new(0));
+    // Read and write are separate steps with a yield between. The write
+    // happens only while the writer's lease is still valid (checked under the
+    // counter's mutex, so check and write are one step): a holder paused past
+    // its lease abandons its write, as a fenced resource would refuse it.
+    let counter = Arc::new(std::sync::Mutex::new(0u64));
+    let lost_updates = Arc::new(AtomicU64::new(0));
     let increments = Arc::new(AtomicU64::new(0));
     let pauses = Arc::new(AtomicU64::new(0));
     let tasks: Vec<_> = (0..workload.tasks)
         .map(|task| {
             let (store, name) = (store.clone(), name.to_owned());
+            let lost_updates = lost_updates.clone();
             let (history, counter, increments, pauses) = (
                 history.clone(),
                 counter.clone(),
@@ -69,11 +73,17 @@ pub async fn contend(store: Arc<dyn Store>, name: &str, workload: Workload, seed
                         .expect("lock")
                         .expect("granted within the wait");
                     let start = Instant::now();
-                    if start + SECTION_MARGIN < lock.valid_until() {
-                        let seen = counter.load(Ordering::SeqCst);
-                        tokio::task::yield_now().await;
-                        counter.store(seen + 1, Ordering::SeqCst);
-                        increments.fetch_add(1, Ordering::SeqCst);
+                    let seen = *counter.lock().unwrap();
+                    tokio::task::yield_now().await;
+                    {
+                        let mut value = counter.lock().unwrap();
+                        if Instant::now() < lock.valid_until() {
+                            if *value != seen {
+                                lost_updates.fetch_add(1, Ordering::SeqCst);
+                            }
+                            *value = seen + 1;
+                            increments.fetch_add(1, Ordering::SeqCst);
+                        }
                     }
                     if rng.below(workload.pause_one_in) == 0 {
                         pauses.fetch_add(1, Ordering::SeqCst);
@@ -99,7 +109,8 @@ pub async fn contend(store: Arc<dyn Store>, name: &str, workload: Workload, seed
     let history = std::mem::take(&mut *history.lock().await);
     Outcome {
         history,
-        counter: counter.load(Ordering::SeqCst),
+        counter: *counter.lock().unwrap(),
+        lost_updates: lost_updates.load(Ordering::SeqCst),
         increments: increments.load(Ordering::SeqCst),
         pauses: pauses.load(Ordering::SeqCst),
     }
