@@ -52,6 +52,12 @@ pub(crate) fn run() -> Result<(), String> {
                 .or_default()
                 .insert(engine, outcome);
         }
+        if !output.status.success() {
+            // Show why: the failing cases' own output.
+            if let Some(at) = stdout.find("\nfailures:\n") {
+                eprintln!("xtask: {engine} failures:{}", &stdout[at..]);
+            }
+        }
         if cases == 0 {
             problems.push(format!(
                 "{engine}: no case ran\n{}",
