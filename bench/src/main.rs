@@ -3,6 +3,7 @@
 
 mod contention;
 mod measure;
+mod ops;
 mod pg;
 mod report;
 mod sqlite;

@@ -10,6 +10,7 @@ use sqlx::{Connection, PgPool};
 
 use crate::contention::{self, Contended};
 use crate::measure::timed;
+use crate::ops;
 use crate::report::Row;
 
 const ENGINE: &str = "postgres";
@@ -137,33 +138,12 @@ pub async fn run(
     let store = Arc::new(PgStore::connect(url, &schema).await.unwrap());
     let dyn_store: Arc<dyn Store> = store.clone();
     let store_ref = dyn_store.as_ref();
-    macro_rules! cycle {
-        () => {
-            timed!(ITERATIONS, {
-                let lock = store_ref
-                    .try_lock("cycle", "me", TTL)
-                    .await
-                    .unwrap()
-                    .unwrap();
-                lock.release().await.unwrap();
-            })
-        };
-    }
-    macro_rules! refused {
-        () => {
-            timed!(ITERATIONS, {
-                assert!(
-                    store_ref
-                        .try_lock("held", "other", TTL)
-                        .await
-                        .unwrap()
-                        .is_none()
-                );
-            })
-        };
-    }
-    let cycle = Row::time(ENGINE, "try_lock+release cycle (10 rows)", cycle!())
-        .against(&pair_bare, Some(1.15));
+    let cycle = Row::time(
+        ENGINE,
+        "try_lock+release cycle (10 rows)",
+        ops::cycle(store_ref, ITERATIONS).await,
+    )
+    .against(&pair_bare, Some(1.15));
     rows.push(cycle.clone());
     rows.push(
         Row::time(
@@ -178,8 +158,12 @@ pub async fn run(
         .await
         .unwrap()
         .unwrap();
-    let refused = Row::time(ENGINE, "refused try_lock (10 rows)", refused!())
-        .against(&select_bare, Some(1.1));
+    let refused = Row::time(
+        ENGINE,
+        "refused try_lock (10 rows)",
+        ops::refused(store_ref, ITERATIONS).await,
+    )
+    .against(&select_bare, Some(1.1));
     rows.push(refused);
     let lsn = wal_lsn(&mut bare).await;
     for _ in 0..1000 {
@@ -201,13 +185,9 @@ pub async fn run(
             0.0,
         )
     });
-    let renew = timed!(ITERATIONS, {
-        assert!(held.renew(TTL).await.unwrap());
-    });
+    let renew = ops::renew(held.as_ref(), ITERATIONS).await;
     rows.push(Row::time(ENGINE, "renew", renew).against(&pair_bare, None));
-    let holder = timed!(ITERATIONS, {
-        assert!(store_ref.holder("held").await.unwrap().is_some());
-    });
+    let holder = ops::holder(store_ref, ITERATIONS).await;
     rows.push(Row::time(ENGINE, "holder", holder).against(&select_bare, None));
 
     let mut filled = 10i64;
@@ -227,7 +207,7 @@ pub async fn run(
             .await
             .unwrap();
         filled = size;
-        let cycle_n = cycle!();
+        let cycle_n = ops::cycle(store_ref, ITERATIONS).await;
         rows.push(
             Row::time(
                 ENGINE,
@@ -236,7 +216,7 @@ pub async fn run(
             )
             .against(&cycle, Some(1.1)),
         );
-        let refused_n = refused!();
+        let refused_n = ops::refused(store_ref, ITERATIONS).await;
         rows.push(
             Row::time(ENGINE, format!("refused try_lock ({size} rows)"), refused_n)
                 .against(&select_bare, Some(1.1)),

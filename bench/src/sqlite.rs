@@ -10,6 +10,7 @@ use rusqlite::Connection;
 
 use crate::contention::{self, Contended};
 use crate::measure::timed;
+use crate::ops;
 use crate::report::Row;
 
 const ENGINE: &str = "sqlite";
@@ -134,10 +135,7 @@ pub async fn run(
     eprintln!("bench: sqlite alkstore");
     let db = dir.join("locks.db");
     let store: Arc<dyn Store> = Arc::new(SqliteStore::open(&db).await.unwrap());
-    let cycle = timed!(ITERATIONS, {
-        let lock = store.try_lock("cycle", "me", TTL).await.unwrap().unwrap();
-        lock.release().await.unwrap();
-    });
+    let cycle = ops::cycle(store.as_ref(), ITERATIONS).await;
     let cycle =
         Row::time(ENGINE, "try_lock+release cycle (10 rows)", cycle).against(&pair, Some(1.5));
     rows.push(cycle.clone());
@@ -146,23 +144,11 @@ pub async fn run(
         .await
         .unwrap()
         .unwrap();
-    let refused = timed!(ITERATIONS, {
-        assert!(
-            store
-                .try_lock("held", "other", TTL)
-                .await
-                .unwrap()
-                .is_none()
-        );
-    });
+    let refused = ops::refused(store.as_ref(), ITERATIONS).await;
     rows.push(Row::time(ENGINE, "refused try_lock (10 rows)", refused).against(&read, None));
-    let renew = timed!(ITERATIONS, {
-        assert!(held.renew(TTL).await.unwrap());
-    });
+    let renew = ops::renew(held.as_ref(), ITERATIONS).await;
     rows.push(Row::time(ENGINE, "renew", renew).against(&pair, None));
-    let holder = timed!(ITERATIONS, {
-        assert!(store.holder("held").await.unwrap().is_some());
-    });
+    let holder = ops::holder(store.as_ref(), ITERATIONS).await;
     rows.push(Row::time(ENGINE, "holder", holder).against(&read, None));
 
     // Cost against table size.
@@ -170,10 +156,7 @@ pub async fn run(
     for size in [100_000u64, 1_000_000] {
         fill(&db, filled, size - filled);
         filled = size;
-        let cycle_n = timed!(ITERATIONS, {
-            let lock = store.try_lock("cycle", "me", TTL).await.unwrap().unwrap();
-            lock.release().await.unwrap();
-        });
+        let cycle_n = ops::cycle(store.as_ref(), ITERATIONS).await;
         rows.push(
             Row::time(
                 ENGINE,
@@ -182,15 +165,7 @@ pub async fn run(
             )
             .against(&cycle, Some(1.1)),
         );
-        let refused_n = timed!(ITERATIONS, {
-            assert!(
-                store
-                    .try_lock("held", "other", TTL)
-                    .await
-                    .unwrap()
-                    .is_none()
-            );
-        });
+        let refused_n = ops::refused(store.as_ref(), ITERATIONS).await;
         rows.push(
             Row::time(ENGINE, format!("refused try_lock ({size} rows)"), refused_n)
                 .against(&read, None),

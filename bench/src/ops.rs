@@ -1,0 +1,41 @@
+//! The alkstore operations both engines are timed on, one place for both.
+
+use std::time::Duration;
+
+use alkstore_core::{Lock, Store};
+
+use crate::measure::timed;
+
+const TTL: Duration = Duration::from_secs(60);
+
+/// Name the refusal figures contend on; its holder must be someone else.
+pub const HELD: &str = "held";
+
+/// try_lock + release of a free name.
+pub async fn cycle(store: &dyn Store, iterations: u32) -> Duration {
+    timed!(iterations, {
+        let lock = store.try_lock("cycle", "me", TTL).await.unwrap().unwrap();
+        lock.release().await.unwrap();
+    })
+}
+
+/// try_lock of [`HELD`], refused.
+pub async fn refused(store: &dyn Store, iterations: u32) -> Duration {
+    timed!(iterations, {
+        assert!(store.try_lock(HELD, "other", TTL).await.unwrap().is_none());
+    })
+}
+
+/// renew of a live grant.
+pub async fn renew(lock: &dyn Lock, iterations: u32) -> Duration {
+    timed!(iterations, {
+        assert!(lock.renew(TTL).await.unwrap());
+    })
+}
+
+/// holder of [`HELD`].
+pub async fn holder(store: &dyn Store, iterations: u32) -> Duration {
+    timed!(iterations, {
+        assert!(store.holder(HELD).await.unwrap().is_some());
+    })
+}
