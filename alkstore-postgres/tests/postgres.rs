@@ -132,19 +132,25 @@ async fn release_through_another_store_wakes_the_waiter() {
         let waiter = {
             let (store, name) = (waiter_store.clone(), name.clone());
             tokio::spawn(async move {
+                let asked_at = Instant::now();
                 let lock = store
                     .lock(&name, "waiter", TTL, Duration::from_secs(20))
                     .await
                     .unwrap()
                     .unwrap();
-                (Instant::now(), lock)
+                (asked_at, Instant::now(), lock)
             })
         };
         // Long enough for the waiter's back-off to reach its 250 ms ceiling.
         tokio::time::sleep(Duration::from_millis(800)).await;
+        assert!(!waiter.is_finished(), "granted while the name was held");
         let released_at = Instant::now();
         assert!(held.release().await.unwrap());
-        let (granted_at, lock) = waiter.await.unwrap();
+        let (asked_at, granted_at, lock) = waiter.await.unwrap();
+        assert!(
+            released_at - asked_at >= Duration::from_millis(500),
+            "the waiter started late"
+        );
         handoffs.push(granted_at - released_at);
         assert!(lock.release().await.unwrap());
     }

@@ -55,7 +55,12 @@ fn decide(row: Option<&Row>, owner: &str, now: i64) -> Option<Attempt> {
     })
 }
 
-fn acquire(conn: &mut Connection, name: &str, owner: &str, ttl: i64) -> rusqlite::Result<Attempt> {
+pub(crate) fn acquire(
+    conn: &mut Connection,
+    name: &str,
+    owner: &str,
+    ttl: i64,
+) -> rusqlite::Result<Attempt> {
     // A refusal is decided by a plain read: no write lock, nothing written.
     if let Some(attempt) = decide(read_row(conn, name)?.as_ref(), owner, system_millis()) {
         return Ok(attempt);
@@ -76,6 +81,16 @@ fn acquire(conn: &mut Connection, name: &str, owner: &str, ttl: i64) -> rusqlite
         fence: fence as u64,
         left: Duration::from_millis(ttl as u64),
     })
+}
+
+/// Deletes the grant's row, expired or not; true if it was there.
+pub(crate) fn release(conn: &Connection, grant: &GrantKey) -> rusqlite::Result<bool> {
+    let deleted = conn.prepare_cached(sql::RELEASE)?.execute(params![
+        grant.name,
+        grant.owner,
+        grant.fence as i64
+    ])?;
+    Ok(deleted == 1)
 }
 
 #[async_trait]
@@ -111,17 +126,7 @@ impl Engine for SqliteEngine {
 
     async fn release(&self, grant: &GrantKey) -> Result<bool, BoxError> {
         let key = grant.clone();
-        let released = self
-            .worker
-            .run(move |conn| {
-                let deleted = conn.prepare_cached(sql::RELEASE)?.execute(params![
-                    key.name,
-                    key.owner,
-                    key.fence as i64
-                ])?;
-                Ok(deleted == 1)
-            })
-            .await?;
+        let released = self.worker.run(move |conn| release(conn, &key)).await?;
         if released {
             self.bus.released(&grant.name);
         }

@@ -38,6 +38,41 @@ use crate::worker::Worker;
 
 pub use schema::SchemaVersionError;
 
+/// [`SqliteStore::open`] was given an empty path; found in the source chain of
+/// the `Error::Database` it returns.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+#[error("the database path is empty (use SqliteStore::open_in_memory for a private database)")]
+pub struct EmptyPath;
+
+/// The engine's row operations run on the caller's thread, without the async
+/// bridge: for the benchmark's floor only (what the SQL itself costs). Not
+/// part of the public API.
+#[doc(hidden)]
+pub mod unbridged {
+    use alkstore_core::{Attempt, GrantKey};
+    use rusqlite::Connection;
+
+    /// Applies the engine's connection settings and schema to `conn`.
+    pub fn prepare(conn: &mut Connection) -> Result<(), alkstore_core::BoxError> {
+        crate::schema::prepare(conn)
+    }
+
+    /// The engine's acquire, as the store's thread runs it.
+    pub fn acquire(
+        conn: &mut Connection,
+        name: &str,
+        owner: &str,
+        ttl_ms: i64,
+    ) -> rusqlite::Result<Attempt> {
+        crate::engine::acquire(conn, name, owner, ttl_ms)
+    }
+
+    /// The engine's release, as the store's thread runs it.
+    pub fn release(conn: &Connection, grant: &GrantKey) -> rusqlite::Result<bool> {
+        crate::engine::release(conn, grant)
+    }
+}
+
 /// A lock store in one SQLite database.
 ///
 /// Cheap to share behind an `Arc`; all calls go through one connection owned by
@@ -51,8 +86,14 @@ pub struct SqliteStore {
 impl SqliteStore {
     /// Opens (creating if needed) the database file at `path`, in WAL mode, and
     /// creates alkstore's tables if they are missing.
+    ///
+    /// An empty path is refused with [`EmptyPath`] (SQLite would silently
+    /// open a private temporary database instead).
     pub async fn open(path: impl AsRef<Path>) -> Result<Self> {
         let path = path.as_ref().to_owned();
+        if path.as_os_str().is_empty() {
+            return Err(Error::database("open", EmptyPath));
+        }
         let opened = path.clone();
         let worker = Worker::start(move || {
             let mut conn = Connection::open(&opened)?;

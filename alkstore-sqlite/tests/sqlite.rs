@@ -264,3 +264,13 @@ async fn killed_holder_blocks_until_its_ttl() {
     let (left, waited) = assert_dead_holder_blocks_until_ttl(&store, "job", "child", fence).await;
     eprintln!("sigkill: holder killed with {left:?} left; granted {waited:?} after asking");
 }
+
+/// An empty path is refused, not turned into SQLite's hidden temporary database.
+#[tokio::test]
+async fn empty_path_is_refused() {
+    let err = SqliteStore::open("").await.unwrap_err();
+    assert!(
+        err.find_source::<alkstore_sqlite::EmptyPath>().is_some(),
+        "{err:?}"
+    );
+}

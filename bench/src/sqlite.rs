@@ -5,7 +5,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use alkstore_core::Store;
-use alkstore_sqlite::SqliteStore;
+use alkstore_core::{Attempt, GrantKey};
+use alkstore_sqlite::{SqliteStore, unbridged};
 use rusqlite::Connection;
 
 use crate::contention::{self, Contended};
@@ -40,52 +41,23 @@ fn fill(path: &Path, from: u64, n: u64) {
     .unwrap();
 }
 
-/// The statements of one alkstore cycle (acquire in an IMMEDIATE transaction
-/// with its fence counter, then release) run directly on a rusqlite
-/// connection, no bridge: what the engine's SQL costs by itself.
+/// One alkstore cycle (acquire, then release) with the engine's own row
+/// code run directly on a rusqlite connection on this thread, no bridge: what
+/// the engine's SQL costs by itself.
 async fn engine_statements_on_one_thread(dir: &Path) -> Row {
-    let path = dir.join("engine-sql.db");
-    SqliteStore::open(&path)
-        .await
-        .unwrap()
-        .close()
-        .await
-        .unwrap();
-    let mut conn = Connection::open(&path).unwrap();
-    conn.execute_batch("PRAGMA journal_mode = WAL; PRAGMA synchronous = NORMAL;")
-        .unwrap();
+    let mut conn = Connection::open(dir.join("engine-sql.db")).unwrap();
+    unbridged::prepare(&mut conn).unwrap();
     let took = timed!(ITERATIONS, {
-        let _: Option<i64> = conn
-            .query_row(
-                "SELECT fence FROM alkstore_locks WHERE name = 'cycle'",
-                [],
-                |r| r.get(0),
-            )
-            .ok();
-        let tx = conn
-            .transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)
-            .unwrap();
-        let _: Option<i64> = tx
-            .query_row(
-                "SELECT fence FROM alkstore_locks WHERE name = 'cycle'",
-                [],
-                |r| r.get(0),
-            )
-            .ok();
-        let fence: i64 = tx
-            .prepare_cached("UPDATE alkstore_meta SET value = value + 1 WHERE key = 'last_fence' RETURNING value")
-            .unwrap()
-            .query_row([], |r| r.get(0))
-            .unwrap();
-        tx.prepare_cached("INSERT INTO alkstore_locks (name, owner, fence, expires_at) VALUES ('cycle', 'me', ?1, 9000000000000000)")
-            .unwrap()
-            .execute([fence])
-            .unwrap();
-        tx.commit().unwrap();
-        conn.prepare_cached("DELETE FROM alkstore_locks WHERE name = 'cycle' AND fence = ?1")
-            .unwrap()
-            .execute([fence])
-            .unwrap();
+        let fence = match unbridged::acquire(&mut conn, "cycle", "me", 60_000).unwrap() {
+            Attempt::Granted { fence, .. } => fence,
+            Attempt::Held { .. } => panic!("the cycle name is free"),
+        };
+        let grant = GrantKey {
+            name: "cycle".into(),
+            owner: "me".into(),
+            fence,
+        };
+        assert!(unbridged::release(&conn, &grant).unwrap());
     });
     Row::time(
         ENGINE,

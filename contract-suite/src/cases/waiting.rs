@@ -37,18 +37,26 @@ pub async fn lock_woken_by_release(store: Arc<dyn Store>) {
         let waiter = {
             let (store, name) = (store.clone(), name.clone());
             tokio::spawn(async move {
+                let asked_at = Instant::now();
                 let lock = granted(
                     store
                         .lock(&name, "waiter", LONG, Duration::from_secs(20))
                         .await,
                 );
-                (Instant::now(), lock)
+                (asked_at, Instant::now(), lock)
             })
         };
         tokio::time::sleep(Duration::from_millis(600)).await;
+        assert!(!waiter.is_finished(), "granted while the name was held");
         let released_at = Instant::now();
         assert!(holder.release().await.unwrap());
-        let (granted_at, lock) = waiter.await.unwrap();
+        let (asked_at, granted_at, lock) = waiter.await.unwrap();
+        // The waiter was really waiting before the release, long enough for
+        // its back-off to be at its ceiling.
+        assert!(
+            released_at - asked_at >= Duration::from_millis(400),
+            "the waiter started late"
+        );
         handoffs.push(granted_at - released_at);
         assert!(lock.release().await.unwrap());
     }
