@@ -125,17 +125,20 @@ fn start_load(
                             let start = Instant::now();
                             tokio::time::sleep(Duration::from_millis(2)).await;
                             let end = Instant::now().min(lock.valid_until());
-                            load.history.lock().await.push(Interval {
-                                owner: owner.clone(),
-                                fence: lock.fence(),
-                                start,
-                                end,
-                            });
+                            let fence = lock.fence();
                             load.grants.fetch_add(1, Ordering::SeqCst);
                             if let Err(error) = lock.release().await {
                                 assert!(matches!(error, Error::Database { .. }), "{error:?}");
                                 load.errors.fetch_add(1, Ordering::SeqCst);
                             }
+                            load.history.lock().await.push(Interval {
+                                owner: owner.clone(),
+                                fence,
+                                requested: began,
+                                start,
+                                end,
+                                released: Some(Instant::now()),
+                            });
                         }
                         Ok(None) => {}
                         Err(error) => {

@@ -2,7 +2,7 @@
 
 use std::future::Future;
 use std::pin::Pin;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use alkstore_core::Store;
@@ -11,12 +11,14 @@ use alkstore_core::Store;
 const CASE_TIMEOUT: Duration = Duration::from_secs(120);
 
 type Cleanup = Pin<Box<dyn Future<Output = ()> + Send>>;
+type Opener = Arc<dyn Fn() -> Pin<Box<dyn Future<Output = Arc<dyn Store>> + Send>> + Send + Sync>;
 
 /// A fresh, isolated, empty store for one case, and how to remove it after.
 pub struct Fresh {
     /// The store under test.
     pub store: Arc<dyn Store>,
     cleanup: Option<Cleanup>,
+    opener: Option<Opener>,
 }
 
 impl Fresh {
@@ -26,6 +28,7 @@ impl Fresh {
         Fresh {
             store,
             cleanup: None,
+            opener: None,
         }
     }
 
@@ -34,6 +37,52 @@ impl Fresh {
     pub fn with_cleanup(mut self, cleanup: impl Future<Output = ()> + Send + 'static) -> Self {
         self.cleanup = Some(Box::pin(cleanup));
         self
+    }
+
+    /// How to open another, independent store on the same storage (its own
+    /// connections, as another process would have): the cases that race
+    /// independent stores call it. Without it they race clones of one store,
+    /// which can hide races between connections, and say so.
+    pub fn with_peers<F, Fut>(mut self, open: F) -> Self
+    where
+        F: Fn() -> Fut + Send + Sync + 'static,
+        Fut: Future<Output = Arc<dyn Store>> + Send + 'static,
+    {
+        self.opener = Some(Arc::new(move || Box::pin(open())));
+        self
+    }
+}
+
+/// The store under test and its independent peers, for the cases that race
+/// several stores on one storage.
+pub struct Stores {
+    /// The store under test.
+    pub store: Arc<dyn Store>,
+    opener: Option<Opener>,
+    opened: Arc<Mutex<Vec<Arc<dyn Store>>>>,
+}
+
+impl Stores {
+    /// `n` stores on the storage of the store under test, each independent
+    /// (the store under test is the first). The runner closes them after the
+    /// case. Without an opener ([`Fresh::with_peers`]) every one is the store
+    /// under test itself.
+    pub async fn open(&self, n: usize) -> Vec<Arc<dyn Store>> {
+        let mut stores = vec![self.store.clone()];
+        let Some(open) = &self.opener else {
+            eprintln!(
+                "note: the engine's fixture opens no peers (Fresh::with_peers); \
+                 racing {n} clones of one store"
+            );
+            stores.resize(n.max(1), self.store.clone());
+            return stores;
+        };
+        for _ in 1..n {
+            let peer = open().await;
+            self.opened.lock().unwrap().push(peer.clone());
+            stores.push(peer);
+        }
+        stores
     }
 }
 
@@ -49,6 +98,18 @@ where
     C: FnOnce(Arc<dyn Store>) -> CFut,
     CFut: Future<Output = ()> + Send + 'static,
 {
+    run_with_peers(fresh, |stores: Stores| case(stores.store));
+}
+
+/// As [`run`], for a case that takes [`Stores`] (the store under test and
+/// its independent peers); the peers it opened are closed after it.
+pub fn run_with_peers<F, FFut, C, CFut>(fresh: F, case: C)
+where
+    F: FnOnce() -> FFut,
+    FFut: Future<Output = Option<Fresh>>,
+    C: FnOnce(Stores) -> CFut,
+    CFut: Future<Output = ()> + Send + 'static,
+{
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
@@ -58,11 +119,17 @@ where
         let Some(fresh) = fresh().await else {
             return;
         };
-        let outcome = tokio::spawn(tokio::time::timeout(
-            CASE_TIMEOUT,
-            case(fresh.store.clone()),
-        ))
-        .await;
+        let opened = Arc::new(Mutex::new(Vec::new()));
+        let stores = Stores {
+            store: fresh.store.clone(),
+            opener: fresh.opener,
+            opened: opened.clone(),
+        };
+        let outcome = tokio::spawn(tokio::time::timeout(CASE_TIMEOUT, case(stores))).await;
+        let peers = std::mem::take(&mut *opened.lock().unwrap());
+        for peer in peers {
+            let _ = peer.close().await;
+        }
         let _ = fresh.store.close().await;
         if let Some(cleanup) = fresh.cleanup {
             cleanup.await;

@@ -28,7 +28,7 @@ mod fresh;
 pub mod safety;
 pub mod support;
 
-pub use fresh::{Fresh, run};
+pub use fresh::{Fresh, Stores, run, run_with_peers};
 
 /// Expands to one `#[test]` per contract case, each running the case against
 /// a store made by `$fresh` (an `async fn() -> Option<Fresh>`).
@@ -69,14 +69,21 @@ macro_rules! contract_tests {
             safety_many_holders_one_name,
             cancellation_leaves_no_trace,
             model_based_sequences,
-            bad_input_is_refused_and_writes_nothing
+            bad_input_is_refused_and_writes_nothing;
+            peers: fences_in_commit_order_across_stores
         );
     };
-    (@cases $fresh:path; $($case:ident),* $(,)?) => {
+    (@cases $fresh:path; $($case:ident),* $(,)?; peers: $($peer_case:ident),* $(,)?) => {
         $(
             #[test]
             fn $case() {
                 $crate::run($fresh, $crate::cases::$case);
+            }
+        )*
+        $(
+            #[test]
+            fn $peer_case() {
+                $crate::run_with_peers($fresh, $crate::cases::$peer_case);
             }
         )*
     };

@@ -38,3 +38,32 @@ async fn the_checker_catches_an_engine_that_grants_everything() {
         outcome.lost_updates, outcome.counter, outcome.increments
     );
 }
+
+/// The commit-order rule, run against an engine that is exclusive but draws
+/// each fence before it checks the name: the race of independent stores must
+/// find a grant whose fence is below one released before it came back.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_race_catches_fences_drawn_before_the_check() {
+    use alkstore_contract_suite::safety::broken::DrawsFenceEarly;
+    use alkstore_contract_suite::safety::workload::{Race, race};
+    let engine = DrawsFenceEarly::default();
+    let stores: Vec<Arc<dyn alkstore_core::Store>> = (0..16)
+        .map(|_| Arc::new(EngineStore::new(engine.clone())) as Arc<dyn alkstore_core::Store>)
+        .collect();
+    let shape = Race {
+        tasks_per_store: 2,
+        duration: Duration::from_secs(2),
+    };
+    let outcome = race(&stores, "raced", shape, 7).await;
+    let verdict = check(&outcome.history);
+    assert!(
+        matches!(verdict, Err(Violation::FenceOrder { .. })),
+        "checker missed fences out of commit order: {verdict:?} over {} grants",
+        outcome.history.len()
+    );
+    assert_eq!(outcome.lost_updates, 0, "the engine is exclusive; only fences are wrong");
+    eprintln!(
+        "negative control (commit order): {verdict:?} over {} grants",
+        outcome.history.len()
+    );
+}

@@ -67,6 +67,7 @@ pub async fn contend(store: Arc<dyn Store>, name: &str, workload: Workload, seed
             tokio::spawn(async move {
                 let owner = format!("task-{task}");
                 for _ in 0..workload.cycles {
+                    let requested = Instant::now();
                     let lock = store
                         .lock(&name, &owner, workload.ttl, Duration::from_secs(120))
                         .await
@@ -92,13 +93,16 @@ pub async fn contend(store: Arc<dyn Store>, name: &str, workload: Workload, seed
                         tokio::time::sleep(Duration::from_micros(rng.below(3000))).await;
                     }
                     let end = Instant::now().min(lock.valid_until());
+                    let fence = lock.fence();
+                    let _ = lock.release().await.expect("release");
                     history.lock().await.push(Interval {
                         owner: owner.clone(),
-                        fence: lock.fence(),
+                        fence,
+                        requested,
                         start,
                         end,
+                        released: Some(Instant::now()),
                     });
-                    let _ = lock.release().await.expect("release");
                 }
             })
         })
@@ -113,5 +117,88 @@ pub async fn contend(store: Arc<dyn Store>, name: &str, workload: Workload, seed
         lost_updates: lost_updates.load(Ordering::SeqCst),
         increments: increments.load(Ordering::SeqCst),
         pauses: pauses.load(Ordering::SeqCst),
+    }
+}
+
+/// How a race between independent stores is shaped.
+#[derive(Debug, Clone, Copy)]
+pub struct Race {
+    /// Contending tasks per store, one owner each.
+    pub tasks_per_store: usize,
+    /// How long the race runs.
+    pub duration: Duration,
+}
+
+/// Races tasks on independent stores (each with its own connections) for
+/// one name: each task loops `try_lock` with a long lease, and when granted
+/// increments the shared counter and releases at once. Every third task
+/// waits with `lock` instead, so that a release sends a waiter at the name
+/// while the spinning tasks try it too. With long leases and prompt releases,
+/// exclusion alone orders the grants, so the history checker's commit-order
+/// rule must hold for every grant.
+pub async fn race(stores: &[Arc<dyn Store>], name: &str, race: Race, seed: u64) -> Outcome {
+    let ttl = Duration::from_secs(30);
+    let history = Arc::new(Mutex::new(Vec::new()));
+    let counter = Arc::new(std::sync::Mutex::new(0u64));
+    let lost_updates = Arc::new(AtomicU64::new(0));
+    let increments = Arc::new(AtomicU64::new(0));
+    let stop = Instant::now() + race.duration;
+    let mut tasks = Vec::new();
+    for (s, store) in stores.iter().enumerate() {
+        for t in 0..race.tasks_per_store {
+            let (store, name) = (store.clone(), name.to_owned());
+            let (history, counter) = (history.clone(), counter.clone());
+            let (lost_updates, increments) = (lost_updates.clone(), increments.clone());
+            let waits = (s * race.tasks_per_store + t) % 3 == 2;
+            let mut rng = Rng::new(seed ^ ((s * 1000 + t) as u64).wrapping_mul(0x9E37_79B9));
+            tasks.push(tokio::spawn(async move {
+                let owner = format!("store-{s}-task-{t}");
+                while Instant::now() < stop {
+                    let requested = Instant::now();
+                    let got = if waits {
+                        store.lock(&name, &owner, ttl, Duration::from_millis(50)).await
+                    } else {
+                        store.try_lock(&name, &owner, ttl).await
+                    };
+                    let Some(lock) = got.expect("acquire") else {
+                        tokio::time::sleep(Duration::from_micros(rng.below(500))).await;
+                        continue;
+                    };
+                    let start = Instant::now();
+                    let seen = *counter.lock().unwrap();
+                    tokio::task::yield_now().await;
+                    {
+                        let mut value = counter.lock().unwrap();
+                        if *value != seen {
+                            lost_updates.fetch_add(1, Ordering::SeqCst);
+                        }
+                        *value = seen + 1;
+                        increments.fetch_add(1, Ordering::SeqCst);
+                    }
+                    let end = Instant::now().min(lock.valid_until());
+                    let fence = lock.fence();
+                    assert!(lock.release().await.expect("release"), "own live grant");
+                    history.lock().await.push(Interval {
+                        owner: owner.clone(),
+                        fence,
+                        requested,
+                        start,
+                        end,
+                        released: Some(Instant::now()),
+                    });
+                }
+            }));
+        }
+    }
+    for task in tasks {
+        task.await.expect("a racing task panicked");
+    }
+    let history = std::mem::take(&mut *history.lock().await);
+    Outcome {
+        history,
+        counter: *counter.lock().unwrap(),
+        lost_updates: lost_updates.load(Ordering::SeqCst),
+        increments: increments.load(Ordering::SeqCst),
+        pauses: 0,
     }
 }

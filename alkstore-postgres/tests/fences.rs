@@ -1,0 +1,182 @@
+//! Fences in commit order on PostgreSQL, with a descheduled backend made
+//! deterministic: a trigger in the test's schema sleeps inside the write of
+//! owner `slow`, so its transaction stays in flight while another contender
+//! runs.
+
+mod common;
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use alkstore_contract_suite::safety::history::{Interval, check};
+use alkstore_core::{Lock, Store};
+use alkstore_postgres::PgStore;
+
+const TTL: Duration = Duration::from_secs(30);
+
+/// Puts a trigger on the schema's lock table that sleeps `seconds` inside
+/// every insert or update of a row for owner `slow`.
+async fn slow_down_owner_slow(store: &PgStore, seconds: f64) {
+    let s = format!("\"{}\"", store.schema().replace('"', "\"\""));
+    sqlx::raw_sql(sqlx::AssertSqlSafe(format!(
+        "CREATE FUNCTION {s}.slow_writer() RETURNS trigger LANGUAGE plpgsql AS $$
+         BEGIN
+             IF NEW.owner = 'slow' THEN PERFORM pg_sleep({seconds}); END IF;
+             RETURN NEW;
+         END $$;
+         CREATE TRIGGER slow_writer BEFORE INSERT OR UPDATE ON {s}.locks
+             FOR EACH ROW EXECUTE FUNCTION {s}.slow_writer();"
+    )))
+    .execute(store.pool())
+    .await
+    .expect("install the slow trigger");
+}
+
+/// Removes what [`slow_down_owner_slow`] added, so the schema is alkstore's alone again.
+async fn remove_slow_trigger(store: &PgStore) {
+    let s = format!("\"{}\"", store.schema().replace('"', "\"\""));
+    sqlx::raw_sql(sqlx::AssertSqlSafe(format!(
+        "DROP FUNCTION {s}.slow_writer() CASCADE"
+    )))
+    .execute(store.pool())
+    .await
+    .expect("remove the slow trigger");
+}
+
+/// Waits until a backend of this database sleeps in `pg_sleep` (the slow
+/// contender is inside its write).
+async fn until_someone_sleeps(store: &PgStore) {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let (sleeping,): (i64,) = sqlx::query_as(
+            "SELECT count(*) FROM pg_stat_activity
+             WHERE wait_event = 'PgSleep' AND datname = current_database()",
+        )
+        .fetch_one(store.pool())
+        .await
+        .unwrap();
+        if sleeping > 0 {
+            return;
+        }
+        assert!(Instant::now() < deadline, "the slow contender never slept");
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+}
+
+/// Acquires, then releases at once; the interval as the checker wants it.
+async fn grant_and_release(store: &dyn Store, owner: &str) -> Option<Interval> {
+    let requested = Instant::now();
+    let lock = store.try_lock("n", owner, TTL).await.unwrap()?;
+    Some(release_now(lock, owner, requested).await)
+}
+
+async fn release_now(lock: Box<dyn Lock>, owner: &str, requested: Instant) -> Interval {
+    let start = Instant::now();
+    let end = Instant::now().min(lock.valid_until());
+    let fence = lock.fence();
+    assert!(lock.release().await.unwrap());
+    Interval {
+        owner: owner.into(),
+        fence,
+        requested,
+        start,
+        end,
+        released: Some(Instant::now()),
+    }
+}
+
+/// The interleaving the review reproduced: `slow` starts first, `fast`
+/// contends while `slow`'s write is in flight and, if granted, releases at
+/// once; `slow`'s grant, coming back after that release, must carry the
+/// higher fence. (Before fences were drawn under a per-name lock, `slow`
+/// got fence 1 after `fast` was granted 2 and released.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_slow_contender_never_gets_a_fence_below_a_released_grant() {
+    let Some((store, schema)) = common::store("slowfence").await else {
+        return;
+    };
+    let store = Arc::new(store);
+    slow_down_owner_slow(&store, 1.5).await;
+    let fast = PgStore::connect(&schema.url, &schema.name).await.unwrap();
+    let slow = tokio::spawn({
+        let store = store.clone();
+        async move {
+            let requested = Instant::now();
+            let lock = store.try_lock("n", "slow", TTL).await.unwrap();
+            match lock {
+                Some(lock) => Some(release_now(lock, "slow", requested).await),
+                None => None,
+            }
+        }
+    });
+    until_someone_sleeps(&store).await;
+    let mut history: Vec<Interval> = grant_and_release(&fast, "fast").await.into_iter().collect();
+    history.extend(slow.await.unwrap());
+    assert!(!history.is_empty(), "nobody was granted a free name");
+    eprintln!(
+        "granted: {:?}",
+        history.iter().map(|i| (&i.owner, i.fence)).collect::<Vec<_>>()
+    );
+    assert_eq!(check(&history), Ok(()));
+    remove_slow_trigger(&store).await;
+    fast.close().await.unwrap();
+    store.close().await.unwrap();
+    schema.drop().await;
+}
+
+/// The same owner asking again while its own first grant is still in flight
+/// (committed only after the second request's snapshot) gets that grant,
+/// as on SQLite, and not `Ok(None)`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn same_owner_racing_its_own_grant_in_flight_gets_it() {
+    let Some((store, schema)) = common::store("sameowner").await else {
+        return;
+    };
+    let store = Arc::new(store);
+    slow_down_owner_slow(&store, 1.0).await;
+    let other = PgStore::connect(&schema.url, &schema.name).await.unwrap();
+    let first = tokio::spawn({
+        let store = store.clone();
+        async move { store.try_lock("n", "slow", TTL).await.unwrap() }
+    });
+    until_someone_sleeps(&store).await;
+    let second = other.try_lock("n", "slow", TTL).await.unwrap();
+    let first = first.await.unwrap().expect("the first request is granted");
+    let second = second.expect("the same owner gets its own grant, not Ok(None)");
+    assert_eq!(second.fence(), first.fence(), "one grant, one fence");
+    assert!(first.release().await.unwrap());
+    drop(second);
+    remove_slow_trigger(&store).await;
+    other.close().await.unwrap();
+    store.close().await.unwrap();
+    schema.drop().await;
+}
+
+/// A contender refused because a concurrent grant was in flight writes
+/// nothing and burns no fence: the next grant's fence is the next value.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_refusal_racing_a_grant_in_flight_burns_no_fence() {
+    let Some((store, schema)) = common::store("raceref").await else {
+        return;
+    };
+    let store = Arc::new(store);
+    slow_down_owner_slow(&store, 1.0).await;
+    let other = PgStore::connect(&schema.url, &schema.name).await.unwrap();
+    let first = tokio::spawn({
+        let store = store.clone();
+        async move { store.try_lock("n", "slow", TTL).await.unwrap() }
+    });
+    until_someone_sleeps(&store).await;
+    let refused = other.try_lock("n", "fast", TTL).await.unwrap();
+    assert!(refused.is_none(), "granted while another grant was in flight");
+    let first = first.await.unwrap().expect("granted");
+    let first_fence = first.fence();
+    assert!(first.release().await.unwrap());
+    let next = other.try_lock("n", "fast", TTL).await.unwrap().expect("free");
+    assert_eq!(next.fence(), first_fence + 1, "the refusal burned a fence");
+    assert!(next.release().await.unwrap());
+    remove_slow_trigger(&store).await;
+    other.close().await.unwrap();
+    store.close().await.unwrap();
+    schema.drop().await;
+}
