@@ -23,9 +23,13 @@ pub enum Error {
         /// Why it was rejected.
         problem: NameProblem,
     },
-    /// The lock name starts with the reserved prefix `alkstore.`; nothing was sent to storage.
-    #[error("lock name {name:?} is reserved: names starting with `{prefix}` belong to alkstore", prefix = crate::name::RESERVED_PREFIX)]
+    /// The name is in a reserved namespace (a lock name starting with
+    /// `alkstore.`, a PostgreSQL schema starting with `pg_`); nothing was
+    /// sent to storage.
+    #[error("{field} {name:?} is reserved: {}", reserved_because(*field))]
     ReservedName {
+        /// Which argument was rejected.
+        field: Field,
         /// The rejected name.
         name: String,
     },
@@ -42,6 +46,17 @@ pub enum Error {
         #[source]
         source: BoxError,
     },
+}
+
+/// Whose namespace a reserved name belongs to.
+fn reserved_because(field: Field) -> String {
+    match field {
+        Field::Schema => "schema names starting with `pg_` belong to PostgreSQL".to_owned(),
+        _ => format!(
+            "names starting with `{}` belong to alkstore",
+            crate::name::RESERVED_PREFIX
+        ),
+    }
 }
 
 impl Error {

@@ -26,6 +26,7 @@ pub fn validate_name(name: &str) -> Result<()> {
     })?;
     if name.starts_with(RESERVED_PREFIX) {
         return Err(Error::ReservedName {
+            field: Field::Name,
             name: name.to_owned(),
         });
     }
@@ -125,7 +126,7 @@ mod tests {
     fn reserved_prefix_applies_to_names_not_owners() {
         assert!(matches!(
             validate_name("alkstore.leader"),
-            Err(Error::ReservedName { name }) if name == "alkstore.leader"
+            Err(Error::ReservedName { name, .. }) if name == "alkstore.leader"
         ));
         assert!(validate_name("alkstore").is_ok());
         assert!(validate_name("Alkstore.leader").is_ok());

@@ -13,6 +13,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use alkstore_core::{BoxError, Closed};
 use sqlx::postgres::{PgConnectOptions, PgConnection};
 use sqlx::{ConnectOptions, Connection};
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
@@ -30,9 +31,11 @@ pub(crate) struct Connections {
 }
 
 impl Connections {
+    /// Connections made with `options`, READ COMMITTED pinned (the
+    /// statements rely on it, whatever the role's or database's default).
     pub(crate) fn new(options: PgConnectOptions, max: u32) -> Self {
         Connections {
-            options,
+            options: options.options([crate::sql::ISOLATION_OPTION]),
             idle: Mutex::new(Vec::new()),
             permits: Arc::new(Semaphore::new(max.max(1) as usize)),
             closed: AtomicBool::new(false),
@@ -40,13 +43,15 @@ impl Connections {
     }
 
     /// An idle connection (when `reuse`), or a new one.
-    pub(crate) async fn get(&self, reuse: bool) -> Result<Checkout<'_>, sqlx::Error> {
+    /// Fails with [`Closed`] once the store closed, also for a call that was
+    /// waiting for a connection when it did.
+    pub(crate) async fn get(&self, reuse: bool) -> Result<Checkout<'_>, BoxError> {
         let permit = self
             .permits
             .clone()
             .acquire_owned()
             .await
-            .map_err(|_| sqlx::Error::PoolClosed)?;
+            .map_err(|_| Closed)?;
         let idle = if reuse {
             self.idle.lock().unwrap_or_else(|e| e.into_inner()).pop()
         } else {
@@ -97,19 +102,30 @@ impl Checkout<'_> {
 
     /// Takes the statement's result. The connection goes back to the idle
     /// set only if the statement succeeded. A reused idle connection found
-    /// dead (the server restarted or terminated it while it sat idle, so the
-    /// statement never ran) asks for one retry on a new connection, and the
-    /// rest of the idle set, likely dead too, is dropped.
-    pub(crate) fn settle<T>(mut self, result: Result<T, sqlx::Error>) -> Settled<T> {
+    /// dead (the server restarted or terminated it while it sat idle) asks
+    /// for one retry on a new connection, and the rest of the idle set,
+    /// likely dead too, is dropped — but only for a statement that can run
+    /// twice with the same outcome (`idempotent`): a lost connection does
+    /// not prove the statement never committed, and a release that committed
+    /// and ran again would answer `false` and wake nobody.
+    pub(crate) fn settle<T>(
+        mut self,
+        result: Result<T, sqlx::Error>,
+        idempotent: bool,
+    ) -> Settled<T> {
         self.clean = result.is_ok();
-        match result {
-            Err(error) if self.reused && is_connection_lost(&error) => {
-                tracing::debug!(%error, "idle connection was dead; retrying on a new one");
+        if let Err(error) = &result {
+            if self.reused && is_connection_lost(error) {
                 self.owner
                     .idle
                     .lock()
                     .unwrap_or_else(|e| e.into_inner())
                     .clear();
+            }
+        }
+        match result {
+            Err(error) if idempotent && self.reused && is_connection_lost(&error) => {
+                tracing::debug!(%error, "idle connection was dead; retrying on a new one");
                 Settled::Retry
             }
             result => Settled::Done(result),
@@ -126,16 +142,16 @@ pub(crate) enum Settled<T> {
 }
 
 /// Runs one statement (`$statement`, using the connection `$conn`) on a
-/// connection from `$connections`, retrying once on a new connection when a
-/// reused idle one was dead.
+/// connection from `$connections`; an idempotent one is retried once on a
+/// new connection when a reused idle one was dead.
 macro_rules! on_connection {
-    ($connections:expr, |$conn:ident| $statement:expr) => {{
+    ($connections:expr, idempotent: $idempotent:expr, |$conn:ident| $statement:expr) => {{
         let mut reuse = true;
         loop {
             let mut checkout = $connections.get(reuse).await?;
             let $conn = checkout.conn();
             let result = $statement.await;
-            match checkout.settle(result) {
+            match checkout.settle(result, $idempotent) {
                 $crate::connections::Settled::Retry => reuse = false,
                 $crate::connections::Settled::Done(result) => break result,
             }

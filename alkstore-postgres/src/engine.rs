@@ -20,6 +20,10 @@ const POLL_CEILING: Duration = Duration::from_millis(250);
 #[derive(Debug)]
 pub(crate) struct PgEngine {
     pub(crate) pool: PgPool,
+    pub(crate) schema: String,
+    /// The pool of one connection the release listener uses, so that it
+    /// never holds a connection of the caller's pool.
+    pub(crate) listen_pool: PgPool,
     pub(crate) connections: Connections,
     pub(crate) sql: Statements,
     pub(crate) channel: String,
@@ -30,13 +34,10 @@ pub(crate) struct PgEngine {
 }
 
 impl PgEngine {
-    /// Drops the schema and everything in it.
-    pub(crate) async fn drop_schema(&self) -> Result<(), sqlx::Error> {
-        on_connection!(self.connections, |conn| sqlx::query(
-            self.sql.drop_schema.clone()
-        )
-        .execute(conn))?;
-        Ok(())
+    /// Drops alkstore's objects, and the schema if alkstore created it and
+    /// nothing else lives there.
+    pub(crate) async fn drop_schema(&self) -> Result<(), BoxError> {
+        crate::schema::drop(&self.pool, &self.schema, &self.sql).await
     }
 }
 
@@ -52,8 +53,7 @@ impl Engine for PgEngine {
         owner: &str,
         ttl: LeaseMillis,
     ) -> Result<Attempt, BoxError> {
-        let row: Option<(bool, i64, i64)> =
-            on_connection!(self.connections, |conn| sqlx::query_as(
+        let row: Option<(bool, i64, i64)> = on_connection!(self.connections, idempotent: true, |conn| sqlx::query_as(
                 self.sql.acquire.clone()
             )
             .bind(name)
@@ -74,7 +74,9 @@ impl Engine for PgEngine {
     }
 
     async fn renew(&self, grant: &GrantKey, ttl: LeaseMillis) -> Result<bool, BoxError> {
-        let done = on_connection!(self.connections, |conn| sqlx::query(self.sql.renew.clone())
+        let done = on_connection!(self.connections, idempotent: true, |conn| sqlx::query(
+            self.sql.renew.clone()
+        )
             .bind(&grant.name)
             .bind(&grant.owner)
             .bind(grant.fence as i64)
@@ -84,7 +86,7 @@ impl Engine for PgEngine {
     }
 
     async fn release(&self, grant: &GrantKey) -> Result<bool, BoxError> {
-        let (deleted,): (i64,) = on_connection!(self.connections, |conn| sqlx::query_as(
+        let (deleted,): (i64,) = on_connection!(self.connections, idempotent: false, |conn| sqlx::query_as(
             self.sql.release.clone()
         )
         .bind(&grant.name)
@@ -101,8 +103,7 @@ impl Engine for PgEngine {
     }
 
     async fn holder(&self, name: &str) -> Result<Option<Holder>, BoxError> {
-        let row: Option<(String, i64, i64)> =
-            on_connection!(self.connections, |conn| sqlx::query_as(
+        let row: Option<(String, i64, i64)> = on_connection!(self.connections, idempotent: true, |conn| sqlx::query_as(
                 self.sql.holder.clone()
             )
             .bind(name)
@@ -115,17 +116,19 @@ impl Engine for PgEngine {
     }
 
     async fn purge_expired(&self) -> Result<u64, BoxError> {
-        let done = on_connection!(self.connections, |conn| sqlx::query(self.sql.purge.clone())
+        let done = on_connection!(self.connections, idempotent: true, |conn| sqlx::query(
+            self.sql.purge.clone()
+        )
             .execute(conn))?;
         Ok(done.rows_affected())
     }
 
     async fn close(&self) -> Result<(), BoxError> {
-        // The listener holds a pool connection; the pool's close waits for it.
         if let Some(listener) = self.listener.get() {
             listener.stop();
         }
         self.connections.close().await;
+        self.listen_pool.close().await;
         self.pool.close().await;
         Ok(())
     }
@@ -137,7 +140,12 @@ impl Engine for PgEngine {
     async fn prepare_wait(&self) -> Result<(), BoxError> {
         self.listener
             .get_or_try_init(|| {
-                Listener::start(&self.pool, &self.channel, &self.tag, self.bus.clone())
+                Listener::start(
+                    &self.listen_pool,
+                    &self.channel,
+                    &self.tag,
+                    self.bus.clone(),
+                )
             })
             .await?;
         Ok(())

@@ -5,8 +5,9 @@
 //! - Acquire, renew and release are one statement, one round trip, each; a
 //!   refused acquire writes nothing.
 //! - The server's clock decides expiry, so hosts never disagree about it.
-//! - Fences come from an identity sequence: strictly increasing per name
-//!   across releases, expiries, takeovers and reconnects.
+//! - Fences follow commit order: a grant's fence is drawn from the schema's
+//!   sequence only while it holds a per-name advisory lock, after every
+//!   earlier grant of the name committed (docs/engine-postgres.md).
 //! - Waiting acquires are woken by releases through LISTEN/NOTIFY (one
 //!   listener connection per store), with a bounded poll for expiries.
 //!
@@ -42,7 +43,7 @@ use crate::connections::Connections;
 use crate::engine::PgEngine;
 use crate::sql::Statements;
 
-pub use schema::{MAX_SCHEMA_BYTES, SchemaVersionError};
+pub use schema::{CannotCreateError, ForeignObjectsError, MAX_SCHEMA_BYTES, SchemaVersionError};
 /// The connection pool type `PgStore::open` takes (sqlx's).
 pub use sqlx::PgPool as Pool;
 
@@ -77,9 +78,10 @@ impl PgStore {
         schema::validate(schema)?;
         let pool = PgPoolOptions::new()
             .max_connections(DEFAULT_MAX_CONNECTIONS)
-            // Each checkout would cost a ping round trip; a broken connection
-            // shows up as the operation's own error instead.
-            .test_before_acquire(false)
+            // Lock operations run on the store's own connections; the pool
+            // serves opening and dropping the schema, where a ping that
+            // weeds out a connection the server dropped is worth its trip.
+            .test_before_acquire(true)
             .connect(url)
             .await
             .map_err(|e| Error::database("connect", e))?;
@@ -91,15 +93,20 @@ impl PgStore {
     pub async fn open(pool: PgPool, schema: &str) -> Result<Self> {
         schema::validate(schema)?;
         let sql = Statements::new(schema);
-        let oid = schema::create(&pool, schema, &sql)
+        let oid = schema::open(&pool, schema, &sql)
             .await
             .map_err(|e| Error::database("open", e))?;
-        let connections = Connections::new(
-            (*pool.connect_options()).clone(),
-            pool.options().get_max_connections(),
-        );
+        let options = (*pool.connect_options()).clone();
+        let connections = Connections::new(options.clone(), pool.options().get_max_connections());
+        let listen_pool = PgPoolOptions::new()
+            .max_connections(1)
+            .max_lifetime(None)
+            .idle_timeout(None)
+            .connect_lazy_with(options);
         let engine = PgEngine {
             connections,
+            listen_pool,
+            schema: schema.to_owned(),
             pool,
             sql,
             channel: sql::channel(oid),
@@ -123,8 +130,10 @@ impl PgStore {
         &self.inner.engine().pool
     }
 
-    /// Drops the schema and everything in it (tests and teardown). Fails
-    /// closed after [`Store::close`](alkstore_core::Store::close).
+    /// Drops alkstore's objects in the schema (tests and teardown), and the
+    /// schema itself if alkstore created it and nothing else lives in it:
+    /// never a schema it found (such as `public`), never anything it did not
+    /// create. Fails closed after [`Store::close`](alkstore_core::Store::close).
     pub async fn drop_schema(&self) -> Result<()> {
         if self.inner.is_closed() {
             return Err(Error::closed("drop_schema"));

@@ -1,24 +1,65 @@
-//! Checking the schema name, and creating the schema on open.
+//! Checking the schema name; finding, creating, adopting and dropping
+//! alkstore's objects in it.
+//!
+//! alkstore creates, adopts and drops only its own objects. Opening first
+//! reads the catalog and the `meta` table: when everything is there and
+//! marked as alkstore's, nothing else runs, so a role with only DML rights
+//! on objects an administrator provisioned can open a store. Only what is
+//! missing is created, under an advisory lock. Tables alkstore did not make
+//! are never adopted, and dropping removes only alkstore's objects (and the
+//! schema, if alkstore created it and nothing else lives there).
 
-use alkstore_core::{Error, Field, check_text};
-use sqlx::PgPool;
+use std::collections::HashMap;
 
-use crate::sql::{self, Statements};
+use alkstore_core::{BoxError, Error, Field, check_text};
+use sqlx::{PgConnection, PgPool};
+
+use crate::sql::{self, Objects, Statements};
 
 /// PostgreSQL keeps at most 63 bytes of an identifier and silently truncates
 /// longer ones, which would make two long names one schema: refuse them.
 pub const MAX_SCHEMA_BYTES: usize = 63;
 
-/// The schema holds a version written by a newer alkstore.
+/// The schema holds a version this build cannot use.
 #[derive(Debug, thiserror::Error)]
 #[error(
-    "the schema holds alkstore schema version {found}; this build knows version {known} and older"
+    "the schema holds alkstore schema version {found}; this build uses version {known} only \
+     (older layouts are not migrated: drop the schema and open again)"
 )]
 pub struct SchemaVersionError {
     /// The version found.
     pub found: i64,
-    /// The newest version this build understands.
+    /// The version this build understands.
     pub known: i64,
+}
+
+/// The schema holds objects with alkstore's names that alkstore did not
+/// make; they are never adopted, changed or dropped.
+#[derive(Debug, thiserror::Error)]
+#[error(
+    "schema {schema:?} holds {what} that alkstore did not create; alkstore will not adopt or \
+     drop it (choose another schema)"
+)]
+pub struct ForeignObjectsError {
+    /// The schema.
+    pub schema: String,
+    /// What was found.
+    pub what: &'static str,
+}
+
+/// Some of alkstore's objects are missing and this role may not create them.
+#[derive(Debug, thiserror::Error)]
+#[error(
+    "alkstore's objects in schema {schema:?} are missing and could not be created with this \
+     role's rights; have an administrator open the store once, or grant CREATE on the schema \
+     (docs/engine-postgres.md lists the grants)"
+)]
+pub struct CannotCreateError {
+    /// The schema.
+    pub schema: String,
+    /// Why the server refused.
+    #[source]
+    pub source: sqlx::Error,
 }
 
 /// 1 to 63 bytes, not whitespace only, no control characters (so no NUL), and
@@ -30,42 +71,240 @@ pub(crate) fn validate(schema: &str) -> Result<(), Error> {
     })?;
     if schema.starts_with("pg_") {
         return Err(Error::ReservedName {
+            field: Field::Schema,
             name: schema.to_owned(),
         });
     }
     Ok(())
 }
 
-/// Creates the schema and its objects if missing, under a transaction-scoped
-/// advisory lock so that several processes opening at once do not collide,
-/// checks the recorded version, and returns the schema's OID.
-pub(crate) async fn create(
+/// The schema's OID and objects, as the catalog shows them now.
+async fn inspect(
+    conn: &mut PgConnection,
+    schema: &str,
+) -> Result<Option<(i64, Objects)>, sqlx::Error> {
+    let row: Option<(i64, bool, bool, bool, bool)> = sqlx::query_as(sql::INSPECT)
+        .bind(schema)
+        .fetch_optional(conn)
+        .await?;
+    Ok(row.map(|(oid, meta, locks, fences, acquire)| {
+        (
+            oid,
+            Objects {
+                meta,
+                locks,
+                fences,
+                acquire,
+            },
+        )
+    }))
+}
+
+/// What `meta` says: whether alkstore made these objects, and whether it
+/// created the schema. Refuses a foreign `meta` and a version this build
+/// cannot use.
+async fn read_meta(
+    conn: &mut PgConnection,
+    schema: &str,
+    statements: &Statements,
+) -> Result<bool, BoxError> {
+    let rows: Vec<(String, i64)> = sqlx::query_as(statements.read_meta.clone())
+        .fetch_all(&mut *conn)
+        .await
+        .map_err(|error| -> BoxError {
+            // Columns that are not (key text, value bigint): someone else's table.
+            let unlike_ours = matches!(&error, sqlx::Error::ColumnDecode { .. } | sqlx::Error::ColumnNotFound(_))
+                || matches!(&error, sqlx::Error::Database(db) if db.code().as_deref() == Some("42703"));
+            if unlike_ours {
+                foreign(schema, "a table named meta").into()
+            } else {
+                error.into()
+            }
+        })?;
+    let meta: HashMap<String, i64> = rows.into_iter().collect();
+    if !meta.contains_key(sql::MARKER_KEY) {
+        // Pre-release layout 1 had no marker: say what it is.
+        if let Some(&found) = meta.get("schema_version") {
+            return Err(SchemaVersionError {
+                found,
+                known: sql::SCHEMA_VERSION,
+            }
+            .into());
+        }
+        return Err(foreign(schema, "a table named meta").into());
+    }
+    match meta.get("schema_version") {
+        Some(&found) if found == sql::SCHEMA_VERSION => {}
+        found => {
+            return Err(SchemaVersionError {
+                found: found.copied().unwrap_or(0),
+                known: sql::SCHEMA_VERSION,
+            }
+            .into());
+        }
+    }
+    Ok(meta.get(sql::CREATED_SCHEMA_KEY) == Some(&1))
+}
+
+fn foreign(schema: &str, what: &'static str) -> ForeignObjectsError {
+    ForeignObjectsError {
+        schema: schema.to_owned(),
+        what,
+    }
+}
+
+/// The objects found without `meta` are someone else's.
+fn refuse_unmarked(schema: &str, objects: Objects) -> Result<(), BoxError> {
+    if !objects.meta && objects.any() {
+        let what = if objects.locks {
+            "a table named locks"
+        } else if objects.fences {
+            "a relation named fences"
+        } else {
+            "a function named acquire"
+        };
+        return Err(foreign(schema, what).into());
+    }
+    Ok(())
+}
+
+/// Finds or creates the store's objects in `schema` and returns the schema's
+/// OID. Reads only, when everything is there; otherwise creates what is
+/// missing under a transaction-scoped advisory lock, so that several
+/// processes opening at once do not collide.
+pub(crate) async fn open(
     pool: &PgPool,
     schema: &str,
     statements: &Statements,
-) -> Result<i64, sqlx::Error> {
+) -> Result<i64, BoxError> {
+    let mut conn = pool.acquire().await?;
+    if let Some((oid, objects)) = inspect(&mut conn, schema).await? {
+        refuse_unmarked(schema, objects)?;
+        if objects.all() {
+            read_meta(&mut conn, schema, statements).await?;
+            return Ok(oid);
+        }
+    }
+    std::mem::drop(conn);
+    create_missing(pool, schema, statements).await
+}
+
+async fn create_missing(
+    pool: &PgPool,
+    schema: &str,
+    statements: &Statements,
+) -> Result<i64, BoxError> {
     let mut tx = pool.begin().await?;
+    sqlx::query(sql::READ_COMMITTED).execute(&mut *tx).await?;
     sqlx::query(sql::LOCK_SCHEMA_CREATION)
         .bind(sql::SCHEMA_LOCK_CLASS)
         .bind(schema)
         .execute(&mut *tx)
         .await?;
-    sqlx::raw_sql(statements.create_schema.clone())
-        .execute(&mut *tx)
-        .await?;
-    let (found,): (i64,) = sqlx::query_as(statements.schema_version.clone())
-        .fetch_one(&mut *tx)
-        .await?;
-    if found > sql::SCHEMA_VERSION {
-        return Err(sqlx::Error::Configuration(Box::new(SchemaVersionError {
-            found,
-            known: sql::SCHEMA_VERSION,
-        })));
+    let cannot = |source: sqlx::Error| -> BoxError {
+        let denied =
+            matches!(&source, sqlx::Error::Database(db) if db.code().as_deref() == Some("42501"));
+        if denied {
+            CannotCreateError {
+                schema: schema.to_owned(),
+                source,
+            }
+            .into()
+        } else {
+            source.into()
+        }
+    };
+    let found = inspect(&mut tx, schema).await?;
+    let (created_schema, objects) = match found {
+        Some((_, objects)) => (false, objects),
+        None => {
+            sqlx::raw_sql(statements.create_schema.clone())
+                .execute(&mut *tx)
+                .await
+                .map_err(cannot)?;
+            (true, Objects::default())
+        }
+    };
+    refuse_unmarked(schema, objects)?;
+    if objects.meta {
+        read_meta(&mut tx, schema, statements).await?;
+    } else {
+        sqlx::raw_sql(statements.create_meta.clone())
+            .execute(&mut *tx)
+            .await
+            .map_err(cannot)?;
+        sqlx::query(statements.record_meta.clone())
+            .bind(sql::SCHEMA_VERSION)
+            .bind(i64::from(created_schema))
+            .execute(&mut *tx)
+            .await?;
     }
-    let (oid,): (i64,) = sqlx::query_as(sql::SCHEMA_OID)
-        .bind(schema)
-        .fetch_one(&mut *tx)
-        .await?;
+    for (present, create) in [
+        (objects.locks, &statements.create_locks),
+        (objects.fences, &statements.create_fences),
+        (objects.acquire, &statements.create_acquire),
+    ] {
+        if !present {
+            sqlx::raw_sql(create.clone())
+                .execute(&mut *tx)
+                .await
+                .map_err(cannot)?;
+        }
+    }
+    let (oid, _) = inspect(&mut tx, schema)
+        .await?
+        .ok_or("the schema vanished while it was being created")?;
     tx.commit().await?;
     Ok(oid)
+}
+
+/// Drops alkstore's objects in `schema`, and the schema itself when alkstore
+/// created it and nothing else lives in it. Objects alkstore did not make
+/// are refused, never dropped.
+pub(crate) async fn drop(
+    pool: &PgPool,
+    schema: &str,
+    statements: &Statements,
+) -> Result<(), BoxError> {
+    let mut tx = pool.begin().await?;
+    sqlx::query(sql::READ_COMMITTED).execute(&mut *tx).await?;
+    sqlx::query(sql::LOCK_SCHEMA_CREATION)
+        .bind(sql::SCHEMA_LOCK_CLASS)
+        .bind(schema)
+        .execute(&mut *tx)
+        .await?;
+    let Some((_, objects)) = inspect(&mut tx, schema).await? else {
+        return Ok(());
+    };
+    refuse_unmarked(schema, objects)?;
+    if !objects.meta {
+        return Ok(());
+    }
+    let created_schema = match read_meta(&mut tx, schema, statements).await {
+        Ok(created) => created,
+        // A version this build does not use is still alkstore's to drop.
+        Err(error) if error.is::<SchemaVersionError>() => false,
+        Err(error) => return Err(error),
+    };
+    sqlx::raw_sql(statements.drop_objects.clone())
+        .execute(&mut *tx)
+        .await?;
+    tx.commit().await?;
+    if created_schema {
+        // Without CASCADE: a schema that holds anything else stays.
+        if let Err(error) = sqlx::raw_sql(statements.drop_schema.clone())
+            .execute(pool)
+            .await
+        {
+            let in_use = matches!(&error, sqlx::Error::Database(db) if db.code().as_deref() == Some("2BP01"));
+            if !in_use {
+                return Err(error.into());
+            }
+            tracing::info!(
+                schema,
+                "schema kept: it holds objects alkstore did not create"
+            );
+        }
+    }
+    Ok(())
 }

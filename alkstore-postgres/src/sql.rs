@@ -1,21 +1,36 @@
 //! Every SQL text of the PostgreSQL engine, composed in this one place.
 //!
 //! The caller's schema name is the only piece of text spliced into SQL, and
-//! only through [`quote_ident`]; every value is a bound parameter.
+//! only through [`quote_ident`] (and, inside the acquire function's body,
+//! [`quote_literal`] and a dollar-quote tag the name cannot contain); every
+//! value is a bound parameter.
 
 use std::sync::Arc;
 
 use sqlx::{AssertSqlSafe, SqlSafeStr, SqlStr};
 
-/// The schema version this crate writes and reads.
-pub(crate) const SCHEMA_VERSION: i64 = 1;
+/// The schema version this crate writes and reads. Version 1 (pre-release
+/// builds) drew fences from an identity column, out of commit order; it is
+/// not migrated.
+pub(crate) const SCHEMA_VERSION: i64 = 2;
 
 /// Advisory-lock class for schema creation (with `hashtext(schema)` as key).
 pub(crate) const SCHEMA_LOCK_CLASS: i32 = 0x616c_6b73; // "alks"
 
+/// Advisory-lock class under which the grants of one name are serialised
+/// (with `hashtext(name)` as key; a collision only serialises two names).
+const FENCE_LOCK_CLASS: i32 = 0x616c_6b66; // "alkf"
+
+/// The `meta` key whose presence marks the schema's objects as alkstore's.
+pub(crate) const MARKER_KEY: &str = "made_by_alkstore";
+
+/// The `meta` key that records whether alkstore created the schema itself
+/// (1) or found it (0): only a schema it created is ever dropped.
+pub(crate) const CREATED_SCHEMA_KEY: &str = "created_schema";
+
 /// The server's clock in whole Unix milliseconds, truncated (floor), taken at
 /// the start of the statement's transaction: every decision in one statement
-/// sees one instant.
+/// sees one instant, and that instant is no earlier than the request's arrival.
 const NOW_MS: &str = "floor(extract(epoch FROM now()) * 1000)::bigint";
 
 /// Quotes an identifier for PostgreSQL: wrapped in double quotes, inner
@@ -24,35 +39,90 @@ pub(crate) fn quote_ident(ident: &str) -> String {
     format!("\"{}\"", ident.replace('"', "\"\""))
 }
 
+/// Quotes a string literal as an escape string (`E'…'`), which reads the
+/// same whatever `standard_conforming_strings` says.
+fn quote_literal(text: &str) -> String {
+    format!("E'{}'", text.replace('\\', "\\\\").replace('\'', "''"))
+}
+
+/// A dollar-quote tag that does not occur in `body`.
+fn dollar_tag(body: &str) -> String {
+    let mut tag = String::from("$alkstore$");
+    while body.contains(&tag) {
+        tag.insert(tag.len() - 1, 'x');
+    }
+    tag
+}
+
+/// The objects of one store's schema, as the catalog shows them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub(crate) struct Objects {
+    pub(crate) meta: bool,
+    pub(crate) locks: bool,
+    pub(crate) fences: bool,
+    pub(crate) acquire: bool,
+}
+
+impl Objects {
+    pub(crate) fn all(self) -> bool {
+        self.meta && self.locks && self.fences && self.acquire
+    }
+
+    pub(crate) fn any(self) -> bool {
+        self.meta || self.locks || self.fences || self.acquire
+    }
+}
+
+/// The schema's OID and which of alkstore's objects exist in it; no row when
+/// the schema does not exist. Catalog reads need no privilege.
+pub(crate) const INSPECT: &str = "
+SELECT n.oid::bigint,
+       EXISTS (SELECT 1 FROM pg_class WHERE relnamespace = n.oid AND relname = 'meta'),
+       EXISTS (SELECT 1 FROM pg_class WHERE relnamespace = n.oid AND relname = 'locks'),
+       EXISTS (SELECT 1 FROM pg_class WHERE relnamespace = n.oid AND relname = 'fences'),
+       EXISTS (SELECT 1 FROM pg_proc WHERE pronamespace = n.oid AND proname = 'acquire')
+FROM pg_namespace n WHERE n.nspname = $1";
+
+/// Takes the schema-creation lock: `$1` is the class, `$2` the schema name.
+pub(crate) const LOCK_SCHEMA_CREATION: &str = "SELECT pg_advisory_xact_lock($1, hashtext($2))";
+
+/// Pins the isolation level the statements rely on (first statement of a
+/// transaction on a connection that may default to another level).
+pub(crate) const READ_COMMITTED: &str = "SET TRANSACTION ISOLATION LEVEL READ COMMITTED";
+
+/// The connection setting that pins READ COMMITTED on the store's own connections.
+pub(crate) const ISOLATION_OPTION: (&str, &str) =
+    ("default_transaction_isolation", "read committed");
+
+/// The LISTEN/NOTIFY channel of the schema with this OID.
+pub(crate) fn channel(schema_oid: i64) -> String {
+    format!("alkstore_{schema_oid}")
+}
+
+/// Marks composed text as audited: the only spliced text is the schema,
+/// through [`quote_ident`] and [`quote_literal`].
+fn audited(text: String) -> SqlStr {
+    AssertSqlSafe(Arc::<str>::from(text)).into_sql_str()
+}
+
 /// The statements of one store, composed once at open for its schema.
 /// Cloning one is a reference count, not a copy.
 #[derive(Debug, Clone)]
 pub(crate) struct Statements {
     pub(crate) create_schema: SqlStr,
+    pub(crate) create_meta: SqlStr,
+    pub(crate) create_locks: SqlStr,
+    pub(crate) create_fences: SqlStr,
+    pub(crate) create_acquire: SqlStr,
+    pub(crate) record_meta: SqlStr,
+    pub(crate) read_meta: SqlStr,
+    pub(crate) drop_objects: SqlStr,
     pub(crate) drop_schema: SqlStr,
     pub(crate) acquire: SqlStr,
     pub(crate) renew: SqlStr,
     pub(crate) release: SqlStr,
     pub(crate) holder: SqlStr,
     pub(crate) purge: SqlStr,
-    pub(crate) schema_version: SqlStr,
-}
-
-/// Marks composed text as audited: the only spliced text is the schema,
-/// through [`quote_ident`].
-fn audited(text: String) -> SqlStr {
-    AssertSqlSafe(Arc::<str>::from(text)).into_sql_str()
-}
-
-/// Takes the schema-creation lock: `$1` is the schema name.
-pub(crate) const LOCK_SCHEMA_CREATION: &str = "SELECT pg_advisory_xact_lock($1, hashtext($2))";
-
-/// The OID of schema `$1` (names its notification channel).
-pub(crate) const SCHEMA_OID: &str = "SELECT oid::bigint FROM pg_namespace WHERE nspname = $1";
-
-/// The LISTEN/NOTIFY channel of the schema with this OID.
-pub(crate) fn channel(schema_oid: i64) -> String {
-    format!("alkstore_{schema_oid}")
 }
 
 impl Statements {
@@ -60,48 +130,106 @@ impl Statements {
         let s = quote_ident(schema);
         let locks = format!("{s}.locks");
         let meta = format!("{s}.meta");
+        let fences = format!("{s}.fences");
+        let acquire_fn = format!("{s}.acquire");
+        let fences_regclass = quote_literal(&fences);
+        // The grant path, run only when the statement's snapshot saw no live
+        // row. Under READ COMMITTED each statement of a volatile function
+        // takes a new snapshot, so the read after the advisory lock sees every
+        // grant of this name that committed before; the fence is drawn after
+        // that lock is held, so it is above every fence of an earlier
+        // committed grant of the name (they drew theirs under the same lock,
+        // before committing and letting go of it). A refusal here writes
+        // nothing and draws nothing.
+        let body = format!(
+            "
+DECLARE
+    now_ms bigint := {NOW_MS};
+    held record;
+    drawn bigint;
+BEGIN
+    IF current_setting('transaction_isolation') <> 'read committed' THEN
+        RAISE EXCEPTION 'alkstore needs READ COMMITTED, the transaction runs %',
+            current_setting('transaction_isolation') USING ERRCODE = '0A000';
+    END IF;
+    PERFORM pg_advisory_xact_lock({FENCE_LOCK_CLASS}, hashtext(p_name));
+    LOOP
+        SELECT l.owner, l.fence, l.expires_at INTO held FROM {locks} l WHERE l.name = p_name;
+        IF FOUND AND held.expires_at > now_ms THEN
+            RETURN QUERY SELECT held.owner = p_owner, held.fence, held.expires_at - now_ms;
+            RETURN;
+        END IF;
+        IF FOUND THEN
+            UPDATE {locks} l
+               SET owner = p_owner, fence = nextval({fences_regclass}::regclass),
+                   expires_at = now_ms + p_ttl
+             WHERE l.name = p_name AND l.expires_at <= now_ms
+            RETURNING l.fence INTO drawn;
+        ELSE
+            INSERT INTO {locks} AS l (name, owner, fence, expires_at)
+            VALUES (p_name, p_owner, nextval({fences_regclass}::regclass), now_ms + p_ttl)
+            ON CONFLICT (name) DO NOTHING
+            RETURNING l.fence INTO drawn;
+        END IF;
+        IF drawn IS NOT NULL THEN
+            RETURN QUERY SELECT true, drawn, p_ttl;
+            RETURN;
+        END IF;
+        -- A renewal, release or purge changed the row meanwhile: look again.
+    END LOOP;
+END"
+        );
+        let tag = dollar_tag(&body);
         Statements {
-            create_schema: audited(format!(
-                "CREATE SCHEMA IF NOT EXISTS {s};
-                 CREATE TABLE IF NOT EXISTS {meta} (key text PRIMARY KEY, value bigint NOT NULL);
-                 CREATE TABLE IF NOT EXISTS {locks} (
+            create_schema: audited(format!("CREATE SCHEMA {s}")),
+            create_meta: audited(format!(
+                "CREATE TABLE {meta} (key text PRIMARY KEY, value bigint NOT NULL)"
+            )),
+            create_locks: audited(format!(
+                "CREATE TABLE {locks} (
                      name       text   PRIMARY KEY,
                      owner      text   NOT NULL,
-                     fence      bigint GENERATED BY DEFAULT AS IDENTITY,
+                     fence      bigint NOT NULL,
                      expires_at bigint NOT NULL -- Unix milliseconds, server clock
-                 );
-                 INSERT INTO {meta} (key, value) VALUES ('schema_version', {SCHEMA_VERSION})
-                     ON CONFLICT (key) DO NOTHING;"
+                 )"
             )),
-            drop_schema: audited(format!("DROP SCHEMA IF EXISTS {s} CASCADE")),
-            schema_version: audited(format!("SELECT value FROM {meta} WHERE key = 'schema_version'")),
+            create_fences: audited(format!("CREATE SEQUENCE {fences} AS bigint")),
+            create_acquire: audited(format!(
+                "CREATE FUNCTION {acquire_fn}(p_name text, p_owner text, p_ttl bigint)
+                 RETURNS TABLE (granted boolean, fence bigint, left_ms bigint)
+                 LANGUAGE plpgsql VOLATILE AS {tag}{body}{tag}"
+            )),
+            // $1 schema_version, $2 created_schema.
+            record_meta: audited(format!(
+                "INSERT INTO {meta} (key, value) VALUES
+                     ('schema_version', $1), ('{MARKER_KEY}', 1), ('{CREATED_SCHEMA_KEY}', $2)"
+            )),
+            read_meta: audited(format!("SELECT key, value FROM {meta}")),
+            // No CASCADE: whatever someone else built on these objects stays,
+            // and the drop fails rather than take it along.
+            drop_objects: audited(format!(
+                "DROP FUNCTION IF EXISTS {acquire_fn}(text, text, bigint);
+                 DROP TABLE IF EXISTS {locks};
+                 DROP SEQUENCE IF EXISTS {fences};
+                 DROP TABLE IF EXISTS {meta};"
+            )),
+            drop_schema: audited(format!("DROP SCHEMA {s}")),
             // One statement. `live` reads the row as of the statement's
             // snapshot: when a live row is there, nothing is written (no row
             // lock, no WAL) and the answer is "held", or the same owner's
-            // grant again. Only when no live row is visible does it insert
-            // (the fence comes from the identity column's default) or take
-            // over an expired row; if a concurrent grant landed first, the
-            // ON CONFLICT ... WHERE refuses and both parts come back empty:
-            // "held", never an error and never a false grant.
+            // grant again. Only when no live row is visible does it call the
+            // acquire function (a one-time filter skips it otherwise).
             acquire: audited(format!(
                 "WITH clock AS (SELECT {NOW_MS} AS now_ms),
                  live AS (
                      SELECT l.owner, l.fence, l.expires_at - c.now_ms AS left_ms
                      FROM {locks} l, clock c
                      WHERE l.name = $1 AND l.expires_at > c.now_ms
-                 ),
-                 granted AS (
-                     INSERT INTO {locks} AS l (name, owner, expires_at)
-                     SELECT $1, $2, c.now_ms + $3 FROM clock c
-                     WHERE NOT EXISTS (SELECT 1 FROM live)
-                     ON CONFLICT (name) DO UPDATE
-                         SET owner = EXCLUDED.owner, fence = EXCLUDED.fence, expires_at = EXCLUDED.expires_at
-                         WHERE l.expires_at <= (SELECT now_ms FROM clock)
-                     RETURNING l.fence
                  )
-                 SELECT true AS granted, fence, $3::bigint AS left_ms FROM granted
+                 SELECT owner = $2 AS granted, fence, left_ms FROM live
                  UNION ALL
-                 SELECT owner = $2, fence, left_ms FROM live"
+                 SELECT g.granted, g.fence, g.left_ms FROM {acquire_fn}($1, $2, $3) g
+                 WHERE NOT EXISTS (SELECT 1 FROM live)"
             )),
             renew: audited(format!(
                 "UPDATE {locks} SET expires_at = {NOW_MS} + $4
@@ -137,5 +265,16 @@ mod tests {
             quote_ident("a\"; DROP TABLE x; --"),
             "\"a\"\"; DROP TABLE x; --\""
         );
+        assert_eq!(quote_literal("it's \\ here"), "E'it''s \\\\ here'");
+    }
+
+    #[test]
+    fn the_dollar_tag_never_occurs_in_the_body() {
+        assert_eq!(dollar_tag("plain"), "$alkstore$");
+        let hostile = "x$alkstore$y$alkstorx$";
+        let tag = dollar_tag(hostile);
+        assert!(!hostile.contains(&tag), "{tag}");
+        let statements = Statements::new("s$alkstore$; DROP SCHEMA public; --");
+        assert!(statements.create_acquire.as_str().contains("$alkstorex$"));
     }
 }

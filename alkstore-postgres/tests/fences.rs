@@ -115,7 +115,10 @@ async fn a_slow_contender_never_gets_a_fence_below_a_released_grant() {
     assert!(!history.is_empty(), "nobody was granted a free name");
     eprintln!(
         "granted: {:?}",
-        history.iter().map(|i| (&i.owner, i.fence)).collect::<Vec<_>>()
+        history
+            .iter()
+            .map(|i| (&i.owner, i.fence))
+            .collect::<Vec<_>>()
     );
     assert_eq!(check(&history), Ok(()));
     remove_slow_trigger(&store).await;
@@ -168,11 +171,18 @@ async fn a_refusal_racing_a_grant_in_flight_burns_no_fence() {
     });
     until_someone_sleeps(&store).await;
     let refused = other.try_lock("n", "fast", TTL).await.unwrap();
-    assert!(refused.is_none(), "granted while another grant was in flight");
+    assert!(
+        refused.is_none(),
+        "granted while another grant was in flight"
+    );
     let first = first.await.unwrap().expect("granted");
     let first_fence = first.fence();
     assert!(first.release().await.unwrap());
-    let next = other.try_lock("n", "fast", TTL).await.unwrap().expect("free");
+    let next = other
+        .try_lock("n", "fast", TTL)
+        .await
+        .unwrap()
+        .expect("free");
     assert_eq!(next.fence(), first_fence + 1, "the refusal burned a fence");
     assert!(next.release().await.unwrap());
     remove_slow_trigger(&store).await;

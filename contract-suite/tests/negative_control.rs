@@ -61,7 +61,10 @@ async fn the_race_catches_fences_drawn_before_the_check() {
         "checker missed fences out of commit order: {verdict:?} over {} grants",
         outcome.history.len()
     );
-    assert_eq!(outcome.lost_updates, 0, "the engine is exclusive; only fences are wrong");
+    assert_eq!(
+        outcome.lost_updates, 0,
+        "the engine is exclusive; only fences are wrong"
+    );
     eprintln!(
         "negative control (commit order): {verdict:?} over {} grants",
         outcome.history.len()

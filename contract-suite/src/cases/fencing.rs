@@ -65,10 +65,16 @@ pub async fn fences_in_commit_order_across_stores(stores: crate::Stores) {
     };
     let outcome = crate::safety::workload::race(&peers, "raced", race, seed).await;
     let grants = outcome.history.len();
-    assert!(grants >= 50, "only {grants} grants: too little contention to prove anything");
+    assert!(
+        grants >= 50,
+        "only {grants} grants: too little contention to prove anything"
+    );
     assert_eq!(check(&outcome.history), Ok(()), "seed {seed}");
     assert_eq!(outcome.lost_updates, 0, "lost updates (seed {seed})");
-    assert_eq!(outcome.counter, outcome.increments, "lost update (seed {seed})");
+    assert_eq!(
+        outcome.counter, outcome.increments,
+        "lost update (seed {seed})"
+    );
     eprintln!(
         "commit order: {grants} grants over {} stores checked, violations: 0",
         peers.len()

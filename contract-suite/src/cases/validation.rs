@@ -61,7 +61,7 @@ pub async fn validation_rejects_bad_names(store: Arc<dyn Store>) {
             store.holder(reserved).await.map(|_| ()),
         ] {
             assert!(
-                matches!(&result, Err(Error::ReservedName { name }) if name == reserved),
+                matches!(&result, Err(Error::ReservedName { name, field: alkstore_core::Field::Name }) if name == reserved),
                 "{result:?}"
             );
         }

@@ -156,7 +156,9 @@ pub async fn race(stores: &[Arc<dyn Store>], name: &str, race: Race, seed: u64) 
                 while Instant::now() < stop {
                     let requested = Instant::now();
                     let got = if waits {
-                        store.lock(&name, &owner, ttl, Duration::from_millis(50)).await
+                        store
+                            .lock(&name, &owner, ttl, Duration::from_millis(50))
+                            .await
                     } else {
                         store.try_lock(&name, &owner, ttl).await
                     };
