@@ -1,0 +1,330 @@
+//! PostgreSQL as deployments really are: roles whose default isolation is
+//! not READ COMMITTED, roles with only DML rights on objects an
+//! administrator provisioned, schemas holding other people's tables, the
+//! `public` schema, and a caller's small pool.
+
+mod common;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use alkstore_contract_suite::safety::history::check;
+use alkstore_contract_suite::safety::workload::{Race, race};
+use alkstore_core::Store;
+use alkstore_postgres::{CannotCreateError, ForeignObjectsError, PgStore};
+use alkstore_testkit::pg;
+use sqlx::PgPool;
+use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
+
+const TTL: Duration = Duration::from_secs(30);
+
+/// A superuser pool on the test server.
+async fn admin(url: &str) -> PgPool {
+    PgPoolOptions::new()
+        .max_connections(2)
+        .connect(url)
+        .await
+        .unwrap()
+}
+
+async fn exec(pool: &PgPool, sql: String) {
+    sqlx::raw_sql(sqlx::AssertSqlSafe(sql))
+        .execute(pool)
+        .await
+        .unwrap();
+}
+
+/// A new login role (a password too, for servers that ask for one); the
+/// options to connect as it.
+async fn new_role(
+    url: &str,
+    admin: &PgPool,
+    prefix: &str,
+    extra: &str,
+) -> (String, PgConnectOptions) {
+    let role = pg::unique_schema(prefix);
+    let password = format!("pw-{role}");
+    exec(
+        admin,
+        format!("CREATE ROLE \"{role}\" LOGIN PASSWORD '{password}' {extra}"),
+    )
+    .await;
+    let options: PgConnectOptions = url.parse().unwrap();
+    (role.clone(), options.username(&role).password(&password))
+}
+
+async fn drop_role(admin: &PgPool, role: &str) {
+    exec(
+        admin,
+        format!("DROP OWNED BY \"{role}\"; DROP ROLE \"{role}\""),
+    )
+    .await;
+}
+
+/// A role (and a database default) of SERIALIZABLE: losing contenders still
+/// get `Ok(None)` and fences stay in commit order, because the store pins
+/// READ COMMITTED on its connections (before, they failed with 40001).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_serializable_default_still_gives_none_to_losers() {
+    let Some(server) = pg::server() else { return };
+    let admin = admin(&server.url).await;
+    let (role, options) = new_role(&server.url, &admin, "serial", "").await;
+    exec(
+        &admin,
+        format!("ALTER ROLE \"{role}\" SET default_transaction_isolation = 'serializable'"),
+    )
+    .await;
+    exec(
+        &admin,
+        format!("GRANT CREATE ON DATABASE postgres TO \"{role}\""),
+    )
+    .await;
+    let schema = pg::unique_schema("serial");
+    let mut stores: Vec<Arc<dyn Store>> = Vec::new();
+    for _ in 0..8 {
+        let pool = PgPoolOptions::new()
+            .max_connections(4)
+            .connect_with(options.clone())
+            .await
+            .unwrap();
+        stores.push(Arc::new(
+            PgStore::open(pool, &schema)
+                .await
+                .expect("open as the role"),
+        ));
+    }
+    let shape = Race {
+        tasks_per_store: 2,
+        duration: Duration::from_secs(2),
+    };
+    let outcome = race(&stores, "serial", shape, 11).await;
+    assert!(
+        outcome.history.len() > 10,
+        "{} grants",
+        outcome.history.len()
+    );
+    assert_eq!(check(&outcome.history), Ok(()));
+    for store in &stores {
+        store.close().await.unwrap();
+    }
+    let owner = PgStore::connect(&server.url, &schema).await.unwrap();
+    owner.drop_schema().await.unwrap();
+    owner.close().await.unwrap();
+    exec(
+        &admin,
+        format!("REVOKE CREATE ON DATABASE postgres FROM \"{role}\""),
+    )
+    .await;
+    drop_role(&admin, &role).await;
+}
+
+/// An administrator opens the store once (creating its objects) and grants
+/// a role only USAGE and DML on them: that role opens the store and runs
+/// every operation, without CREATE rights. A schema missing one of
+/// alkstore's objects is refused to such a role with a clear error.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_role_with_only_dml_rights_uses_a_provisioned_schema() {
+    let Some(server) = pg::server() else { return };
+    let admin = admin(&server.url).await;
+    let schema = pg::unique_schema("provisioned");
+    let provisioner = PgStore::connect(&server.url, &schema).await.unwrap();
+    let (role, options) = new_role(&server.url, &admin, "dml", "").await;
+    let s = format!("\"{schema}\"");
+    exec(
+        &admin,
+        format!(
+            "GRANT USAGE ON SCHEMA {s} TO \"{role}\";
+         GRANT SELECT, INSERT, UPDATE, DELETE ON {s}.locks TO \"{role}\";
+         GRANT SELECT ON {s}.meta TO \"{role}\";
+         GRANT USAGE ON SEQUENCE {s}.fences TO \"{role}\";"
+        ),
+    )
+    .await;
+    let pool = PgPoolOptions::new()
+        .max_connections(2)
+        .connect_with(options.clone())
+        .await
+        .unwrap();
+    let store = PgStore::open(pool, &schema)
+        .await
+        .expect("a DML-only role opens a provisioned schema");
+    let lock = store
+        .try_lock("job", "worker-1", TTL)
+        .await
+        .unwrap()
+        .expect("granted");
+    assert!(
+        store
+            .try_lock("job", "worker-2", TTL)
+            .await
+            .unwrap()
+            .is_none()
+    );
+    assert!(lock.renew(TTL).await.unwrap());
+    assert_eq!(
+        store.holder("job").await.unwrap().unwrap().owner,
+        "worker-1"
+    );
+    assert!(lock.release().await.unwrap());
+    assert_eq!(store.purge_expired().await.unwrap(), 0);
+    store.close().await.unwrap();
+
+    // The function gone: the role may not create it, and says so.
+    exec(
+        &admin,
+        format!("DROP FUNCTION {s}.acquire(text, text, bigint)"),
+    )
+    .await;
+    let pool = PgPoolOptions::new()
+        .max_connections(2)
+        .connect_with(options)
+        .await
+        .unwrap();
+    match PgStore::open(pool, &schema).await {
+        Err(error) => assert!(
+            error.find_source::<CannotCreateError>().is_some(),
+            "{error:?}"
+        ),
+        Ok(_) => panic!("opened a schema missing its acquire function"),
+    }
+    provisioner.drop_schema().await.unwrap();
+    provisioner.close().await.unwrap();
+    drop_role(&admin, &role).await;
+}
+
+/// A schema holding a user's own `locks` or `meta` table is refused, and
+/// the table is left as it was.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tables_alkstore_did_not_create_are_never_adopted() {
+    let Some(server) = pg::server() else { return };
+    let admin = admin(&server.url).await;
+    for table in [
+        "locks (name text PRIMARY KEY, owner text, fence bigint, expires_at bigint)",
+        "meta (key text PRIMARY KEY, value bigint NOT NULL)",
+    ] {
+        let schema = pg::unique_schema("foreign");
+        let s = format!("\"{schema}\"");
+        let table_name = table.split(' ').next().unwrap();
+        exec(
+            &admin,
+            format!("CREATE SCHEMA {s}; CREATE TABLE {s}.{table}"),
+        )
+        .await;
+        match PgStore::connect(&server.url, &schema).await {
+            Err(error) => assert!(
+                error.find_source::<ForeignObjectsError>().is_some(),
+                "{error:?}"
+            ),
+            Ok(_) => panic!("adopted a user's {table_name} table"),
+        }
+        let (still,): (i64,) = sqlx::query_as(
+            "SELECT count(*) FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
+             WHERE n.nspname = $1",
+        )
+        .bind(&schema)
+        .fetch_one(&admin)
+        .await
+        .unwrap();
+        assert_eq!(
+            still, 2,
+            "the user's table (and its index) stay, nothing added"
+        );
+        exec(&admin, format!("DROP SCHEMA {s} CASCADE")).await;
+    }
+}
+
+/// `public` and any schema alkstore found: `drop_schema` drops alkstore's
+/// objects only, and the schema with everything else in it stays.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn drop_schema_never_drops_what_alkstore_did_not_create() {
+    let Some(server) = pg::server() else { return };
+    let admin = admin(&server.url).await;
+    exec(&admin, "CREATE TABLE public.users_own (id int)".to_owned()).await;
+    let store = PgStore::connect(&server.url, "public").await.unwrap();
+    let lock = store.try_lock("x", "a", TTL).await.unwrap().unwrap();
+    assert!(lock.release().await.unwrap());
+    store.drop_schema().await.unwrap();
+    let (public, users_own, ours): (i64, i64, i64) = sqlx::query_as(
+        "SELECT (SELECT count(*) FROM pg_namespace WHERE nspname = 'public'),
+                (SELECT count(*) FROM pg_tables WHERE schemaname = 'public' AND tablename = 'users_own'),
+                (SELECT count(*) FROM pg_tables WHERE schemaname = 'public' AND tablename IN ('locks', 'meta'))",
+    )
+    .fetch_one(&admin)
+    .await
+    .unwrap();
+    assert_eq!((public, users_own, ours), (1, 1, 0));
+    store.close().await.unwrap();
+    exec(&admin, "DROP TABLE public.users_own".to_owned()).await;
+
+    // A schema alkstore created but someone added to: its objects go, the schema stays.
+    let schema = pg::unique_schema("shared");
+    let store = PgStore::connect(&server.url, &schema).await.unwrap();
+    exec(&admin, format!("CREATE TABLE \"{schema}\".theirs (id int)")).await;
+    store.drop_schema().await.unwrap();
+    let (tables,): (i64,) = sqlx::query_as("SELECT count(*) FROM pg_tables WHERE schemaname = $1")
+        .bind(&schema)
+        .fetch_one(&admin)
+        .await
+        .unwrap();
+    assert_eq!(tables, 1, "only the user's table is left");
+    store.close().await.unwrap();
+    exec(&admin, format!("DROP SCHEMA \"{schema}\" CASCADE")).await;
+
+    // And one alkstore created and nobody touched goes entirely.
+    let schema = pg::unique_schema("own");
+    let store = PgStore::connect(&server.url, &schema).await.unwrap();
+    store.drop_schema().await.unwrap();
+    let (left,): (i64,) = sqlx::query_as("SELECT count(*) FROM pg_namespace WHERE nspname = $1")
+        .bind(&schema)
+        .fetch_one(&admin)
+        .await
+        .unwrap();
+    assert_eq!(left, 0);
+    store.close().await.unwrap();
+}
+
+/// A waiting acquire's listener uses a connection of its own, never one of
+/// the caller's pool: with a pool of one, the caller can still use it while
+/// a waiter waits.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_listener_never_holds_a_connection_of_the_callers_pool() {
+    let Some((holder, schema)) = common::store("ownlisten").await else {
+        return;
+    };
+    let pool = PgPoolOptions::new()
+        .max_connections(1)
+        .connect(&schema.url)
+        .await
+        .unwrap();
+    let store = Arc::new(PgStore::open(pool.clone(), &schema.name).await.unwrap());
+    let held = holder
+        .try_lock("busy", "holder", TTL)
+        .await
+        .unwrap()
+        .unwrap();
+    let waiter = tokio::spawn({
+        let store = store.clone();
+        async move {
+            store
+                .lock("busy", "waiter", TTL, Duration::from_secs(3))
+                .await
+        }
+    });
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let conn = tokio::time::timeout(Duration::from_secs(1), pool.acquire()).await;
+    assert!(
+        matches!(conn, Ok(Ok(_))),
+        "the caller's only connection was taken: {conn:?}"
+    );
+    drop(conn);
+    assert!(held.release().await.unwrap());
+    let lock = waiter
+        .await
+        .unwrap()
+        .unwrap()
+        .expect("woken by the release");
+    assert!(lock.release().await.unwrap());
+    store.close().await.unwrap();
+    holder.close().await.unwrap();
+    schema.drop().await;
+}
