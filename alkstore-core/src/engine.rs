@@ -15,7 +15,7 @@ use crate::store::Holder;
 use crate::wake::ReleaseBus;
 
 /// The identity of one grant: `renew` and `release` act on exactly this.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct GrantKey {
     /// The lock name.
     pub name: String,

@@ -9,8 +9,9 @@ use tracing::{Instrument, field};
 
 use crate::clock::valid_until;
 use crate::duration::LeaseMillis;
-use crate::engine::{Attempt, Engine};
+use crate::engine::{Attempt, Engine, GrantKey};
 use crate::error::{Error, Result};
+use crate::grant::Grants;
 use crate::handle::EngineLock;
 use crate::name::{validate_name, validate_owner};
 use crate::store::{Holder, Lock, Store};
@@ -21,6 +22,8 @@ use crate::wait::Backoff;
 pub(crate) struct Shared<E> {
     pub(crate) engine: E,
     closed: AtomicBool,
+    /// The grants this store's live handles hold.
+    pub(crate) grants: Grants,
 }
 
 impl<E: Engine> Shared<E> {
@@ -55,6 +58,7 @@ impl<E: Engine> EngineStore<E> {
             shared: Arc::new(Shared {
                 engine,
                 closed: AtomicBool::new(false),
+                grants: Grants::default(),
             }),
         }
     }
@@ -87,13 +91,12 @@ impl<E: Engine> EngineStore<E> {
             .map_err(|e| Error::database(operation, e))?;
         Ok(match attempt {
             Attempt::Granted { fence, left } => {
-                let handle = EngineLock::new(
-                    self.shared.clone(),
-                    name.to_owned(),
-                    owner.to_owned(),
+                let key = GrantKey {
+                    name: name.to_owned(),
+                    owner: owner.to_owned(),
                     fence,
-                    valid_until(sent, left),
-                );
+                };
+                let handle = EngineLock::new(self.shared.clone(), key, valid_until(sent, left));
                 (Some(Box::new(handle)), None)
             }
             Attempt::Held { expires_in } => (None, expires_in),

@@ -1,6 +1,6 @@
 //! The grant handle every [`EngineStore`](crate::EngineStore) hands out.
 
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
@@ -11,6 +11,7 @@ use crate::duration::LeaseMillis;
 use crate::engine::{Engine, GrantKey};
 use crate::engine_store::Shared;
 use crate::error::{Error, Result};
+use crate::grant::{self, Renewal, SharedGrant};
 use crate::store::Lock;
 
 /// One grant: renew and release act on exactly this name + owner + fence.
@@ -18,29 +19,44 @@ use crate::store::Lock;
 pub(crate) struct EngineLock<E: Engine> {
     shared: Arc<Shared<E>>,
     key: GrantKey,
-    valid_until: Mutex<Instant>,
+    /// Shared with every other handle of this grant in this process.
+    /// `None` only once `Drop` gave it back.
+    state: Option<SharedGrant>,
     /// Set when `release` consumed the handle, so `Drop` stays quiet.
     released: bool,
 }
 
 impl<E: Engine> EngineLock<E> {
-    pub(crate) fn new(
-        shared: Arc<Shared<E>>,
-        name: String,
-        owner: String,
-        fence: u64,
-        valid_until: Instant,
-    ) -> Self {
+    /// A handle to the grant `key`, certainly valid until `valid_until`. A
+    /// second live handle of one grant in this process (the same owner
+    /// string asking twice) shares the first one's state, and is warned of
+    /// once: two holders that share an owner string share one grant.
+    pub(crate) fn new(shared: Arc<Shared<E>>, key: GrantKey, valid_until: Instant) -> Self {
+        let (state, first_shared) = shared.grants.handed_out(&key, valid_until);
+        if first_shared {
+            tracing::warn!(
+                name = %key.name,
+                owner = %key.owner,
+                fence = key.fence,
+                "the same grant was handed out again while a handle to it is live: an owner \
+                 string names one holder; two holders sharing it share one grant (and \
+                 exclude nothing between them). Give each holder its own owner id"
+            );
+        }
         EngineLock {
             shared,
-            key: GrantKey { name, owner, fence },
-            valid_until: Mutex::new(valid_until),
+            key,
+            state: Some(state),
             released: false,
         }
     }
 
+    fn state(&self) -> &SharedGrant {
+        self.state.as_ref().expect("present until drop")
+    }
+
     fn deadline(&self) -> Instant {
-        *self.valid_until.lock().unwrap_or_else(|e| e.into_inner())
+        grant::valid_until(self.state())
     }
 }
 
@@ -79,17 +95,23 @@ impl<E: Engine> Lock for EngineLock<E> {
         async {
             let ttl = LeaseMillis::new(ttl).map_err(|e| Error::database("renew", e))?;
             self.shared.check_open("renew")?;
+            let ticket = grant::renewal_sent(self.state());
             let sent = Instant::now();
-            let renewed = self
-                .shared
-                .engine
-                .renew(key, ttl)
-                .await
-                .map_err(|e| Error::database("renew", e))?;
-            if renewed {
-                *self.valid_until.lock().unwrap_or_else(|e| e.into_inner()) =
-                    valid_until(sent, ttl.as_duration());
-            }
+            let until = valid_until(sent, ttl.as_duration());
+            // Should this future be dropped before the answer, the renewal
+            // may still land: the deadline comes down to what it would give.
+            let mut unanswered = Unanswered {
+                state: Some((self.state(), ticket, until)),
+            };
+            let answer = self.shared.engine.renew(key, ttl).await;
+            unanswered.state = None;
+            let outcome = match &answer {
+                Ok(true) => Renewal::Renewed { until },
+                Ok(false) => Renewal::Lost { sent },
+                Err(_) => Renewal::Unknown { until },
+            };
+            grant::renewal_answered(self.state(), ticket, outcome);
+            let renewed = answer.map_err(|e| Error::database("renew", e))?;
             tracing::Span::current().record("outcome", if renewed { "renewed" } else { "lost" });
             Ok(renewed)
         }
@@ -118,9 +140,26 @@ impl<E: Engine> Lock for EngineLock<E> {
     }
 }
 
+/// A renewal in flight; if dropped unanswered, its outcome is unknown.
+struct Unanswered<'a> {
+    state: Option<(&'a SharedGrant, u64, Instant)>,
+}
+
+impl Drop for Unanswered<'_> {
+    fn drop(&mut self) {
+        if let Some((state, ticket, until)) = self.state.take() {
+            grant::renewal_answered(state, ticket, Renewal::Unknown { until });
+        }
+    }
+}
+
 impl<E: Engine> Drop for EngineLock<E> {
     fn drop(&mut self) {
-        if !self.released && Instant::now() < self.deadline() {
+        let live = Instant::now() < self.deadline();
+        if let Some(state) = self.state.take() {
+            self.shared.grants.dropped(&self.key, state);
+        }
+        if !self.released && live {
             tracing::warn!(
                 name = %self.key.name,
                 owner = %self.key.owner,

@@ -212,33 +212,52 @@ impl Drop for KeepAlive {
     }
 }
 
+/// When to renew next and when to give up, from the lease as it stands at
+/// the start of a cycle: renew after `interval`, or halfway to the give-up
+/// point if the lease left is shorter (a lease taken with a shorter ttl than
+/// the keep-alive's); give up `margin` before `valid_until`, or a quarter of
+/// the lease left if that is less.
+fn schedule(
+    valid_until: Instant,
+    last: Instant,
+    now: Instant,
+    options: &KeepAliveOptions,
+) -> (Instant, Instant) {
+    let left = valid_until.saturating_duration_since(now);
+    let give_up = valid_until - options.margin.min(left / 4);
+    let halfway = now + give_up.saturating_duration_since(now) / 2;
+    let next = last.checked_add(options.interval).unwrap_or(halfway);
+    (next.min(halfway), give_up)
+}
+
 /// The renewal loop.
 async fn keep(
     lock: Arc<Box<dyn Lock>>,
     options: KeepAliveOptions,
     status: watch::Sender<LeaseStatus>,
 ) {
-    let mut next = Instant::now() + options.interval;
+    // A renewal's own lease ends `ttl` after it is sent: an answer later than
+    // this much after sending comes too late to be of use.
+    let useful_for = options.ttl - options.margin.min(options.ttl / 4);
+    let mut last = Instant::now();
     loop {
-        let give_up = lock
-            .valid_until()
-            .checked_sub(options.margin)
-            .unwrap_or_else(Instant::now);
-        tokio::time::sleep_until(next.min(give_up).into()).await;
+        let (next, give_up) = schedule(lock.valid_until(), last, Instant::now(), &options);
+        tokio::time::sleep_until(next.into()).await;
         let mut last_error = None;
         // Retry until renewed, revoked, or too late.
-        loop {
-            let give_up = lock
-                .valid_until()
-                .checked_sub(options.margin)
-                .unwrap_or_else(Instant::now);
-            let attempt = tokio::time::timeout_at(give_up.into(), lock.renew(options.ttl)).await;
+        let verdict = loop {
+            let sent = Instant::now();
+            let deadline = sent.checked_add(useful_for).unwrap_or(give_up).min(give_up);
+            let attempt = tokio::time::timeout_at(deadline.into(), lock.renew(options.ttl)).await;
             match attempt {
                 Ok(Ok(true)) => {
-                    let _ = status.send(LeaseStatus::Held {
-                        valid_until: lock.valid_until(),
-                    });
-                    break;
+                    let valid_until = lock.valid_until();
+                    // Renewed, but so late that the new lease is (nearly) over.
+                    if valid_until <= Instant::now() + options.margin.min(options.ttl / 4) {
+                        break Some(LostReason::NotRenewedInTime { last_error });
+                    }
+                    let _ = status.send(LeaseStatus::Held { valid_until });
+                    break None;
                 }
                 Ok(Ok(false)) => {
                     tracing::warn!(
@@ -246,33 +265,33 @@ async fn keep(
                         fence = lock.fence(),
                         "keep-alive: lease lost"
                     );
-                    let _ = status.send(LeaseStatus::Lost(LostReason::Revoked));
-                    return;
+                    break Some(LostReason::Revoked);
                 }
                 Ok(Err(error)) => {
                     tracing::warn!(name = lock.name(), fence = lock.fence(), %error, "keep-alive: renewal failed; retrying");
                     last_error = Some(error_chain(&error));
                     let pause = Instant::now() + RETRY_PAUSE;
-                    if pause >= give_up {
-                        tokio::time::sleep_until(give_up.into()).await;
-                    } else {
+                    if pause < give_up {
                         tokio::time::sleep_until(pause.into()).await;
                         continue;
                     }
+                    break Some(LostReason::NotRenewedInTime { last_error });
                 }
-                Err(_) => {}
+                Err(_) => break Some(LostReason::NotRenewedInTime { last_error }),
             }
-            tracing::warn!(
-                name = lock.name(),
-                fence = lock.fence(),
-                "keep-alive: not renewed in time"
-            );
-            let _ = status.send(LeaseStatus::Lost(LostReason::NotRenewedInTime {
-                last_error,
-            }));
+        };
+        if let Some(reason) = verdict {
+            if matches!(reason, LostReason::NotRenewedInTime { .. }) {
+                tracing::warn!(
+                    name = lock.name(),
+                    fence = lock.fence(),
+                    "keep-alive: not renewed in time"
+                );
+            }
+            let _ = status.send(LeaseStatus::Lost(reason));
             return;
         }
-        next = Instant::now() + options.interval;
+        last = Instant::now();
     }
 }
 
@@ -299,6 +318,8 @@ mod tests {
         script: Mutex<Vec<Option<bool>>>,
         valid_until: Mutex<Instant>,
         renewals: Mutex<u32>,
+        /// How long each renewal's round trip takes.
+        delay: Duration,
     }
 
     impl Scripted {
@@ -307,6 +328,7 @@ mod tests {
                 script: Mutex::new(script),
                 valid_until: Mutex::new(Instant::now() + ttl),
                 renewals: Mutex::new(0),
+                delay: Duration::ZERO,
             }
         }
     }
@@ -326,7 +348,9 @@ mod tests {
             *self.valid_until.lock().unwrap()
         }
         async fn renew(&self, ttl: Duration) -> Result<bool> {
+            let sent = Instant::now();
             *self.renewals.lock().unwrap() += 1;
+            tokio::time::sleep(self.delay).await;
             let next = {
                 let mut script = self.script.lock().unwrap();
                 if script.is_empty() {
@@ -337,7 +361,7 @@ mod tests {
             };
             match next {
                 Some(true) => {
-                    *self.valid_until.lock().unwrap() = Instant::now() + ttl;
+                    *self.valid_until.lock().unwrap() = sent + ttl;
                     Ok(true)
                 }
                 Some(false) => Ok(false),
@@ -395,6 +419,54 @@ mod tests {
         let started = Instant::now();
         assert_eq!(kept.lost().await, LostReason::Revoked);
         assert!(started.elapsed() < Duration::from_millis(1000));
+    }
+
+    #[tokio::test]
+    async fn a_lease_shorter_than_the_interval_is_renewed_in_time() {
+        // Taken with 1 s; kept with 30 s (interval 10 s, margin 3 s).
+        let lock = Scripted::new(Duration::from_secs(1), vec![]);
+        let kept = KeepAlive::start(Box::new(lock), Duration::from_secs(30)).unwrap();
+        tokio::time::sleep(Duration::from_millis(1500)).await;
+        assert!(
+            matches!(kept.status(), LeaseStatus::Held { .. }),
+            "{:?}",
+            kept.status()
+        );
+        assert!(kept.lock().valid_until() > Instant::now() + Duration::from_secs(20));
+    }
+
+    #[tokio::test]
+    async fn a_renewal_slower_than_its_own_lease_is_lost_before_that_lease_ends() {
+        // 1 s left; renewals ask for 100 ms but take 150 ms to answer.
+        let ttl = Duration::from_millis(100);
+        let lock = Scripted {
+            delay: Duration::from_millis(150),
+            ..Scripted::new(Duration::from_secs(1), vec![])
+        };
+        let kept = KeepAlive::start(Box::new(lock), ttl).unwrap();
+        let mut watch = kept.watch();
+        let started = Instant::now();
+        loop {
+            let status = watch.borrow_and_update().clone();
+            match status {
+                LeaseStatus::Held { valid_until } => assert!(
+                    valid_until > Instant::now(),
+                    "Held published with a deadline already past"
+                ),
+                LeaseStatus::Lost(reason) => {
+                    assert!(matches!(reason, LostReason::NotRenewedInTime { .. }));
+                    break;
+                }
+            }
+            watch.changed().await.unwrap();
+        }
+        // The first renewal went out after ~33 ms; its lease would end 100 ms
+        // later, and the keep-alive gave up before that.
+        assert!(
+            started.elapsed() < Duration::from_millis(140),
+            "lost signalled {:?} after start",
+            started.elapsed()
+        );
     }
 
     #[test]

@@ -183,7 +183,12 @@ async fn a_refusal_racing_a_grant_in_flight_burns_no_fence() {
         .await
         .unwrap()
         .expect("free");
-    assert_eq!(next.fence(), first_fence + 1, "the refusal burned a fence");
+    assert_eq!(
+        next.fence(),
+        first_fence + 1,
+        "the refusal burned a fence (first {first_fence}, next {})",
+        next.fence()
+    );
     assert!(next.release().await.unwrap());
     remove_slow_trigger(&store).await;
     other.close().await.unwrap();

@@ -51,7 +51,7 @@ pub(crate) fn parse(url: &str) -> Result<Target, UrlError> {
     if let Some(path) = url.strip_prefix("sqlite://") {
         if path.is_empty() || path.contains('?') {
             return Err(UrlError::Malformed {
-                url: url.to_owned(),
+                url: masked(url),
                 problem: "expected a file path after sqlite:// (no query parameters)".into(),
             });
         }
@@ -97,14 +97,46 @@ fn parse_postgres(url: &str) -> Result<Target, UrlError> {
 }
 
 /// The URL with any password replaced, for error messages.
+/// Query parameters whose value is a secret.
+const SECRET_KEYS: [&str; 4] = ["password", "passwd", "pwd", "sslpassword"];
+
+/// The URL with every secret replaced by `****`, parsed or not: the
+/// password of the user-info (everything between the first `:` after the
+/// scheme and the last `@` before the path or query, so that a password
+/// holding `/`, `@` or `:` is masked whole) and the value of every query
+/// parameter named like a password.
 fn masked(url: &str) -> String {
-    match ::url::Url::parse(url) {
-        Ok(mut parsed) if parsed.password().is_some() => {
-            let _ = parsed.set_password(Some("****"));
-            parsed.into()
+    let (before_query, query) = match url.split_once('?') {
+        Some((head, query)) => (head, Some(query)),
+        None => (url, None),
+    };
+    let (prefix, rest) = match before_query.split_once("://") {
+        Some((scheme, rest)) => (format!("{scheme}://"), rest),
+        None => (String::new(), before_query),
+    };
+    let mut out = match rest.rfind('@') {
+        Some(at) => {
+            let userinfo = &rest[..at];
+            let user = userinfo.split(':').next().unwrap_or_default();
+            let password = if userinfo.contains(':') { ":****" } else { "" };
+            format!("{prefix}{user}{password}@{}", &rest[at + 1..])
         }
-        _ => url.to_owned(),
+        None => before_query.to_owned(),
+    };
+    if let Some(query) = query {
+        let pairs: Vec<String> = query
+            .split('&')
+            .map(|pair| match pair.split_once('=') {
+                Some((key, _)) if SECRET_KEYS.iter().any(|s| key.eq_ignore_ascii_case(s)) => {
+                    format!("{key}=****")
+                }
+                _ => pair.to_owned(),
+            })
+            .collect();
+        out.push('?');
+        out.push_str(&pairs.join("&"));
     }
+    out
 }
 
 #[cfg(test)]
@@ -172,8 +204,25 @@ mod tests {
             parse("locks.db"),
             Err(UrlError::UnknownScheme { .. })
         ));
-        let err = parse("redis://user:secret@host/0").unwrap_err();
-        assert!(!err.to_string().contains("secret"), "{err}");
+        for url in [
+            "redis://user:secret@host/0",
+            "postgres://user:secret@host:notaport/db",
+            "postgres://user:secret@[bad/db",
+            "postgres://user:sec/ret@host/db?port=x&schema=a&schema=b",
+            "postgres://user:se@cret@/db",
+            "postgres://host/db?password=secret&schema=a&schema=b",
+            "postgres://host/db?PassWord=secret&schema=a&schema=b",
+            "foo:secret@host",
+            "sqlite://a.db?password=secret",
+        ] {
+            let err = parse(url).unwrap_err();
+            assert!(!err.to_string().contains("secret"), "{url}: {err}");
+            assert!(!format!("{err:?}").contains("secret"), "{url}: {err:?}");
+        }
+        assert_eq!(
+            masked("postgres://u:p@h/db?sslmode=disable&password=x"),
+            "postgres://u:****@h/db?sslmode=disable&password=****"
+        );
         assert!(matches!(
             parse("postgres://"),
             Err(UrlError::Malformed { .. })

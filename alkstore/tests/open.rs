@@ -64,3 +64,34 @@ async fn postgres_url_with_schema_opens_that_schema() {
     assert!(lock.release().await.unwrap());
     direct.drop_schema().await.unwrap();
 }
+
+/// No error of `open`, in its message chain or its `Debug`, holds the
+/// password of the URL it was given: unparsable URLs, unknown schemes, a
+/// password as a query parameter, and a server that cannot be reached.
+#[tokio::test]
+async fn no_error_of_open_holds_the_password() {
+    let mut urls = vec![
+        "postgres://app:s3cret@db:notaport/app",
+        "postgres://app:s3cret@[::1/app",
+        "mysqlx://app:s3cret@db/app",
+        "postgres://db/app?password=s3cret&schema=a&schema=b",
+        "sqlite://locks.db?password=s3cret",
+    ];
+    if cfg!(feature = "postgres") {
+        // Nothing listens on port 1: the driver's own error.
+        urls.push("postgres://app:s3cret@127.0.0.1:1/app");
+    }
+    for url in urls {
+        let err = match alkstore::open(url).await {
+            Err(err) => err,
+            Ok(_) => panic!("{url}: opened"),
+        };
+        let mut text = format!("{err:?}");
+        let mut source: Option<&dyn std::error::Error> = Some(&err);
+        while let Some(cause) = source {
+            text.push_str(&cause.to_string());
+            source = cause.source();
+        }
+        assert!(!text.contains("s3cret"), "{url}: {text}");
+    }
+}

@@ -42,6 +42,7 @@ macro_rules! contract_tests {
             exclusion_two_owners,
             exclusion_many_contenders,
             reacquire_same_owner_keeps_grant,
+            handles_of_one_grant_are_one_grant,
             expiry_lets_another_owner_in,
             renew_is_a_full_window_from_now,
             renew_false_after_takeover,

@@ -14,7 +14,8 @@ pub const REQUIRE_VAR: &str = "ALKSTORE_REQUIRE_PG";
 /// A PostgreSQL server for tests.
 #[derive(Debug)]
 pub struct Server {
-    /// Connection URL (a superuser on a throwaway cluster).
+    /// Connection URL (a superuser on a throwaway cluster, with the
+    /// cluster's random password).
     pub url: String,
     /// The cluster this process started, if it started one.
     pub cluster: Option<Cluster>,
@@ -175,6 +176,16 @@ fn run(program: &Path, args: &[&str], as_postgres_user: bool) -> Result<(), Stri
     }
 }
 
+/// 32 hex digits from the system's random source.
+fn random_password() -> Result<String, String> {
+    use std::io::Read;
+    let mut bytes = [0u8; 16];
+    std::fs::File::open("/dev/urandom")
+        .and_then(|mut f| f.read_exact(&mut bytes))
+        .map_err(|e| format!("no random source for the cluster's password: {e}"))?;
+    Ok(bytes.iter().map(|b| format!("{b:02x}")).collect())
+}
+
 fn free_port() -> Result<u16, String> {
     let listener = TcpListener::bind("127.0.0.1:0").map_err(|e| format!("no free port: {e}"))?;
     listener
@@ -204,6 +215,21 @@ fn start_cluster(bin: PathBuf) -> Result<Server, String> {
         as_postgres_user,
     };
     let data = cluster.data();
+    // TCP logins need the superuser's password, which only this process
+    // knows: other local users cannot take over the cluster for the run.
+    // The Unix socket stays password-less, in a directory only the cluster's
+    // user (and root) can enter.
+    let password = random_password()?;
+    let pwfile = cluster.dir.join("pwfile");
+    std::fs::write(&pwfile, &password).map_err(|e| format!("cannot write the pwfile: {e}"))?;
+    if as_postgres_user {
+        run(
+            Path::new("chown"),
+            &["postgres:", pwfile.to_str().unwrap()],
+            false,
+        )?;
+    }
+    let pwfile_arg = format!("--pwfile={}", pwfile.display());
     run(
         &cluster.bin.join("initdb"),
         &[
@@ -211,20 +237,26 @@ fn start_cluster(bin: PathBuf) -> Result<Server, String> {
             data.to_str().unwrap(),
             "-U",
             "postgres",
-            "--auth=trust",
+            "--auth-local=trust",
+            "--auth-host=scram-sha-256",
+            &pwfile_arg,
             "--no-sync",
             "--encoding=UTF8",
             "--locale=C",
         ],
         as_postgres_user,
     )?;
+    let _ = std::fs::remove_file(&pwfile);
     spawn_watchdog(&cluster)?;
     if !cluster.pg_ctl(&["start"]) {
         let log = std::fs::read_to_string(cluster.dir.join("log")).unwrap_or_default();
         return Err(format!("pg_ctl start failed: {log}"));
     }
     Ok(Server {
-        url: format!("postgres://postgres@127.0.0.1:{}/postgres", cluster.port),
+        url: format!(
+            "postgres://postgres:{password}@127.0.0.1:{}/postgres",
+            cluster.port
+        ),
         cluster: Some(cluster),
     })
 }

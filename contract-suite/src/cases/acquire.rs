@@ -81,3 +81,27 @@ pub async fn expiry_lets_another_owner_in(store: Arc<dyn Store>) {
     assert_eq!(store.holder("job").await.unwrap().unwrap().owner, "b");
     assert!(b.release().await.unwrap());
 }
+
+/// Two handles of one grant (the same owner string asked twice): they are
+/// one grant. A renewal through one moves the other's `valid_until` too
+/// (never later than the server's expiry); releasing one leaves the other's
+/// `renew` and `release` answering `false`, and a `renew` that answers
+/// `false` leaves `valid_until` no later than the moment it was sent.
+pub async fn handles_of_one_grant_are_one_grant(store: Arc<dyn Store>) {
+    let a = granted(store.try_lock("job", "a", Duration::from_secs(30)).await);
+    let b = granted(store.try_lock("job", "a", Duration::from_secs(30)).await);
+    assert_eq!(a.fence(), b.fence());
+    assert!(b.renew(Duration::from_secs(1)).await.unwrap());
+    let server = Instant::now() + store.holder("job").await.unwrap().unwrap().expires_in;
+    assert!(
+        a.valid_until() <= server + Duration::from_millis(2),
+        "the other handle still promises the old, longer lease"
+    );
+    assert!(b.release().await.unwrap());
+    assert!(!a.renew(Duration::from_secs(30)).await.unwrap());
+    assert!(
+        a.valid_until() <= Instant::now(),
+        "valid_until left in the future after a lost renewal"
+    );
+    assert!(!a.release().await.unwrap());
+}
