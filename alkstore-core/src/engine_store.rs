@@ -202,8 +202,22 @@ impl<E: Engine> Store for EngineStore<E> {
                 };
                 if !prepared {
                     prepared = true;
-                    if let Err(error) = engine.prepare_wait().await {
-                        tracing::warn!(%error, "release notifications unavailable; polling");
+                    // Bounded by the wait left: a listener that cannot connect
+                    // in time must not hold the caller past `wait`.
+                    let prepare = engine.prepare_wait();
+                    let outcome = match remaining {
+                        Some(left) => tokio::time::timeout(left, prepare).await.ok(),
+                        None => Some(prepare.await),
+                    };
+                    match outcome {
+                        Some(Ok(())) => {}
+                        Some(Err(error)) => {
+                            tracing::warn!(%error, "release notifications unavailable; polling");
+                        }
+                        None => tracing::debug!("release notifications not ready within the wait"),
+                    }
+                    if deadline.is_some_and(|d| d <= Instant::now()) {
+                        return Ok(None);
                     }
                 }
                 let nap = backoff.next_nap(expires_in, remaining);
@@ -319,4 +333,67 @@ macro_rules! delegate_store {
             }
         }
     };
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::engine::GrantKey;
+    use crate::error::BoxError;
+    use crate::wake::ReleaseBus;
+
+    /// Every name is held by someone else; getting ready to wait hangs.
+    #[derive(Debug, Default)]
+    struct HeldWithHangingListener {
+        bus: ReleaseBus,
+    }
+
+    #[async_trait]
+    impl Engine for HeldWithHangingListener {
+        async fn acquire(&self, _: &str, _: &str, _: LeaseMillis) -> Result<Attempt, BoxError> {
+            Ok(Attempt::Held {
+                expires_in: Some(Duration::from_secs(60)),
+            })
+        }
+        async fn renew(&self, _: &GrantKey, _: LeaseMillis) -> Result<bool, BoxError> {
+            Ok(false)
+        }
+        async fn release(&self, _: &GrantKey) -> Result<bool, BoxError> {
+            Ok(false)
+        }
+        async fn holder(&self, _: &str) -> Result<Option<Holder>, BoxError> {
+            Ok(None)
+        }
+        async fn purge_expired(&self) -> Result<u64, BoxError> {
+            Ok(0)
+        }
+        async fn close(&self) -> Result<(), BoxError> {
+            Ok(())
+        }
+        fn releases(&self) -> &ReleaseBus {
+            &self.bus
+        }
+        async fn prepare_wait(&self) -> Result<(), BoxError> {
+            tokio::time::sleep(Duration::from_secs(30)).await;
+            Ok(())
+        }
+    }
+
+    #[tokio::test]
+    async fn a_listener_that_hangs_does_not_stretch_the_wait() {
+        let store = EngineStore::new(HeldWithHangingListener::default());
+        let asked = Instant::now();
+        let wait = Duration::from_millis(200);
+        let got = store
+            .lock("busy", "me", Duration::from_secs(5), wait)
+            .await
+            .unwrap();
+        assert!(got.is_none());
+        let took = asked.elapsed();
+        assert!(took >= wait, "gave up early: {took:?}");
+        assert!(
+            took < wait + Duration::from_millis(150),
+            "overran the wait: {took:?}"
+        );
+    }
 }
