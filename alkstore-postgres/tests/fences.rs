@@ -43,15 +43,18 @@ async fn remove_slow_trigger(store: &PgStore) {
     .expect("remove the slow trigger");
 }
 
-/// Waits until a backend of this database sleeps in `pg_sleep` (the slow
-/// contender is inside its write).
+/// Waits until a backend running this schema's statements sleeps in
+/// `pg_sleep` (the slow contender is inside its write); tests running at
+/// once in other schemas do not count.
 async fn until_someone_sleeps(store: &PgStore) {
     let deadline = Instant::now() + Duration::from_secs(10);
     loop {
         let (sleeping,): (i64,) = sqlx::query_as(
             "SELECT count(*) FROM pg_stat_activity
-             WHERE wait_event = 'PgSleep' AND datname = current_database()",
+             WHERE wait_event = 'PgSleep' AND datname = current_database()
+               AND strpos(query, $1) > 0",
         )
+        .bind(format!("\"{}\"", store.schema().replace('"', "\"\"")))
         .fetch_one(store.pool())
         .await
         .unwrap();
@@ -60,6 +63,43 @@ async fn until_someone_sleeps(store: &PgStore) {
         }
         assert!(Instant::now() < deadline, "the slow contender never slept");
         tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+}
+
+/// A schema whose owner `slow` writes slowly, a second independent store on
+/// it, and `slow`'s first request in flight.
+struct Scene {
+    store: Arc<PgStore>,
+    other: PgStore,
+    schema: common::Schema,
+}
+
+impl Scene {
+    async fn new(prefix: &str, seconds: f64) -> Option<Scene> {
+        let (store, schema) = common::store(prefix).await?;
+        slow_down_owner_slow(&store, seconds).await;
+        let other = PgStore::connect(&schema.url, &schema.name).await.unwrap();
+        Some(Scene {
+            store: Arc::new(store),
+            other,
+            schema,
+        })
+    }
+
+    /// Starts `slow`'s `try_lock` on the first store and returns once it is
+    /// inside its write.
+    async fn slow_in_flight(&self) -> tokio::task::JoinHandle<Option<Box<dyn Lock>>> {
+        let store = self.store.clone();
+        let first = tokio::spawn(async move { store.try_lock("n", "slow", TTL).await.unwrap() });
+        until_someone_sleeps(&self.store).await;
+        first
+    }
+
+    async fn end(self) {
+        remove_slow_trigger(&self.store).await;
+        self.other.close().await.unwrap();
+        self.store.close().await.unwrap();
+        self.schema.drop().await;
     }
 }
 
@@ -132,44 +172,28 @@ async fn a_slow_contender_never_gets_a_fence_below_a_released_grant() {
 /// as on SQLite, and not `Ok(None)`.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn same_owner_racing_its_own_grant_in_flight_gets_it() {
-    let Some((store, schema)) = common::store("sameowner").await else {
+    let Some(scene) = Scene::new("sameowner", 1.0).await else {
         return;
     };
-    let store = Arc::new(store);
-    slow_down_owner_slow(&store, 1.0).await;
-    let other = PgStore::connect(&schema.url, &schema.name).await.unwrap();
-    let first = tokio::spawn({
-        let store = store.clone();
-        async move { store.try_lock("n", "slow", TTL).await.unwrap() }
-    });
-    until_someone_sleeps(&store).await;
-    let second = other.try_lock("n", "slow", TTL).await.unwrap();
+    let first = scene.slow_in_flight().await;
+    let second = scene.other.try_lock("n", "slow", TTL).await.unwrap();
     let first = first.await.unwrap().expect("the first request is granted");
     let second = second.expect("the same owner gets its own grant, not Ok(None)");
     assert_eq!(second.fence(), first.fence(), "one grant, one fence");
     assert!(first.release().await.unwrap());
     drop(second);
-    remove_slow_trigger(&store).await;
-    other.close().await.unwrap();
-    store.close().await.unwrap();
-    schema.drop().await;
+    scene.end().await;
 }
 
 /// A contender refused because a concurrent grant was in flight writes
 /// nothing and burns no fence: the next grant's fence is the next value.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_refusal_racing_a_grant_in_flight_burns_no_fence() {
-    let Some((store, schema)) = common::store("raceref").await else {
+    let Some(scene) = Scene::new("raceref", 1.0).await else {
         return;
     };
-    let store = Arc::new(store);
-    slow_down_owner_slow(&store, 1.0).await;
-    let other = PgStore::connect(&schema.url, &schema.name).await.unwrap();
-    let first = tokio::spawn({
-        let store = store.clone();
-        async move { store.try_lock("n", "slow", TTL).await.unwrap() }
-    });
-    until_someone_sleeps(&store).await;
+    let other = &scene.other;
+    let first = scene.slow_in_flight().await;
     let refused = other.try_lock("n", "fast", TTL).await.unwrap();
     assert!(
         refused.is_none(),
@@ -190,8 +214,5 @@ async fn a_refusal_racing_a_grant_in_flight_burns_no_fence() {
         next.fence()
     );
     assert!(next.release().await.unwrap());
-    remove_slow_trigger(&store).await;
-    other.close().await.unwrap();
-    store.close().await.unwrap();
-    schema.drop().await;
+    scene.end().await;
 }
