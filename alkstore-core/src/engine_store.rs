@@ -391,8 +391,9 @@ mod tests {
         assert!(got.is_none());
         let took = asked.elapsed();
         assert!(took >= wait, "gave up early: {took:?}");
+        // The listener hangs for 30 s; a bounded wait returns long before.
         assert!(
-            took < wait + Duration::from_millis(150),
+            took < wait + Duration::from_secs(3),
             "overran the wait: {took:?}"
         );
     }

@@ -1,4 +1,4 @@
-//! What this process knows of each grant it holds handles to: one
+//! What a store knows of each grant it holds handles to: one
 //! `valid_until` per grant, shared by every handle of it, moved only by what
 //! certainly holds.
 
@@ -55,6 +55,13 @@ pub(crate) fn renewal_answered(state: &SharedGrant, ticket: u64, outcome: Renewa
     }
 }
 
+/// The grant ends for this store at `at` (a release was sent): no
+/// handle of it may count on it after that.
+pub(crate) fn ended(state: &SharedGrant, at: Instant) {
+    let mut state = lock(state);
+    state.valid_until = state.valid_until.min(at);
+}
+
 /// How one renewal ended.
 #[derive(Debug, Clone, Copy)]
 pub(crate) enum Renewal {
@@ -66,7 +73,8 @@ pub(crate) enum Renewal {
     Unknown { until: Instant },
 }
 
-/// The grants this process holds handles to, by grant.
+/// The grants a store holds live handles to, by grant (one map per store:
+/// stores, even in one process, learn of each other only through storage).
 #[derive(Debug, Default)]
 pub(crate) struct Grants {
     live: Mutex<HashMap<GrantKey, Weak<Mutex<GrantState>>>>,
@@ -74,7 +82,7 @@ pub(crate) struct Grants {
 
 impl Grants {
     /// The state for a grant just handed out, observed valid until `until`.
-    /// When another handle to the same grant is live in this process, both
+    /// When another handle to the same grant is live in this store, both
     /// share one state, at the earlier deadline; the second value is true
     /// the first time that happens for this grant (to warn once).
     pub(crate) fn handed_out(&self, key: &GrantKey, until: Instant) -> (SharedGrant, bool) {
@@ -105,5 +113,84 @@ impl Grants {
         if live.get(key).is_some_and(|weak| weak.strong_count() == 0) {
             live.remove(key);
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::time::Duration;
+
+    fn key(fence: u64) -> GrantKey {
+        GrantKey {
+            name: "n".into(),
+            owner: "o".into(),
+            fence,
+        }
+    }
+
+    #[test]
+    fn a_shared_grant_is_flagged_once_and_kept_at_the_earlier_deadline() {
+        let grants = Grants::default();
+        let t = Instant::now();
+        let (first, shared) = grants.handed_out(&key(1), t + Duration::from_secs(10));
+        assert!(!shared, "one handle is not shared");
+        let (second, shared) = grants.handed_out(&key(1), t + Duration::from_secs(5));
+        assert!(shared, "the second live handle of one grant is flagged");
+        assert!(Arc::ptr_eq(&first, &second));
+        assert_eq!(valid_until(&first), t + Duration::from_secs(5));
+        let (third, shared) = grants.handed_out(&key(1), t + Duration::from_secs(20));
+        assert!(!shared, "flagged once per grant");
+        assert_eq!(valid_until(&third), t + Duration::from_secs(5));
+        // Another grant (a new fence) is not shared with this one.
+        let (other, shared) = grants.handed_out(&key(2), t);
+        assert!(!shared && !Arc::ptr_eq(&other, &first));
+        // Once every handle is gone, the grant is forgotten.
+        for state in [first, second, third] {
+            grants.dropped(&key(1), state);
+        }
+        let (fresh, shared) = grants.handed_out(&key(1), t + Duration::from_secs(1));
+        assert!(!shared);
+        assert_eq!(valid_until(&fresh), t + Duration::from_secs(1));
+    }
+
+    #[test]
+    fn only_the_latest_sent_renewal_moves_the_deadline_up() {
+        let grants = Grants::default();
+        let t = Instant::now();
+        let (state, _) = grants.handed_out(&key(1), t + Duration::from_secs(1));
+        let long = renewal_sent(&state);
+        let short = renewal_sent(&state);
+        // The later-sent, shorter renewal answers first; the earlier, longer
+        // one answers last and must not move the deadline past it.
+        renewal_answered(
+            &state,
+            short,
+            Renewal::Renewed {
+                until: t + Duration::from_secs(2),
+            },
+        );
+        renewal_answered(
+            &state,
+            long,
+            Renewal::Renewed {
+                until: t + Duration::from_secs(30),
+            },
+        );
+        assert_eq!(valid_until(&state), t + Duration::from_secs(2));
+        // An unanswered renewal brings it down to what it would give.
+        let unknown = renewal_sent(&state);
+        renewal_answered(
+            &state,
+            unknown,
+            Renewal::Unknown {
+                until: t + Duration::from_millis(1500),
+            },
+        );
+        assert_eq!(valid_until(&state), t + Duration::from_millis(1500));
+        // A lost one ends it at its sending.
+        let lost = renewal_sent(&state);
+        renewal_answered(&state, lost, Renewal::Lost { sent: t });
+        assert_eq!(valid_until(&state), t);
     }
 }

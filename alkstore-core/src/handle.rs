@@ -19,7 +19,7 @@ use crate::store::Lock;
 pub(crate) struct EngineLock<E: Engine> {
     shared: Arc<Shared<E>>,
     key: GrantKey,
-    /// Shared with every other handle of this grant in this process.
+    /// Shared with every other handle of this grant from this store.
     /// `None` only once `Drop` gave it back.
     state: Option<SharedGrant>,
     /// Set when `release` consumed the handle, so `Drop` stays quiet.
@@ -28,7 +28,7 @@ pub(crate) struct EngineLock<E: Engine> {
 
 impl<E: Engine> EngineLock<E> {
     /// A handle to the grant `key`, certainly valid until `valid_until`. A
-    /// second live handle of one grant in this process (the same owner
+    /// second live handle of one grant from this store (the same owner
     /// string asking twice) shares the first one's state, and is warned of
     /// once: two holders that share an owner string share one grant.
     pub(crate) fn new(shared: Arc<Shared<E>>, key: GrantKey, valid_until: Instant) -> Self {
@@ -126,6 +126,10 @@ impl<E: Engine> Lock for EngineLock<E> {
         let span = tracing::debug_span!("alkstore.release", name = %key.name, owner = %key.owner, fence = key.fence, outcome = field::Empty);
         async {
             self.shared.check_open("release")?;
+            // Whatever it answers (or if it never answers), this grant can
+            // no longer be counted on from the moment the release is sent,
+            // by any handle of it that shares this state.
+            grant::ended(self.state(), Instant::now());
             let released = self
                 .shared
                 .engine

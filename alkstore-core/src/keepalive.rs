@@ -88,8 +88,13 @@ impl KeepAliveOptions {
 /// [`KeepAlive::lost`] or [`KeepAlive::status`] before the conservative
 /// `valid_until` passes: a renewal that answered `false` is reported at once,
 /// and errors that kept every retry from succeeding are reported `margin`
-/// before the lease ends. [`KeepAlive::release`] stops the renewals and
-/// releases; dropping the keep-alive stops them and leaves the lease to lapse.
+/// before the lease ends (or a quarter of the lease left, if less). Renewals
+/// start in time for the lease actually left, even one taken with a shorter
+/// ttl. A renewal answered too late for its own lease counts as lost; a
+/// lease the handle already knows to be over (a twin handle released it)
+/// gets one last renewal, whose answer gives the reason.
+/// [`KeepAlive::release`] stops the renewals and releases; dropping the
+/// keep-alive stops them and leaves the lease to lapse.
 ///
 /// ```
 /// use std::time::Duration;
@@ -224,10 +229,17 @@ fn schedule(
     options: &KeepAliveOptions,
 ) -> (Instant, Instant) {
     let left = valid_until.saturating_duration_since(now);
-    let give_up = valid_until - options.margin.min(left / 4);
+    let give_up = valid_until - margin_within(options, left);
     let halfway = now + give_up.saturating_duration_since(now) / 2;
     let next = last.checked_add(options.interval).unwrap_or(halfway);
     (next.min(halfway), give_up)
+}
+
+/// The margin to keep before the end of a lease of `span`: the configured
+/// one, or a quarter of the lease if that is less (a lease shorter than the
+/// keep-alive expects still gets renewed before it ends).
+fn margin_within(options: &KeepAliveOptions, span: Duration) -> Duration {
+    options.margin.min(span / 4)
 }
 
 /// The renewal loop.
@@ -238,7 +250,8 @@ async fn keep(
 ) {
     // A renewal's own lease ends `ttl` after it is sent: an answer later than
     // this much after sending comes too late to be of use.
-    let useful_for = options.ttl - options.margin.min(options.ttl / 4);
+    let margin = margin_within(&options, options.ttl);
+    let useful_for = options.ttl - margin;
     let mut last = Instant::now();
     loop {
         let (next, give_up) = schedule(lock.valid_until(), last, Instant::now(), &options);
@@ -247,13 +260,21 @@ async fn keep(
         // Retry until renewed, revoked, or too late.
         let verdict = loop {
             let sent = Instant::now();
-            let deadline = sent.checked_add(useful_for).unwrap_or(give_up).min(give_up);
+            let own = sent.checked_add(useful_for).unwrap_or(give_up);
+            // A lease this handle already knows to be over (a twin handle
+            // released it, or an unanswered renewal brought its deadline
+            // down) gets one last renewal, whose answer says why.
+            let deadline = if give_up > sent {
+                own.min(give_up)
+            } else {
+                own
+            };
             let attempt = tokio::time::timeout_at(deadline.into(), lock.renew(options.ttl)).await;
             match attempt {
                 Ok(Ok(true)) => {
                     let valid_until = lock.valid_until();
                     // Renewed, but so late that the new lease is (nearly) over.
-                    if valid_until <= Instant::now() + options.margin.min(options.ttl / 4) {
+                    if valid_until <= Instant::now() + margin {
                         break Some(LostReason::NotRenewedInTime { last_error });
                     }
                     let _ = status.send(LeaseStatus::Held { valid_until });
@@ -320,6 +341,10 @@ mod tests {
         renewals: Mutex<u32>,
         /// How long each renewal's round trip takes.
         delay: Duration,
+        /// The lease a successful renewal reports, if not the ttl asked for.
+        renewed_for: Option<Duration>,
+        /// When each renewal was sent.
+        sent: Arc<Mutex<Vec<Instant>>>,
     }
 
     impl Scripted {
@@ -329,6 +354,8 @@ mod tests {
                 valid_until: Mutex::new(Instant::now() + ttl),
                 renewals: Mutex::new(0),
                 delay: Duration::ZERO,
+                renewed_for: None,
+                sent: Arc::default(),
             }
         }
     }
@@ -349,6 +376,7 @@ mod tests {
         }
         async fn renew(&self, ttl: Duration) -> Result<bool> {
             let sent = Instant::now();
+            self.sent.lock().unwrap().push(sent);
             *self.renewals.lock().unwrap() += 1;
             tokio::time::sleep(self.delay).await;
             let next = {
@@ -361,7 +389,7 @@ mod tests {
             };
             match next {
                 Some(true) => {
-                    *self.valid_until.lock().unwrap() = sent + ttl;
+                    *self.valid_until.lock().unwrap() = sent + self.renewed_for.unwrap_or(ttl);
                     Ok(true)
                 }
                 Some(false) => Ok(false),
@@ -437,35 +465,51 @@ mod tests {
 
     #[tokio::test]
     async fn a_renewal_slower_than_its_own_lease_is_lost_before_that_lease_ends() {
-        // 1 s left; renewals ask for 100 ms but take 150 ms to answer.
-        let ttl = Duration::from_millis(100);
+        // 10 s left; renewals ask for 1 s but take 1.5 s to answer.
+        let ttl = Duration::from_secs(1);
         let lock = Scripted {
-            delay: Duration::from_millis(150),
-            ..Scripted::new(Duration::from_secs(1), vec![])
+            delay: Duration::from_millis(1500),
+            ..Scripted::new(Duration::from_secs(10), vec![])
+        };
+        let sent = lock.sent.clone();
+        let kept = KeepAlive::start(Box::new(lock), ttl).unwrap();
+        let reason = kept.lost().await;
+        let lost_at = Instant::now();
+        assert!(
+            matches!(reason, LostReason::NotRenewedInTime { .. }),
+            "{reason:?}"
+        );
+        let first = sent.lock().unwrap()[0];
+        // Had that renewal landed, its lease would end `ttl` after sending:
+        // the holder hears of the loss before then, not 10 s later.
+        assert!(
+            lost_at < first + ttl,
+            "lost signalled {:?} after the renewal was sent",
+            lost_at - first
+        );
+    }
+
+    #[tokio::test]
+    async fn a_renewal_answered_after_its_own_lease_ended_counts_as_lost() {
+        // The renewal answers `true` after 600 ms, but the engine reported
+        // only 500 ms of lease: Held must not be published with that deadline.
+        let ttl = Duration::from_secs(1);
+        let lock = Scripted {
+            delay: Duration::from_millis(600),
+            renewed_for: Some(Duration::from_millis(500)),
+            ..Scripted::new(Duration::from_secs(10), vec![])
         };
         let kept = KeepAlive::start(Box::new(lock), ttl).unwrap();
         let mut watch = kept.watch();
-        let started = Instant::now();
-        loop {
-            let status = watch.borrow_and_update().clone();
-            match status {
-                LeaseStatus::Held { valid_until } => assert!(
-                    valid_until > Instant::now(),
-                    "Held published with a deadline already past"
-                ),
-                LeaseStatus::Lost(reason) => {
-                    assert!(matches!(reason, LostReason::NotRenewedInTime { .. }));
-                    break;
-                }
-            }
-            watch.changed().await.unwrap();
-        }
-        // The first renewal went out after ~33 ms; its lease would end 100 ms
-        // later, and the keep-alive gave up before that.
+        watch.borrow_and_update();
+        watch.changed().await.unwrap();
+        let status = watch.borrow_and_update().clone();
         assert!(
-            started.elapsed() < Duration::from_millis(140),
-            "lost signalled {:?} after start",
-            started.elapsed()
+            matches!(
+                status,
+                LeaseStatus::Lost(LostReason::NotRenewedInTime { .. })
+            ),
+            "published {status:?} after a renewal whose lease had already ended"
         );
     }
 

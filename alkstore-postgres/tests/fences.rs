@@ -14,10 +14,15 @@ use alkstore_postgres::PgStore;
 
 const TTL: Duration = Duration::from_secs(30);
 
+/// The store's schema as an SQL identifier, as it appears in its statements.
+fn quoted_schema(store: &PgStore) -> String {
+    format!("\"{}\"", store.schema().replace('"', "\"\""))
+}
+
 /// Puts a trigger on the schema's lock table that sleeps `seconds` inside
 /// every insert or update of a row for owner `slow`.
 async fn slow_down_owner_slow(store: &PgStore, seconds: f64) {
-    let s = format!("\"{}\"", store.schema().replace('"', "\"\""));
+    let s = quoted_schema(store);
     sqlx::raw_sql(sqlx::AssertSqlSafe(format!(
         "CREATE FUNCTION {s}.slow_writer() RETURNS trigger LANGUAGE plpgsql AS $$
          BEGIN
@@ -34,7 +39,7 @@ async fn slow_down_owner_slow(store: &PgStore, seconds: f64) {
 
 /// Removes what [`slow_down_owner_slow`] added, so the schema is alkstore's alone again.
 async fn remove_slow_trigger(store: &PgStore) {
-    let s = format!("\"{}\"", store.schema().replace('"', "\"\""));
+    let s = quoted_schema(store);
     sqlx::raw_sql(sqlx::AssertSqlSafe(format!(
         "DROP FUNCTION {s}.slow_writer() CASCADE"
     )))
@@ -54,7 +59,7 @@ async fn until_someone_sleeps(store: &PgStore) {
              WHERE wait_event = 'PgSleep' AND datname = current_database()
                AND strpos(query, $1) > 0",
         )
-        .bind(format!("\"{}\"", store.schema().replace('"', "\"\"")))
+        .bind(quoted_schema(store))
         .fetch_one(store.pool())
         .await
         .unwrap();

@@ -71,7 +71,8 @@ macro_rules! contract_tests {
             cancellation_leaves_no_trace,
             model_based_sequences,
             bad_input_is_refused_and_writes_nothing;
-            peers: fences_in_commit_order_across_stores
+            peers: fences_in_commit_order_across_stores,
+            renew_false_ends_valid_until
         );
     };
     (@cases $fresh:path; $($case:ident),* $(,)?; peers: $($peer_case:ident),* $(,)?) => {

@@ -98,6 +98,10 @@ pub async fn handles_of_one_grant_are_one_grant(store: Arc<dyn Store>) {
         "the other handle still promises the old, longer lease"
     );
     assert!(b.release().await.unwrap());
+    assert!(
+        a.valid_until() <= Instant::now(),
+        "the other handle still promises a lease its twin released"
+    );
     assert!(!a.renew(Duration::from_secs(30)).await.unwrap());
     assert!(
         a.valid_until() <= Instant::now(),

@@ -71,3 +71,28 @@ pub async fn renew_duration_guard(store: Arc<dyn Store>) {
     assert!(lock.renew(Duration::from_secs(3)).await.unwrap());
     assert!(lock.release().await.unwrap());
 }
+
+/// A renewal that answers `false` ends the handle's `valid_until` at once
+/// (no later than the moment it was sent), even when this handle had no
+/// other way to know: the grant was released through another store's
+/// handle of it (the same owner string in another process).
+pub async fn renew_false_ends_valid_until(stores: crate::Stores) {
+    let pair = stores.open(2).await;
+    if Arc::ptr_eq(&pair[0], &pair[1]) {
+        eprintln!("renew_false_ends_valid_until: needs an independent peer store; not run");
+        return;
+    }
+    let here = granted(pair[0].try_lock("job", "a", Duration::from_secs(30)).await);
+    let there = granted(pair[1].try_lock("job", "a", Duration::from_secs(30)).await);
+    assert_eq!(here.fence(), there.fence(), "one grant");
+    assert!(there.release().await.unwrap());
+    assert!(
+        here.valid_until() > Instant::now(),
+        "nothing told this handle yet"
+    );
+    assert!(!here.renew(Duration::from_secs(30)).await.unwrap());
+    assert!(
+        here.valid_until() <= Instant::now(),
+        "valid_until left in the future after a renewal answered false"
+    );
+}

@@ -1,11 +1,10 @@
-//! The contended workload whose history the checker reads.
+//! The contended workloads whose histories the checker reads.
 
-use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use alkstore_core::Store;
-use tokio::sync::Mutex;
+use alkstore_core::{Lock, Store};
 
 use super::Rng;
 use super::history::Interval;
@@ -26,6 +25,70 @@ pub struct Outcome {
     pub pauses: u64,
 }
 
+/// What the tasks of one run share: the unprotected counter the lock
+/// guards, and the record of every grant.
+#[derive(Debug, Default)]
+struct Recorder {
+    history: Mutex<Vec<Interval>>,
+    counter: Mutex<u64>,
+    lost_updates: AtomicU64,
+    increments: AtomicU64,
+    pauses: AtomicU64,
+}
+
+impl Recorder {
+    /// The critical section: read the counter, yield, write it back plus
+    /// one. The write happens only while the writer's lease is still valid
+    /// (checked under the counter's mutex, so check and write are one step):
+    /// a holder paused past its lease abandons its write, as a fenced
+    /// resource would refuse it. A write that finds the counter changed
+    /// since its read is a lost update.
+    async fn increment(&self, lock: &dyn Lock) {
+        let seen = *self.counter.lock().unwrap();
+        tokio::task::yield_now().await;
+        let mut value = self.counter.lock().unwrap();
+        if Instant::now() < lock.valid_until() {
+            if *value != seen {
+                self.lost_updates.fetch_add(1, Ordering::SeqCst);
+            }
+            *value = seen + 1;
+            self.increments.fetch_add(1, Ordering::SeqCst);
+        }
+    }
+
+    /// Releases `lock` (it was requested at `requested` and came back at
+    /// `start`) and records its interval; what the release answered.
+    async fn release_and_record(
+        &self,
+        lock: Box<dyn Lock>,
+        requested: Instant,
+        start: Instant,
+    ) -> bool {
+        let end = Instant::now().min(lock.valid_until());
+        let (owner, fence) = (lock.owner().to_owned(), lock.fence());
+        let released = lock.release().await.expect("release");
+        self.history.lock().unwrap().push(Interval {
+            owner,
+            fence,
+            requested,
+            start,
+            end,
+            released: Some(Instant::now()),
+        });
+        released
+    }
+
+    fn finish(&self) -> Outcome {
+        Outcome {
+            history: std::mem::take(&mut *self.history.lock().unwrap()),
+            counter: *self.counter.lock().unwrap(),
+            lost_updates: self.lost_updates.load(Ordering::SeqCst),
+            increments: self.increments.load(Ordering::SeqCst),
+            pauses: self.pauses.load(Ordering::SeqCst),
+        }
+    }
+}
+
 /// How a contended run is shaped.
 #[derive(Debug, Clone, Copy)]
 pub struct Workload {
@@ -44,25 +107,10 @@ pub struct Workload {
 /// holders overlap), holds for a random while or pauses past its TTL, and
 /// releases. Each grant's interval is recorded.
 pub async fn contend(store: Arc<dyn Store>, name: &str, workload: Workload, seed: u64) -> Outcome {
-    let history = Arc::new(Mutex::new(Vec::new()));
-    // Read and write are separate steps with a yield between. The write
-    // happens only while the writer's lease is still valid (checked under the
-    // counter's mutex, so check and write are one step): a holder paused past
-    // its lease abandons its write, as a fenced resource would refuse it.
-    let counter = Arc::new(std::sync::Mutex::new(0u64));
-    let lost_updates = Arc::new(AtomicU64::new(0));
-    let increments = Arc::new(AtomicU64::new(0));
-    let pauses = Arc::new(AtomicU64::new(0));
+    let recorder = Arc::new(Recorder::default());
     let tasks: Vec<_> = (0..workload.tasks)
         .map(|task| {
-            let (store, name) = (store.clone(), name.to_owned());
-            let lost_updates = lost_updates.clone();
-            let (history, counter, increments, pauses) = (
-                history.clone(),
-                counter.clone(),
-                increments.clone(),
-                pauses.clone(),
-            );
+            let (store, name, recorder) = (store.clone(), name.to_owned(), recorder.clone());
             let mut rng = Rng::new(seed ^ (task as u64).wrapping_mul(0x9E37_79B9));
             tokio::spawn(async move {
                 let owner = format!("task-{task}");
@@ -74,35 +122,15 @@ pub async fn contend(store: Arc<dyn Store>, name: &str, workload: Workload, seed
                         .expect("lock")
                         .expect("granted within the wait");
                     let start = Instant::now();
-                    let seen = *counter.lock().unwrap();
-                    tokio::task::yield_now().await;
-                    {
-                        let mut value = counter.lock().unwrap();
-                        if Instant::now() < lock.valid_until() {
-                            if *value != seen {
-                                lost_updates.fetch_add(1, Ordering::SeqCst);
-                            }
-                            *value = seen + 1;
-                            increments.fetch_add(1, Ordering::SeqCst);
-                        }
-                    }
+                    recorder.increment(lock.as_ref()).await;
                     if rng.below(workload.pause_one_in) == 0 {
-                        pauses.fetch_add(1, Ordering::SeqCst);
+                        recorder.pauses.fetch_add(1, Ordering::SeqCst);
                         tokio::time::sleep(workload.ttl + Duration::from_millis(20)).await;
                     } else {
                         tokio::time::sleep(Duration::from_micros(rng.below(3000))).await;
                     }
-                    let end = Instant::now().min(lock.valid_until());
-                    let fence = lock.fence();
-                    let _ = lock.release().await.expect("release");
-                    history.lock().await.push(Interval {
-                        owner: owner.clone(),
-                        fence,
-                        requested,
-                        start,
-                        end,
-                        released: Some(Instant::now()),
-                    });
+                    // A paused holder's release may find its row taken over.
+                    recorder.release_and_record(lock, requested, start).await;
                 }
             })
         })
@@ -110,14 +138,7 @@ pub async fn contend(store: Arc<dyn Store>, name: &str, workload: Workload, seed
     for task in tasks {
         task.await.expect("a contending task panicked");
     }
-    let history = std::mem::take(&mut *history.lock().await);
-    Outcome {
-        history,
-        counter: *counter.lock().unwrap(),
-        lost_updates: lost_updates.load(Ordering::SeqCst),
-        increments: increments.load(Ordering::SeqCst),
-        pauses: pauses.load(Ordering::SeqCst),
-    }
+    recorder.finish()
 }
 
 /// How a race between independent stores is shaped.
@@ -138,17 +159,12 @@ pub struct Race {
 /// rule must hold for every grant.
 pub async fn race(stores: &[Arc<dyn Store>], name: &str, race: Race, seed: u64) -> Outcome {
     let ttl = Duration::from_secs(30);
-    let history = Arc::new(Mutex::new(Vec::new()));
-    let counter = Arc::new(std::sync::Mutex::new(0u64));
-    let lost_updates = Arc::new(AtomicU64::new(0));
-    let increments = Arc::new(AtomicU64::new(0));
+    let recorder = Arc::new(Recorder::default());
     let stop = Instant::now() + race.duration;
     let mut tasks = Vec::new();
     for (s, store) in stores.iter().enumerate() {
         for t in 0..race.tasks_per_store {
-            let (store, name) = (store.clone(), name.to_owned());
-            let (history, counter) = (history.clone(), counter.clone());
-            let (lost_updates, increments) = (lost_updates.clone(), increments.clone());
+            let (store, name, recorder) = (store.clone(), name.to_owned(), recorder.clone());
             let waits = (s * race.tasks_per_store + t) % 3 == 2;
             let mut rng = Rng::new(seed ^ ((s * 1000 + t) as u64).wrapping_mul(0x9E37_79B9));
             tasks.push(tokio::spawn(async move {
@@ -167,27 +183,9 @@ pub async fn race(stores: &[Arc<dyn Store>], name: &str, race: Race, seed: u64) 
                         continue;
                     };
                     let start = Instant::now();
-                    let seen = *counter.lock().unwrap();
-                    tokio::task::yield_now().await;
-                    {
-                        let mut value = counter.lock().unwrap();
-                        if *value != seen {
-                            lost_updates.fetch_add(1, Ordering::SeqCst);
-                        }
-                        *value = seen + 1;
-                        increments.fetch_add(1, Ordering::SeqCst);
-                    }
-                    let end = Instant::now().min(lock.valid_until());
-                    let fence = lock.fence();
-                    assert!(lock.release().await.expect("release"), "own live grant");
-                    history.lock().await.push(Interval {
-                        owner: owner.clone(),
-                        fence,
-                        requested,
-                        start,
-                        end,
-                        released: Some(Instant::now()),
-                    });
+                    recorder.increment(lock.as_ref()).await;
+                    let released = recorder.release_and_record(lock, requested, start).await;
+                    assert!(released, "own live grant");
                 }
             }));
         }
@@ -195,12 +193,5 @@ pub async fn race(stores: &[Arc<dyn Store>], name: &str, race: Race, seed: u64) 
     for task in tasks {
         task.await.expect("a racing task panicked");
     }
-    let history = std::mem::take(&mut *history.lock().await);
-    Outcome {
-        history,
-        counter: *counter.lock().unwrap(),
-        lost_updates: lost_updates.load(Ordering::SeqCst),
-        increments: increments.load(Ordering::SeqCst),
-        pauses: 0,
-    }
+    recorder.finish()
 }
