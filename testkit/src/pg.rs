@@ -176,6 +176,12 @@ fn run(program: &Path, args: &[&str], as_postgres_user: bool) -> Result<(), Stri
     }
 }
 
+/// Gives `path` to the `postgres` user, which runs the cluster when we are root.
+fn hand_to_postgres(path: &Path) -> Result<(), String> {
+    let path = path.to_str().ok_or("the temp dir's path is not UTF-8")?;
+    run(Path::new("chown"), &["postgres:", path], false)
+}
+
 /// 32 hex digits from the system's random source.
 fn random_password() -> Result<String, String> {
     use std::io::Read;
@@ -202,11 +208,7 @@ fn start_cluster(bin: PathBuf) -> Result<Server, String> {
         .map_err(|e| format!("no temp dir: {e}"))?
         .keep();
     if as_postgres_user {
-        run(
-            Path::new("chown"),
-            &["postgres:", dir.to_str().unwrap()],
-            false,
-        )?;
+        hand_to_postgres(&dir)?;
     }
     let cluster = Cluster {
         dir,
@@ -223,11 +225,7 @@ fn start_cluster(bin: PathBuf) -> Result<Server, String> {
     let pwfile = cluster.dir.join("pwfile");
     std::fs::write(&pwfile, &password).map_err(|e| format!("cannot write the pwfile: {e}"))?;
     if as_postgres_user {
-        run(
-            Path::new("chown"),
-            &["postgres:", pwfile.to_str().unwrap()],
-            false,
-        )?;
+        hand_to_postgres(&pwfile)?;
     }
     let pwfile_arg = format!("--pwfile={}", pwfile.display());
     run(
