@@ -306,11 +306,31 @@ async fn the_listener_never_holds_a_connection_of_the_callers_pool() {
         let store = store.clone();
         async move {
             store
-                .lock("busy", "waiter", TTL, Duration::from_secs(3))
+                .lock("busy", "waiter", TTL, Duration::from_secs(20))
                 .await
         }
     });
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    // Until the waiter's listener is in place (its connection has run LISTEN).
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    loop {
+        let (listening,): (i64,) = sqlx::query_as(
+            "SELECT count(*) FROM pg_stat_activity a, pg_namespace n
+             WHERE n.nspname = $1 AND a.query LIKE 'LISTEN %'
+               AND strpos(a.query, 'alkstore_' || n.oid::text) > 0",
+        )
+        .bind(&schema.name)
+        .fetch_one(holder.pool())
+        .await
+        .unwrap();
+        if listening > 0 {
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the waiter never listened"
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
     let conn = tokio::time::timeout(Duration::from_secs(1), pool.acquire()).await;
     assert!(
         matches!(conn, Ok(Ok(_))),
