@@ -5,7 +5,7 @@
 //! posture, tracing, the handle and the waiting loop live once, in the core,
 //! and hold for every engine alike.
 
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
 
@@ -38,6 +38,9 @@ pub enum Attempt {
     },
     /// Someone else holds a live lease. `expires_in` is what is left of it,
     /// when the engine saw the row (a waiting acquire sleeps no longer than that).
+    /// Also the answer when a concurrent grant won the race after the
+    /// engine's snapshot, or when the attempt's deadline ran out before it
+    /// could decide (then `expires_in` is `None`).
     Held {
         /// Lease time left of the live holder, if known.
         expires_in: Option<Duration>,
@@ -56,8 +59,20 @@ pub trait Engine: Send + Sync + 'static {
     /// Grant `name` to `owner` when no unexpired row exists for it (insert, or
     /// take over an expired row with a new, higher fence); when `owner`'s own
     /// row is live, grant it again unchanged. A refusal must write nothing.
-    async fn acquire(&self, name: &str, owner: &str, ttl: LeaseMillis)
-    -> Result<Attempt, BoxError>;
+    ///
+    /// `deadline` is when a waiting acquire gives up (`None` for `try_lock`).
+    /// The attempt must not wait past it for anything another transaction or
+    /// caller holds (a connection, a write lock, a row lock): when it runs
+    /// out, it answers [`Attempt::Held`] with `expires_in: None`, having
+    /// written nothing. It still makes one attempt that does not wait when
+    /// the deadline has already passed.
+    async fn acquire(
+        &self,
+        name: &str,
+        owner: &str,
+        ttl: LeaseMillis,
+        deadline: Option<Instant>,
+    ) -> Result<Attempt, BoxError>;
 
     /// Set the grant's expiry to now + `ttl` if its row is still there, still
     /// this grant's, and not expired. `Ok(false)` otherwise.

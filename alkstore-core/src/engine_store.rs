@@ -80,13 +80,14 @@ impl<E: Engine> EngineStore<E> {
         name: &str,
         owner: &str,
         ttl: LeaseMillis,
+        deadline: Option<Instant>,
     ) -> Result<(Option<Box<dyn Lock>>, Option<Duration>)> {
         self.shared.check_open(operation)?;
         let sent = Instant::now();
         let attempt = self
             .shared
             .engine
-            .acquire(name, owner, ttl)
+            .acquire(name, owner, ttl, deadline)
             .await
             .map_err(|e| Error::database(operation, e))?;
         Ok(match attempt {
@@ -149,7 +150,7 @@ impl<E: Engine> Store for EngineStore<E> {
         );
         let result = async {
             let ttl = check_request("try_lock", name, owner, ttl)?;
-            Ok(self.attempt("try_lock", name, owner, ttl).await?.0)
+            Ok(self.attempt("try_lock", name, owner, ttl, None).await?.0)
         }
         .instrument(span.clone())
         .await;
@@ -190,7 +191,9 @@ impl<E: Engine> Store for EngineStore<E> {
 
                 attempts += 1;
                 tracing::Span::current().record("attempts", attempts);
-                let (granted, expires_in) = self.attempt("lock", name, owner, ttl).await?;
+                // Every step of the attempt is bounded by the wait left.
+                let (granted, expires_in) =
+                    self.attempt("lock", name, owner, ttl, deadline).await?;
                 if granted.is_some() {
                     return Ok(granted);
                 }
@@ -350,7 +353,13 @@ mod tests {
 
     #[async_trait]
     impl Engine for HeldWithHangingListener {
-        async fn acquire(&self, _: &str, _: &str, _: LeaseMillis) -> Result<Attempt, BoxError> {
+        async fn acquire(
+            &self,
+            _: &str,
+            _: &str,
+            _: LeaseMillis,
+            _: Option<Instant>,
+        ) -> Result<Attempt, BoxError> {
             Ok(Attempt::Held {
                 expires_in: Some(Duration::from_secs(60)),
             })

@@ -11,7 +11,7 @@
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use alkstore_core::{BoxError, Closed};
 use sqlx::postgres::{PgConnectOptions, PgConnection};
@@ -20,6 +20,12 @@ use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
 /// How long opening a connection may take before the operation fails.
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// A waiting acquire's deadline passed before a connection was free or made:
+/// nothing was sent, and the engine reports the attempt as refused.
+#[derive(Debug, thiserror::Error)]
+#[error("the wait ran out before a connection was ready")]
+pub(crate) struct OutOfTime;
 
 /// Idle connections and the permits that bound how many exist.
 #[derive(Debug)]
@@ -44,13 +50,15 @@ impl Connections {
 
     /// An idle connection (when `reuse`), or a new one.
     /// Fails with [`Closed`] once the store closed, also for a call that was
-    /// waiting for a connection when it did.
-    pub(crate) async fn get(&self, reuse: bool) -> Result<Checkout<'_>, BoxError> {
-        let permit = self
-            .permits
-            .clone()
-            .acquire_owned()
-            .await
+    /// waiting for a connection when it did; with [`OutOfTime`] when
+    /// `deadline` passes first (waiting for a permit or connecting).
+    pub(crate) async fn get(
+        &self,
+        reuse: bool,
+        deadline: Option<Instant>,
+    ) -> Result<Checkout<'_>, BoxError> {
+        let permit = until(deadline, self.permits.clone().acquire_owned())
+            .await?
             .map_err(|_| Closed)?;
         let idle = if reuse {
             self.idle.lock().unwrap_or_else(|e| e.into_inner()).pop()
@@ -60,9 +68,19 @@ impl Connections {
         let reused = idle.is_some();
         let conn = match idle {
             Some(conn) => conn,
-            None => tokio::time::timeout(CONNECT_TIMEOUT, self.options.connect())
-                .await
-                .map_err(|_| sqlx::Error::PoolTimedOut)??,
+            None => {
+                let connected = until(deadline, async {
+                    tokio::time::timeout(CONNECT_TIMEOUT, self.options.connect())
+                        .await
+                        .map_err(|_| sqlx::Error::PoolTimedOut)?
+                })
+                .await??;
+                // Closed while connecting: send nothing after `close()`.
+                if self.closed.load(Ordering::Acquire) {
+                    return Err(Closed.into());
+                }
+                connected
+            }
         };
         Ok(Checkout {
             owner: self,
@@ -81,6 +99,19 @@ impl Connections {
         for conn in idle {
             let _ = conn.close().await;
         }
+    }
+}
+
+/// Runs `step` to the end, or until `deadline` when there is one.
+async fn until<T>(
+    deadline: Option<Instant>,
+    step: impl std::future::Future<Output = T>,
+) -> Result<T, OutOfTime> {
+    match deadline {
+        Some(deadline) => tokio::time::timeout_at(deadline.into(), step)
+            .await
+            .map_err(|_| OutOfTime),
+        None => Ok(step.await),
     }
 }
 
@@ -143,12 +174,19 @@ pub(crate) enum Settled<T> {
 
 /// Runs one statement (`$statement`, using the connection `$conn`) on a
 /// connection from `$connections`; an idempotent one is retried once on a
-/// new connection when a reused idle one was dead.
+/// new connection when a reused idle one was dead. With `deadline:`, getting
+/// the connection gives up with [`OutOfTime`] when it passes.
 macro_rules! on_connection {
-    ($connections:expr, idempotent: $idempotent:expr, |$conn:ident| $statement:expr) => {{
+    ($connections:expr, idempotent: $idempotent:expr, |$conn:ident| $statement:expr) => {
+        $crate::connections::on_connection!(
+            $connections, idempotent: $idempotent, deadline: None, |$conn| $statement
+        )
+    };
+    ($connections:expr, idempotent: $idempotent:expr, deadline: $deadline:expr,
+     |$conn:ident| $statement:expr) => {{
         let mut reuse = true;
         loop {
-            let mut checkout = $connections.get(reuse).await?;
+            let mut checkout = $connections.get(reuse, $deadline).await?;
             let $conn = checkout.conn();
             let result = $statement.await;
             match checkout.settle(result, $idempotent) {

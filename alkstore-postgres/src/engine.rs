@@ -2,14 +2,14 @@
 //! trip, per operation.
 
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use alkstore_core::{Attempt, BoxError, Engine, GrantKey, Holder, LeaseMillis, ReleaseBus};
 use async_trait::async_trait;
 use sqlx::PgPool;
 use tokio::sync::OnceCell;
 
-use crate::connections::{Connections, on_connection};
+use crate::connections::{Connections, OutOfTime, on_connection};
 use crate::listener::Listener;
 use crate::sql::Statements;
 
@@ -41,6 +41,26 @@ impl PgEngine {
     }
 }
 
+/// SQLSTATE 55P03, `lock_not_available`: a lock wait hit `lock_timeout`.
+const LOCK_NOT_AVAILABLE: &str = "55P03";
+
+/// The acquire function's bound on lock waits: the wait left, in whole
+/// milliseconds (rounded up, so a bound never reads as "no bound").
+fn lock_wait_ms(deadline: Instant) -> i32 {
+    let left = deadline.saturating_duration_since(Instant::now());
+    i32::try_from(left.as_micros().div_ceil(1000)).unwrap_or(i32::MAX)
+}
+
+/// True when the attempt ran out of its wait before it could decide: no
+/// connection in time, or a lock wait cut by the acquire function's bound.
+/// The transaction rolled back (or never started), so nothing was written.
+fn ran_out_of_time(error: &BoxError) -> bool {
+    error.is::<OutOfTime>()
+        || error.downcast_ref::<sqlx::Error>().is_some_and(|e| {
+            matches!(e, sqlx::Error::Database(db) if db.code().as_deref() == Some(LOCK_NOT_AVAILABLE))
+        })
+}
+
 fn millis(ms: i64) -> Duration {
     Duration::from_millis(ms.max(0) as u64)
 }
@@ -52,24 +72,35 @@ impl Engine for PgEngine {
         name: &str,
         owner: &str,
         ttl: LeaseMillis,
+        deadline: Option<Instant>,
     ) -> Result<Attempt, BoxError> {
-        let row: Option<(bool, i64, i64)> = on_connection!(self.connections, idempotent: true, |conn| sqlx::query_as(
-                self.sql.acquire.clone()
+        let row: Result<Option<(bool, i64, i64)>, BoxError> = async {
+            Ok(
+                on_connection!(self.connections, idempotent: true, deadline: deadline, |conn| {
+                    sqlx::query_as(self.sql.acquire.clone())
+                        .bind(name)
+                        .bind(owner)
+                        .bind(ttl.as_i64())
+                        .bind(deadline.map(lock_wait_ms))
+                        .fetch_optional(conn)
+                })?,
             )
-            .bind(name)
-            .bind(owner)
-            .bind(ttl.as_i64())
-            .fetch_optional(conn))?;
+        }
+        .await;
         Ok(match row {
-            Some((true, fence, left_ms)) => Attempt::Granted {
+            Ok(Some((true, fence, left_ms))) => Attempt::Granted {
                 fence: fence as u64,
                 left: millis(left_ms),
             },
-            Some((false, _, left_ms)) => Attempt::Held {
+            Ok(Some((false, _, left_ms))) => Attempt::Held {
                 expires_in: Some(millis(left_ms)),
             },
             // A concurrent grant won the race after our snapshot: held.
-            None => Attempt::Held { expires_in: None },
+            Ok(None) => Attempt::Held { expires_in: None },
+            Err(error) if deadline.is_some() && ran_out_of_time(&error) => {
+                Attempt::Held { expires_in: None }
+            }
+            Err(error) => return Err(error),
         })
     }
 

@@ -9,10 +9,10 @@ use std::sync::Arc;
 
 use sqlx::{AssertSqlSafe, SqlSafeStr, SqlStr};
 
-/// The schema version this crate writes and reads. Version 1 (pre-release
-/// builds) drew fences from an identity column, out of commit order; it is
-/// not migrated.
-pub(crate) const SCHEMA_VERSION: i64 = 2;
+/// The schema version this crate writes and reads. Pre-release versions are
+/// not migrated: 1 drew fences from an identity column, out of commit order;
+/// 2's acquire function took no bound on its lock waits.
+pub(crate) const SCHEMA_VERSION: i64 = 3;
 
 /// Advisory-lock class for schema creation (with `hashtext(schema)` as key).
 pub(crate) const SCHEMA_LOCK_CLASS: i32 = 0x616c_6b73; // "alks"
@@ -152,6 +152,10 @@ BEGIN
         RAISE EXCEPTION 'alkstore needs READ COMMITTED, the transaction runs %',
             current_setting('transaction_isolation') USING ERRCODE = '0A000';
     END IF;
+    IF p_wait_ms IS NOT NULL THEN
+        -- Local to this transaction; 0 would mean no bound at all.
+        PERFORM set_config('lock_timeout', greatest(p_wait_ms, 1)::text, true);
+    END IF;
     PERFORM pg_advisory_xact_lock({FENCE_LOCK_CLASS}, hashtext(p_name));
     LOOP
         SELECT l.owner, l.fence, l.expires_at INTO held FROM {locks} l WHERE l.name = p_name;
@@ -195,7 +199,7 @@ END"
             )),
             create_fences: audited(format!("CREATE SEQUENCE {fences} AS bigint")),
             create_acquire: audited(format!(
-                "CREATE FUNCTION {acquire_fn}(p_name text, p_owner text, p_ttl bigint)
+                "CREATE FUNCTION {acquire_fn}(p_name text, p_owner text, p_ttl bigint, p_wait_ms integer)
                  RETURNS TABLE (granted boolean, fence bigint, left_ms bigint)
                  LANGUAGE plpgsql VOLATILE AS {tag}{body}{tag}"
             )),
@@ -208,7 +212,8 @@ END"
             // No CASCADE: whatever someone else built on these objects stays,
             // and the drop fails rather than take it along.
             drop_objects: audited(format!(
-                "DROP FUNCTION IF EXISTS {acquire_fn}(text, text, bigint);
+                // By name: an older version's function had other arguments.
+                "DROP FUNCTION IF EXISTS {acquire_fn};
                  DROP TABLE IF EXISTS {locks};
                  DROP SEQUENCE IF EXISTS {fences};
                  DROP TABLE IF EXISTS {meta};"
@@ -228,7 +233,7 @@ END"
                  )
                  SELECT owner = $2 AS granted, fence, left_ms FROM live
                  UNION ALL
-                 SELECT g.granted, g.fence, g.left_ms FROM {acquire_fn}($1, $2, $3) g
+                 SELECT g.granted, g.fence, g.left_ms FROM {acquire_fn}($1, $2, $3, $4) g
                  WHERE NOT EXISTS (SELECT 1 FROM live)"
             )),
             renew: audited(format!(

@@ -221,3 +221,92 @@ async fn a_refusal_racing_a_grant_in_flight_burns_no_fence() {
     assert!(next.release().await.unwrap());
     scene.end().await;
 }
+
+/// A waiting acquire stuck behind a grant in flight (here a backend that
+/// holds the name's grant path for 5 s) gives up when its wait runs out, not
+/// when the other transaction ends, and its abandoned attempt burns no fence.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_waiting_acquire_behind_a_grant_in_flight_keeps_to_its_wait() {
+    let Some(scene) = Scene::new("waitbound", 5.0).await else {
+        return;
+    };
+    let first = scene.slow_in_flight().await;
+    let wait = Duration::from_millis(300);
+    let asked = Instant::now();
+    let refused = scene
+        .other
+        .lock("n", "fast", TTL, wait)
+        .await
+        .expect("running out of the wait is no error");
+    let took = asked.elapsed();
+    assert!(
+        refused.is_none(),
+        "granted while another grant was in flight"
+    );
+    assert!(took >= wait, "gave up early: {took:?}");
+    // The slow grant commits only 5 s after it started.
+    assert!(
+        took < wait + Duration::from_secs(2),
+        "waited for the other transaction instead of its own wait: {took:?}"
+    );
+    let first = first.await.unwrap().expect("granted");
+    let first_fence = first.fence();
+    assert!(first.release().await.unwrap());
+    let next = scene
+        .other
+        .try_lock("n", "fast", TTL)
+        .await
+        .unwrap()
+        .expect("free");
+    assert_eq!(
+        next.fence(),
+        first_fence + 1,
+        "the abandoned attempt drew a fence"
+    );
+    assert!(next.release().await.unwrap());
+    scene.end().await;
+}
+
+/// A waiting acquire whose store has no free connection (its only one is
+/// busy with a slow grant for 3 s) gives up when its wait runs out, without
+/// sending anything.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_waiting_acquire_with_no_free_connection_keeps_to_its_wait() {
+    let Some(scene) = Scene::new("waitconn", 3.0).await else {
+        return;
+    };
+    let pool = sqlx::postgres::PgPoolOptions::new()
+        .max_connections(1)
+        .connect(&scene.schema.url)
+        .await
+        .unwrap();
+    let narrow = Arc::new(PgStore::open(pool, &scene.schema.name).await.unwrap());
+    let busy = narrow.clone();
+    let first = tokio::spawn(async move { busy.try_lock("n", "slow", TTL).await.unwrap() });
+    until_someone_sleeps(&scene.store).await;
+    let wait = Duration::from_millis(300);
+    let asked = Instant::now();
+    let got = narrow
+        .lock("free", "fast", TTL, wait)
+        .await
+        .expect("running out of the wait is no error");
+    let took = asked.elapsed();
+    assert!(got.is_none(), "granted without a connection");
+    assert!(took >= wait, "gave up early: {took:?}");
+    assert!(
+        took < wait + Duration::from_secs(2),
+        "waited for a connection past its wait: {took:?}"
+    );
+    assert!(
+        first
+            .await
+            .unwrap()
+            .expect("granted")
+            .release()
+            .await
+            .unwrap()
+    );
+    assert!(scene.store.holder("free").await.unwrap().is_none());
+    narrow.close().await.unwrap();
+    scene.end().await;
+}

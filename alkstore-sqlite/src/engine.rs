@@ -1,13 +1,14 @@
 //! The row operations of the SQLite engine, run on the connection's own thread.
 
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use alkstore_core::clock::system_millis;
 use alkstore_core::{Attempt, BoxError, Engine, GrantKey, Holder, LeaseMillis, ReleaseBus};
 use async_trait::async_trait;
-use rusqlite::{Connection, OptionalExtension, TransactionBehavior, params};
+use rusqlite::{Connection, ErrorCode, OptionalExtension, TransactionBehavior, params};
 
+use crate::schema::BUSY_TIMEOUT;
 use crate::sql;
 use crate::worker::Worker;
 
@@ -55,18 +56,39 @@ fn decide(row: Option<&Row>, owner: &str, now: i64) -> Option<Attempt> {
     })
 }
 
+/// Acquires `name` for `owner`. With a `deadline` (a waiting acquire), the
+/// wait for another connection's write lock is cut to the time left, and
+/// running out of it is a refusal that wrote nothing, not an error.
 pub(crate) fn acquire(
     conn: &mut Connection,
     name: &str,
     owner: &str,
     ttl: i64,
+    deadline: Option<Instant>,
 ) -> rusqlite::Result<Attempt> {
     // A refusal is decided by a plain read: no write lock, nothing written.
     if let Some(attempt) = decide(read_row(conn, name)?.as_ref(), owner, system_millis()) {
         return Ok(attempt);
     }
+    let Some(deadline) = deadline else {
+        return grant(conn, name, owner, ttl);
+    };
+    let left = deadline.saturating_duration_since(Instant::now());
+    conn.busy_timeout(left.min(BUSY_TIMEOUT))?;
+    let granted = grant(conn, name, owner, ttl);
+    conn.busy_timeout(BUSY_TIMEOUT)?;
+    match granted {
+        Err(e) if e.sqlite_error_code() == Some(ErrorCode::DatabaseBusy) => {
+            Ok(Attempt::Held { expires_in: None })
+        }
+        granted => granted,
+    }
+}
+
+/// The write path: under the write lock, read the clock and the row again,
+/// then grant with the next fence (or refuse, writing nothing).
+fn grant(conn: &mut Connection, name: &str, owner: &str, ttl: i64) -> rusqlite::Result<Attempt> {
     let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
-    // Read the clock and the row again under the write lock.
     let now = system_millis();
     if let Some(attempt) = decide(read_row(&tx, name)?.as_ref(), owner, now) {
         return Ok(attempt);
@@ -100,10 +122,11 @@ impl Engine for SqliteEngine {
         name: &str,
         owner: &str,
         ttl: LeaseMillis,
+        deadline: Option<Instant>,
     ) -> Result<Attempt, BoxError> {
         let (name, owner, ttl) = (name.to_owned(), owner.to_owned(), ttl.as_i64());
         self.worker
-            .run(move |conn| acquire(conn, &name, &owner, ttl))
+            .run(move |conn| acquire(conn, &name, &owner, ttl, deadline))
             .await
     }
 

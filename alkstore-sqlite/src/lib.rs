@@ -64,7 +64,7 @@ pub mod unbridged {
         owner: &str,
         ttl_ms: i64,
     ) -> rusqlite::Result<Attempt> {
-        crate::engine::acquire(conn, name, owner, ttl_ms)
+        crate::engine::acquire(conn, name, owner, ttl_ms, None)
     }
 
     /// The engine's release, as the store's thread runs it.

@@ -130,6 +130,48 @@ async fn busy_database_is_an_error_not_a_hang() {
     assert!(lock.release().await.unwrap());
 }
 
+/// A waiting acquire on a database another connection keeps write-locked
+/// gives up when its wait runs out (`Ok(None)`, nothing written), not after
+/// the 5 s busy timeout, and not with an error.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_waiting_acquire_on_a_busy_database_keeps_to_its_wait() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("locks.db");
+    let store = SqliteStore::open(&db).await.unwrap();
+    let blocker = rusqlite::Connection::open(&db).unwrap();
+    blocker.execute_batch("BEGIN IMMEDIATE").unwrap();
+    let wait = Duration::from_millis(300);
+    let asked = Instant::now();
+    let got = store
+        .lock("job", "a", Duration::from_secs(30), wait)
+        .await
+        .expect("running out of the wait is no error");
+    let took = asked.elapsed();
+    assert!(got.is_none());
+    assert!(took >= wait, "gave up early: {took:?}");
+    assert!(
+        took < wait + Duration::from_secs(2),
+        "waited out the busy timeout instead of its own wait: {took:?}"
+    );
+    blocker.execute_batch("ROLLBACK").unwrap();
+    assert_eq!(row_count(&db), 0);
+    // The busy timeout is back to normal: a later waiting acquire still
+    // waits for a write lock released well within its wait.
+    blocker.execute_batch("BEGIN IMMEDIATE").unwrap();
+    let unblock = std::thread::spawn(move || {
+        std::thread::sleep(Duration::from_millis(200));
+        blocker.execute_batch("ROLLBACK").unwrap();
+    });
+    let lock = store
+        .lock("job", "a", Duration::from_secs(30), Duration::from_secs(10))
+        .await
+        .unwrap()
+        .expect("granted once the write lock was let go");
+    unblock.join().unwrap();
+    assert_eq!(lock.fence(), 1, "the abandoned attempt drew a fence");
+    assert!(lock.release().await.unwrap());
+}
+
 fn row_count(db: &Path) -> i64 {
     let conn = rusqlite::Connection::open(db).unwrap();
     conn.query_row("SELECT count(*) FROM alkstore_locks", [], |r| r.get(0))

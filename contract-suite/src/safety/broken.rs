@@ -25,6 +25,7 @@ impl Engine for GrantsEverything {
         name: &str,
         owner: &str,
         ttl: LeaseMillis,
+        _deadline: Option<std::time::Instant>,
     ) -> Result<Attempt, BoxError> {
         let fence = self.fences.fetch_add(1, Ordering::SeqCst) + 1;
         self.rows
@@ -111,6 +112,7 @@ impl Engine for DrawsFenceEarly {
         name: &str,
         owner: &str,
         ttl: LeaseMillis,
+        _deadline: Option<std::time::Instant>,
     ) -> Result<Attempt, BoxError> {
         let fence = self.shared.fences.fetch_add(1, Ordering::SeqCst) + 1;
         // The pause between drawing and checking.
