@@ -37,6 +37,7 @@ use crate::engine::SqliteEngine;
 use crate::worker::Worker;
 
 pub use schema::SchemaVersionError;
+pub use worker::WorkerCrashed;
 
 /// [`SqliteStore::open`] was given an empty path; found in the source chain of
 /// the `Error::Database` it returns.

@@ -5,8 +5,8 @@
 //! await its reply. A caller that drops its future does not stop a job already
 //! queued; the job finishes and its reply is discarded.
 
-use std::sync::Mutex;
 use std::sync::mpsc;
+use std::sync::{Arc, Mutex, OnceLock};
 
 use alkstore_core::{BoxError, Closed};
 use rusqlite::Connection;
@@ -35,11 +35,32 @@ fn next_job(jobs: &mpsc::Receiver<Job>) -> Option<Job> {
     }
 }
 
+/// The store's SQLite thread panicked: the call that was running and every
+/// later one fail with this (not [`Closed`]: nobody closed the store). The
+/// connection is gone, its open transaction rolled back; open a new store.
+#[derive(Debug, Clone, thiserror::Error)]
+#[error("the SQLite worker thread crashed ({panic}); open the store again")]
+pub struct WorkerCrashed {
+    /// The panic's message.
+    pub panic: String,
+}
+
 /// The thread that owns one connection.
 #[derive(Debug)]
 pub(crate) struct Worker {
     jobs: Mutex<Option<mpsc::Sender<Job>>>,
     stopped: Mutex<Option<oneshot::Receiver<()>>>,
+    /// Set once, by the thread, if a job panicked.
+    crashed: Arc<OnceLock<WorkerCrashed>>,
+}
+
+/// A panic payload's message, when it has one.
+fn panic_message(payload: &(dyn std::any::Any + Send)) -> String {
+    payload
+        .downcast_ref::<&str>()
+        .map(|s| (*s).to_owned())
+        .or_else(|| payload.downcast_ref::<String>().cloned())
+        .unwrap_or_else(|| "a panic without a message".to_owned())
 }
 
 impl Worker {
@@ -51,6 +72,8 @@ impl Worker {
         let (jobs_tx, jobs_rx) = mpsc::channel::<Job>();
         let (opened_tx, opened_rx) = oneshot::channel();
         let (stopped_tx, stopped_rx) = oneshot::channel();
+        let crashed = Arc::new(OnceLock::new());
+        let crash_record = crashed.clone();
         std::thread::Builder::new()
             .name("alkstore-sqlite".into())
             .spawn(move || {
@@ -65,8 +88,25 @@ impl Worker {
                     }
                 };
                 // Ends when every sender is gone (the store closed or dropped).
-                while let Some(job) = next_job(&jobs_rx) {
-                    job(&mut conn);
+                // A panicking job ends it too: the connection may be mid-
+                // transaction, so it is dropped (rolling back), never reused.
+                let served = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                    while let Some(job) = next_job(&jobs_rx) {
+                        job(&mut conn);
+                    }
+                }));
+                if served.is_err() {
+                    // The job recorded the crash before its caller's reply
+                    // went away; queued jobs are dropped with the receiver,
+                    // and their callers see it too.
+                    let crash = crash_record.get_or_init(|| WorkerCrashed {
+                        panic: "unknown".to_owned(),
+                    });
+                    tracing::error!(panic = %crash.panic, "the SQLite worker thread crashed");
+                    drop(jobs_rx);
+                    drop(conn);
+                    let _ = stopped_tx.send(());
+                    return;
                 }
                 if let Err((_, error)) = conn.close() {
                     tracing::warn!(%error, "closing the SQLite connection failed");
@@ -77,7 +117,16 @@ impl Worker {
         Ok(Worker {
             jobs: Mutex::new(Some(jobs_tx)),
             stopped: Mutex::new(Some(stopped_rx)),
+            crashed,
         })
+    }
+
+    /// Why the thread is gone: [`WorkerCrashed`] if it panicked, else [`Closed`].
+    fn gone(&self) -> BoxError {
+        match self.crashed.get() {
+            Some(crash) => crash.clone().into(),
+            None => Closed.into(),
+        }
     }
 
     /// Runs `job` on the connection's thread and returns its result.
@@ -93,12 +142,26 @@ impl Worker {
             .unwrap_or_else(|e| e.into_inner())
             .clone()
             .ok_or(Closed)?;
+        let crash_record = self.crashed.clone();
         sender
             .send(Box::new(move |conn: &mut Connection| {
-                let _ = reply_tx.send(job(conn));
+                match std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| job(conn))) {
+                    Ok(result) => {
+                        let _ = reply_tx.send(result);
+                    }
+                    Err(payload) => {
+                        // Recorded before the reply is dropped, so the caller
+                        // reads a crash, not a close.
+                        let _ = crash_record.set(WorkerCrashed {
+                            panic: panic_message(&*payload),
+                        });
+                        drop(reply_tx);
+                        std::panic::resume_unwind(payload);
+                    }
+                }
             }))
-            .map_err(|_| Closed)?;
-        Ok(reply_rx.await.map_err(|_| Closed)??)
+            .map_err(|_| self.gone())?;
+        Ok(reply_rx.await.map_err(|_| self.gone())??)
     }
 
     /// Stops taking jobs, lets queued ones finish, and waits for the
@@ -113,5 +176,30 @@ impl Worker {
         if let Some(stopped) = stopped {
             let _ = stopped.await;
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn a_panicking_job_is_reported_as_a_crash_not_as_closed() {
+        let worker = Worker::start(|| Ok(Connection::open_in_memory()?))
+            .await
+            .unwrap();
+        assert_eq!(worker.run(|_| Ok(1)).await.unwrap(), 1);
+        let crash = worker
+            .run(|_| -> rusqlite::Result<()> { panic!("boom in a job") })
+            .await
+            .unwrap_err();
+        let later = worker.run(|_| Ok(2)).await.unwrap_err();
+        for error in [crash, later] {
+            let crashed = error
+                .downcast_ref::<WorkerCrashed>()
+                .unwrap_or_else(|| panic!("not reported as a crash: {error}"));
+            assert!(crashed.panic.contains("boom in a job"), "{crashed}");
+        }
+        worker.stop().await;
     }
 }

@@ -59,6 +59,7 @@ macro_rules! contract_tests {
             duration_guard_on_acquire,
             sub_millisecond_ttl_rounds_up,
             closed_store_fails_closed,
+            calls_racing_close_finish_or_fail_closed,
             lock_times_out_with_none,
             lock_woken_by_release,
             lock_granted_after_expiry,

@@ -1,6 +1,7 @@
 //! The closed-store posture.
 
 use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 use alkstore_core::Store;
@@ -23,4 +24,57 @@ pub async fn closed_store_fails_closed(store: Arc<dyn Store>) {
     assert_closed(held.release().await);
     assert_closed(other.release().await);
     store.close().await.unwrap();
+}
+
+/// Calls in flight when the store closes either finish with their real
+/// outcome or fail closed — never with another error (a driver's "pool
+/// closed"), never a hang — and a waiting `lock` is woken to fail closed.
+pub async fn calls_racing_close_finish_or_fail_closed(store: Arc<dyn Store>) {
+    let ttl = Duration::from_secs(30);
+    let cycles = Arc::new(AtomicUsize::new(0));
+    let workers: Vec<_> = (0..16)
+        .map(|i| {
+            let (store, cycles) = (store.clone(), cycles.clone());
+            tokio::spawn(async move {
+                let name = format!("racing-close-{i}");
+                loop {
+                    // Each worker has a name of its own: never refused.
+                    let lock = match store.try_lock(&name, "a", ttl).await {
+                        Ok(lock) => lock.expect("a name of its own is free"),
+                        Err(error) => return error,
+                    };
+                    if let Err(error) = lock.release().await {
+                        return error;
+                    }
+                    cycles.fetch_add(1, Ordering::Relaxed);
+                }
+            })
+        })
+        .collect();
+    let held = granted(store.try_lock("held", "a", ttl).await);
+    let waiter = {
+        let store = store.clone();
+        tokio::spawn(async move { store.lock("held", "b", ttl, Duration::from_secs(60)).await })
+    };
+    // Close while every worker is mid-cycle: after each did a few.
+    while cycles.load(Ordering::Relaxed) < 16 * 3 {
+        tokio::task::yield_now().await;
+    }
+    store.close().await.unwrap();
+    for worker in workers {
+        let error = tokio::time::timeout(Duration::from_secs(10), worker)
+            .await
+            .expect("a call in flight hung after close")
+            .unwrap();
+        assert!(
+            error.is_closed(),
+            "a call racing close failed with something else: {error:?}"
+        );
+    }
+    let waited = tokio::time::timeout(Duration::from_secs(10), waiter)
+        .await
+        .expect("a waiting lock was not woken by close")
+        .unwrap();
+    assert_closed(waited);
+    assert_closed(held.release().await);
 }
