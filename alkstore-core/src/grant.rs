@@ -9,14 +9,41 @@ use std::time::Instant;
 use crate::engine::GrantKey;
 
 /// The shared state of one grant's handles.
+///
+/// Renewals of one grant may be in flight at once (two handles, or one
+/// handle renewed from two tasks), and a server may commit them in another
+/// order than they were sent: the last to commit sets the lease, and which
+/// one that is, nobody here knows. So `valid_until` only ever comes down
+/// while renewals are in flight (each may land at once, with its own ttl),
+/// and goes up only when none is left in flight and every one of them was
+/// renewed — then to the earliest end any of them could have set.
 #[derive(Debug)]
 pub(crate) struct GrantState {
     /// Before this instant the lease is certainly valid.
     valid_until: Instant,
-    /// Renewals sent so far; the latest one alone may move `valid_until` up.
-    sent: u64,
+    /// Renewals sent and not answered yet.
+    in_flight: u32,
+    /// The earliest end a renewal sent since the last settled moment could
+    /// have set (`sent + ttl`), and whether all of them answered "renewed".
+    batch: Option<Batch>,
+    /// Nothing moves `valid_until` past this again: a renewal answered
+    /// "lost", or a release was sent.
+    cap: Option<Instant>,
     /// Whether sharing this grant between handles was already warned of.
     warned: bool,
+}
+
+/// The renewals sent since the grant's state last settled.
+#[derive(Debug, Clone, Copy)]
+struct Batch {
+    earliest_end: Instant,
+    all_renewed: bool,
+}
+
+impl GrantState {
+    fn lower(&mut self, to: Instant) {
+        self.valid_until = self.valid_until.min(to);
+    }
 }
 
 /// One grant's state, as a handle holds it.
@@ -31,27 +58,59 @@ pub(crate) fn valid_until(state: &SharedGrant) -> Instant {
     lock(state).valid_until
 }
 
-/// A renewal is about to be sent: its ticket.
-pub(crate) fn renewal_sent(state: &SharedGrant) -> u64 {
+/// A renewal that would make the lease end at `until` (its sending plus its
+/// ttl) is about to be sent. It may land at once, so a shorter ttl than the
+/// lease has left lowers the deadline now.
+pub(crate) fn renewal_sent(state: &SharedGrant, until: Instant) {
     let mut state = lock(state);
-    state.sent += 1;
-    state.sent
+    state.in_flight += 1;
+    state.lower(until);
+    state.batch = Some(match state.batch {
+        Some(batch) => Batch {
+            earliest_end: batch.earliest_end.min(until),
+            ..batch
+        },
+        None => Batch {
+            earliest_end: until,
+            all_renewed: true,
+        },
+    });
 }
 
 /// What a renewal answered, and what it means for `valid_until`:
-/// - renewed, and no later renewal was sent meanwhile: the new window;
-/// - renewed, but a later renewal is in flight: nothing (that one may
-///   shorten the lease, and its answer decides);
-/// - lost: the lease ended no later than when the request was sent;
-/// - unknown (an error): the renewal may have landed with its `ttl`, so the
-///   deadline can only come down to what that renewal would give.
-pub(crate) fn renewal_answered(state: &SharedGrant, ticket: u64, outcome: Renewal) {
+/// - renewed: once no renewal is in flight and all of them were renewed,
+///   the earliest end any of them could have set (whichever committed last
+///   decides, and each ends no earlier than its own `sent + ttl`);
+/// - lost: the lease ended no later than when the request was sent, for good;
+/// - unknown (an error, or the caller gave up waiting): the renewal may or
+///   may not have landed, so the deadline cannot go up on its account.
+pub(crate) fn renewal_answered(state: &SharedGrant, outcome: Renewal) {
     let mut state = lock(state);
+    state.in_flight = state.in_flight.saturating_sub(1);
     match outcome {
-        Renewal::Renewed { until } if ticket == state.sent => state.valid_until = until,
-        Renewal::Renewed { .. } => {}
-        Renewal::Lost { sent } => state.valid_until = state.valid_until.min(sent),
-        Renewal::Unknown { until } => state.valid_until = state.valid_until.min(until),
+        Renewal::Renewed => {}
+        Renewal::Lost { sent } => {
+            state.cap = Some(state.cap.map_or(sent, |cap| cap.min(sent)));
+            state.lower(sent);
+            if let Some(batch) = &mut state.batch {
+                batch.all_renewed = false;
+            }
+        }
+        Renewal::Unknown => {
+            if let Some(batch) = &mut state.batch {
+                batch.all_renewed = false;
+            }
+        }
+    }
+    if state.in_flight == 0 {
+        if let Some(batch) = state.batch.take() {
+            if batch.all_renewed {
+                let settled = state
+                    .cap
+                    .map_or(batch.earliest_end, |cap| cap.min(batch.earliest_end));
+                state.valid_until = settled;
+            }
+        }
     }
 }
 
@@ -59,18 +118,19 @@ pub(crate) fn renewal_answered(state: &SharedGrant, ticket: u64, outcome: Renewa
 /// handle of it may count on it after that.
 pub(crate) fn ended(state: &SharedGrant, at: Instant) {
     let mut state = lock(state);
-    state.valid_until = state.valid_until.min(at);
+    state.cap = Some(state.cap.map_or(at, |cap| cap.min(at)));
+    state.lower(at);
 }
 
 /// How one renewal ended.
 #[derive(Debug, Clone, Copy)]
 pub(crate) enum Renewal {
-    /// Renewed; the lease is certainly valid until `until`.
-    Renewed { until: Instant },
+    /// Renewed: the lease now ends no earlier than the `until` it was sent with.
+    Renewed,
     /// Not renewed: the lease is gone.
     Lost { sent: Instant },
-    /// No answer; had it landed, the lease would be valid until `until`.
-    Unknown { until: Instant },
+    /// No answer: it may or may not have landed.
+    Unknown,
 }
 
 /// The grants a store holds live handles to, by grant (one map per store:
@@ -97,7 +157,9 @@ impl Grants {
         }
         let state = Arc::new(Mutex::new(GrantState {
             valid_until: until,
-            sent: 0,
+            in_flight: 0,
+            batch: None,
+            cap: None,
             warned: false,
         }));
         live.insert(key.clone(), Arc::downgrade(&state));
@@ -155,42 +217,66 @@ mod tests {
     }
 
     #[test]
-    fn only_the_latest_sent_renewal_moves_the_deadline_up() {
+    fn renewals_in_flight_together_settle_at_the_earliest_end_any_could_set() {
         let grants = Grants::default();
         let t = Instant::now();
-        let (state, _) = grants.handed_out(&key(1), t + Duration::from_secs(1));
-        let long = renewal_sent(&state);
-        let short = renewal_sent(&state);
-        // The later-sent, shorter renewal answers first; the earlier, longer
-        // one answers last and must not move the deadline past it.
-        renewal_answered(
-            &state,
-            short,
-            Renewal::Renewed {
-                until: t + Duration::from_secs(2),
-            },
-        );
-        renewal_answered(
-            &state,
-            long,
-            Renewal::Renewed {
-                until: t + Duration::from_secs(30),
-            },
-        );
-        assert_eq!(valid_until(&state), t + Duration::from_secs(2));
-        // An unanswered renewal brings it down to what it would give.
-        let unknown = renewal_sent(&state);
-        renewal_answered(
-            &state,
-            unknown,
-            Renewal::Unknown {
-                until: t + Duration::from_millis(1500),
-            },
-        );
-        assert_eq!(valid_until(&state), t + Duration::from_millis(1500));
-        // A lost one ends it at its sending.
-        let lost = renewal_sent(&state);
-        renewal_answered(&state, lost, Renewal::Lost { sent: t });
+        let secs = Duration::from_secs;
+        let (state, _) = grants.handed_out(&key(1), t + secs(10));
+        // A short renewal is sent: it may land at once, so the deadline
+        // comes down now, before any answer.
+        renewal_sent(&state, t + secs(2));
+        assert_eq!(valid_until(&state), t + secs(2));
+        // A long one is sent after it and answers first: the short one may
+        // still commit last, so nothing goes up yet.
+        renewal_sent(&state, t + secs(30));
+        renewal_answered(&state, Renewal::Renewed);
+        assert_eq!(valid_until(&state), t + secs(2));
+        // Both answered: the earliest end either could have set.
+        renewal_answered(&state, Renewal::Renewed);
+        assert_eq!(valid_until(&state), t + secs(2));
+        // Alone, a renewal moves it up to its own end.
+        renewal_sent(&state, t + secs(20));
+        renewal_answered(&state, Renewal::Renewed);
+        assert_eq!(valid_until(&state), t + secs(20));
+    }
+
+    #[test]
+    fn an_unanswered_renewal_never_moves_the_deadline_up() {
+        let grants = Grants::default();
+        let t = Instant::now();
+        let secs = Duration::from_secs;
+        let (state, _) = grants.handed_out(&key(1), t + secs(5));
+        renewal_sent(&state, t + secs(30));
+        renewal_answered(&state, Renewal::Unknown);
+        assert_eq!(valid_until(&state), t + secs(5));
+        // A renewed one in the same batch does not help either.
+        renewal_sent(&state, t + secs(30));
+        renewal_sent(&state, t + secs(30));
+        renewal_answered(&state, Renewal::Unknown);
+        renewal_answered(&state, Renewal::Renewed);
+        assert_eq!(valid_until(&state), t + secs(5));
+        // An unanswered short one still brings it down.
+        renewal_sent(&state, t + secs(1));
+        renewal_answered(&state, Renewal::Unknown);
+        assert_eq!(valid_until(&state), t + secs(1));
+    }
+
+    #[test]
+    fn a_lost_renewal_or_a_release_caps_the_deadline_for_good() {
+        let grants = Grants::default();
+        let t = Instant::now();
+        let secs = Duration::from_secs;
+        let (state, _) = grants.handed_out(&key(1), t + secs(5));
+        renewal_sent(&state, t + secs(30));
+        renewal_answered(&state, Renewal::Lost { sent: t });
         assert_eq!(valid_until(&state), t);
+        renewal_sent(&state, t + secs(30));
+        renewal_answered(&state, Renewal::Renewed);
+        assert_eq!(valid_until(&state), t, "renewed after lost");
+        let (other, _) = grants.handed_out(&key(2), t + secs(5));
+        ended(&other, t + secs(1));
+        renewal_sent(&other, t + secs(30));
+        renewal_answered(&other, Renewal::Renewed);
+        assert_eq!(valid_until(&other), t + secs(1), "renewed after release");
     }
 }

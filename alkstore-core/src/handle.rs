@@ -95,22 +95,21 @@ impl<E: Engine> Lock for EngineLock<E> {
         async {
             let ttl = LeaseMillis::new(ttl).map_err(|e| Error::database("renew", e))?;
             self.shared.check_open("renew")?;
-            let ticket = grant::renewal_sent(self.state());
             let sent = Instant::now();
-            let until = valid_until(sent, ttl.as_duration());
+            grant::renewal_sent(self.state(), valid_until(sent, ttl.as_duration()));
             // Should this future be dropped before the answer, the renewal
-            // may still land: the deadline comes down to what it would give.
+            // may or may not land.
             let mut unanswered = Unanswered {
-                state: Some((self.state(), ticket, until)),
+                state: Some(self.state()),
             };
             let answer = self.shared.engine.renew(key, ttl).await;
             unanswered.state = None;
             let outcome = match &answer {
-                Ok(true) => Renewal::Renewed { until },
+                Ok(true) => Renewal::Renewed,
                 Ok(false) => Renewal::Lost { sent },
-                Err(_) => Renewal::Unknown { until },
+                Err(_) => Renewal::Unknown,
             };
-            grant::renewal_answered(self.state(), ticket, outcome);
+            grant::renewal_answered(self.state(), outcome);
             let renewed = answer.map_err(|e| Error::database("renew", e))?;
             tracing::Span::current().record("outcome", if renewed { "renewed" } else { "lost" });
             Ok(renewed)
@@ -146,13 +145,13 @@ impl<E: Engine> Lock for EngineLock<E> {
 
 /// A renewal in flight; if dropped unanswered, its outcome is unknown.
 struct Unanswered<'a> {
-    state: Option<(&'a SharedGrant, u64, Instant)>,
+    state: Option<&'a SharedGrant>,
 }
 
 impl Drop for Unanswered<'_> {
     fn drop(&mut self) {
-        if let Some((state, ticket, until)) = self.state.take() {
-            grant::renewal_answered(state, ticket, Renewal::Unknown { until });
+        if let Some(state) = self.state.take() {
+            grant::renewal_answered(state, Renewal::Unknown);
         }
     }
 }

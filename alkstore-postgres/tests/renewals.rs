@@ -1,0 +1,113 @@
+//! Renewals of one grant in flight together, committed by the server in
+//! another order than they were sent: the handle's `valid_until` must never
+//! promise more than the lease the server ends up holding.
+//!
+//! A statement-level trigger in the test's schema stands in for a renewal
+//! descheduled before it reached its row: the first renewal sent sleeps
+//! before it touches the row, the second one commits meanwhile, and the
+//! first then commits last with its own, shorter ttl.
+
+mod common;
+
+use std::time::{Duration, Instant};
+
+use alkstore_core::Store;
+use alkstore_postgres::PgStore;
+
+/// The store's schema as an SQL identifier.
+fn quoted_schema(store: &PgStore) -> String {
+    format!("\"{}\"", store.schema().replace('"', "\"\""))
+}
+
+/// Makes the next UPDATE statement on the lock table sleep `seconds`
+/// before it reads any row (a statement-level BEFORE trigger runs before
+/// the scan); later statements run at once.
+async fn delay_next_update(store: &PgStore, seconds: f64) {
+    let s = quoted_schema(store);
+    sqlx::raw_sql(sqlx::AssertSqlSafe(format!(
+        "CREATE SEQUENCE {s}.delay_turns;
+         CREATE FUNCTION {s}.delay_once() RETURNS trigger LANGUAGE plpgsql AS $$
+         BEGIN
+             -- A sequence, not a row: the second statement must not wait
+             -- for the first to commit.
+             IF nextval('{s}.delay_turns') = 1 THEN
+                 PERFORM pg_sleep({seconds});
+             END IF;
+             RETURN NULL;
+         END $$;
+         CREATE TRIGGER delay_once BEFORE UPDATE ON {s}.locks
+             FOR EACH STATEMENT EXECUTE FUNCTION {s}.delay_once();"
+    )))
+    .execute(store.pool())
+    .await
+    .expect("install the delaying trigger");
+}
+
+async fn remove_delay(store: &PgStore) {
+    let s = quoted_schema(store);
+    sqlx::raw_sql(sqlx::AssertSqlSafe(format!(
+        "DROP FUNCTION {s}.delay_once() CASCADE; DROP SEQUENCE {s}.delay_turns;"
+    )))
+    .execute(store.pool())
+    .await
+    .expect("remove the delaying trigger");
+}
+
+/// Waits until one of this schema's statements sleeps in the trigger.
+async fn until_someone_sleeps(store: &PgStore) {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let (sleeping,): (i64,) = sqlx::query_as(
+            "SELECT count(*) FROM pg_stat_activity
+             WHERE wait_event = 'PgSleep' AND datname = current_database()
+               AND strpos(query, $1) > 0",
+        )
+        .bind(quoted_schema(store))
+        .fetch_one(store.pool())
+        .await
+        .unwrap();
+        if sleeping > 0 {
+            return;
+        }
+        assert!(Instant::now() < deadline, "the delayed renewal never slept");
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+}
+
+/// A short renewal sent first commits after a long one sent second: the
+/// server keeps the short lease, and so must the handle.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn renewals_committed_out_of_order_never_overstate_the_lease() {
+    let Some((store, schema)) = common::store("reneworder").await else {
+        return;
+    };
+    let lock = store
+        .try_lock("n", "a", Duration::from_secs(10))
+        .await
+        .unwrap()
+        .expect("free");
+    delay_next_update(&store, 1.0).await;
+    let short = lock.renew(Duration::from_secs(2));
+    let long = async {
+        until_someone_sleeps(&store).await;
+        lock.renew(Duration::from_secs(60)).await
+    };
+    let (short, long) = tokio::join!(short, long);
+    assert!(short.unwrap() && long.unwrap(), "both renewed");
+    let asked = Instant::now();
+    let holder = store.holder("n").await.unwrap().expect("held");
+    let server_ends = asked + holder.expires_in + Duration::from_millis(5);
+    assert!(
+        holder.expires_in < Duration::from_secs(2),
+        "the server kept the long renewal: {holder:?} (the trigger did not reorder them)"
+    );
+    assert!(
+        lock.valid_until() <= server_ends,
+        "valid_until is {:?} past the server's lease",
+        lock.valid_until() - server_ends
+    );
+    assert!(lock.release().await.unwrap());
+    remove_delay(&store).await;
+    store.close().await.unwrap();
+    schema.drop().await;
+}
