@@ -1,15 +1,37 @@
 //! Opening a connection: settings, schema creation and the version check.
 
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use alkstore_core::BoxError;
-use rusqlite::{Connection, TransactionBehavior};
+use rusqlite::{Connection, ErrorCode, TransactionBehavior};
 
 use crate::sql;
 
 /// How long a statement waits for another connection's write lock before
 /// failing with `SQLITE_BUSY` (reported as `Error::Database`, never a hang).
 pub(crate) const BUSY_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// Puts the file in WAL mode. Switching the journal mode takes a lock that
+/// SQLite does not wait for through the busy handler: when another process
+/// is creating the same new file at that moment, the switch fails at once
+/// with `SQLITE_BUSY`. So it is retried here, with a short pause, for as
+/// long as the busy timeout would have waited.
+fn switch_to_wal(conn: &Connection) -> rusqlite::Result<()> {
+    let started = Instant::now();
+    let mut pause = Duration::from_micros(500);
+    loop {
+        match conn.query_row(sql::WAL_MODE, [], |_| Ok(())) {
+            Err(e)
+                if e.sqlite_error_code() == Some(ErrorCode::DatabaseBusy)
+                    && started.elapsed() < BUSY_TIMEOUT =>
+            {
+                std::thread::sleep(pause);
+                pause = (pause * 2).min(Duration::from_millis(20));
+            }
+            done => return done,
+        }
+    }
+}
 
 /// The file holds a schema written by a newer alkstore.
 #[derive(Debug, thiserror::Error)]
@@ -26,6 +48,7 @@ pub struct SchemaVersionError {
 /// Applies the connection settings and creates the schema if it is missing.
 pub(crate) fn prepare(conn: &mut Connection) -> Result<(), BoxError> {
     conn.busy_timeout(BUSY_TIMEOUT)?;
+    switch_to_wal(conn)?;
     conn.execute_batch(sql::PRAGMAS)?;
     let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
     tx.execute_batch(sql::CREATE_SCHEMA)?;

@@ -3,9 +3,12 @@
 /// The schema version this crate writes and reads.
 pub(crate) const SCHEMA_VERSION: i64 = 1;
 
-/// Connection settings: WAL so readers never wait for the writer, NORMAL sync
-/// (durable across process crashes; see docs/engine-sqlite.md).
-pub(crate) const PRAGMAS: &str = "PRAGMA journal_mode = WAL; PRAGMA synchronous = NORMAL;";
+/// WAL, so readers never wait for the writer. Answers the mode now in effect.
+pub(crate) const WAL_MODE: &str = "PRAGMA journal_mode = WAL";
+
+/// Connection settings: NORMAL sync (durable across process crashes; see
+/// docs/engine-sqlite.md).
+pub(crate) const PRAGMAS: &str = "PRAGMA synchronous = NORMAL;";
 
 /// Idempotent; run inside an IMMEDIATE transaction so two processes opening
 /// one new file at once do not race.

@@ -316,3 +316,88 @@ async fn empty_path_is_refused() {
         "{err:?}"
     );
 }
+
+/// Set in a child process: the directory of the new files to open.
+const CHILD_OPEN_DIR: &str = "ALKSTORE_TEST_CHILD_OPEN_DIR";
+/// Set in a child process: when round 0 starts, in Unix milliseconds.
+const CHILD_OPEN_START: &str = "ALKSTORE_TEST_CHILD_OPEN_START";
+/// Rounds of concurrent opens, and the time between their starts.
+const OPEN_ROUNDS: u64 = 40;
+const OPEN_ROUND_GAP_MS: u64 = 60;
+
+fn unix_ms() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_millis() as u64
+}
+
+/// The child side of `processes_opening_one_new_file_at_once_all_succeed`:
+/// in each round, at the same instant as the other children, open a file
+/// that does not exist yet and take a lock in it.
+#[tokio::test]
+#[ignore = "run by processes_opening_one_new_file_at_once_all_succeed in a child process"]
+async fn child_opens_new_files() {
+    let dir = PathBuf::from(std::env::var(CHILD_OPEN_DIR).expect("started by the parent test"));
+    let start: u64 = std::env::var(CHILD_OPEN_START).unwrap().parse().unwrap();
+    let me = format!("pid-{}", std::process::id());
+    let mut failures = Vec::new();
+    for round in 0..OPEN_ROUNDS {
+        let at = start + round * OPEN_ROUND_GAP_MS;
+        while unix_ms() < at {
+            std::hint::spin_loop();
+        }
+        let db = dir.join(format!("round-{round}.db"));
+        match SqliteStore::open(&db).await {
+            Ok(store) => {
+                let lock = store
+                    .lock("job", &me, Duration::from_secs(30), Duration::from_secs(10))
+                    .await
+                    .unwrap()
+                    .expect("granted within the wait");
+                assert!(lock.release().await.unwrap());
+                store.close().await.unwrap();
+            }
+            Err(error) => failures.push(format!("round {round}: {error:?}")),
+        }
+    }
+    assert!(failures.is_empty(), "opens failed: {failures:#?}");
+}
+
+/// Eight processes open one file that does not exist yet at the same
+/// instant, 40 times over: every open succeeds (DESIGN: opening is safe
+/// when several processes open at once).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn processes_opening_one_new_file_at_once_all_succeed() {
+    let dir = tempfile::tempdir().unwrap();
+    // Time for every child to start before the first round.
+    let start = unix_ms() + 1500;
+    let children: Vec<_> = (0..8)
+        .map(|_| {
+            Command::new(std::env::current_exe().unwrap())
+                .args(["--exact", "child_opens_new_files", "--ignored", "--quiet"])
+                .env(CHILD_OPEN_DIR, dir.path())
+                .env(CHILD_OPEN_START, start.to_string())
+                .stdout(std::process::Stdio::piped())
+                .stderr(std::process::Stdio::piped())
+                .spawn()
+                .unwrap()
+        })
+        .collect();
+    let mut failed = Vec::new();
+    for child in children {
+        let output = tokio::task::spawn_blocking(move || child.wait_with_output())
+            .await
+            .unwrap()
+            .unwrap();
+        if !output.status.success() {
+            // libtest reports a failed test on stdout.
+            failed.push(format!(
+                "{}{}",
+                String::from_utf8_lossy(&output.stdout),
+                String::from_utf8_lossy(&output.stderr)
+            ));
+        }
+    }
+    assert!(failed.is_empty(), "children failed:\n{}", failed.join("\n"));
+}
