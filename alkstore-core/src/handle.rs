@@ -1,6 +1,7 @@
 //! The grant handle every [`EngineStore`](crate::EngineStore) hands out.
 
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
@@ -22,8 +23,8 @@ pub(crate) struct EngineLock<E: Engine> {
     /// Shared with every other handle of this grant from this store.
     /// `None` only once `Drop` gave it back.
     state: Option<SharedGrant>,
-    /// Set when `release` consumed the handle, so `Drop` stays quiet.
-    released: bool,
+    /// Set once a release was sent, so `Drop` stays quiet.
+    released: AtomicBool,
 }
 
 impl<E: Engine> EngineLock<E> {
@@ -47,7 +48,7 @@ impl<E: Engine> EngineLock<E> {
             shared,
             key,
             state: Some(state),
-            released: false,
+            released: AtomicBool::new(false),
         }
     }
 
@@ -118,9 +119,13 @@ impl<E: Engine> Lock for EngineLock<E> {
         .await
     }
 
-    async fn release(mut self: Box<Self>) -> Result<bool> {
+    async fn release(self: Box<Self>) -> Result<bool> {
         // The handle is consumed whatever happens: no release hides in Drop.
-        self.released = true;
+        self.release_shared().await
+    }
+
+    async fn release_shared(&self) -> Result<bool> {
+        self.released.store(true, Ordering::Release);
         let key = &self.key;
         let span = tracing::debug_span!("alkstore.release", name = %key.name, owner = %key.owner, fence = key.fence, outcome = field::Empty);
         async {
@@ -162,7 +167,7 @@ impl<E: Engine> Drop for EngineLock<E> {
         if let Some(state) = self.state.take() {
             self.shared.grants.dropped(&self.key, state);
         }
-        if !self.released && live {
+        if !self.released.load(Ordering::Acquire) && live {
             tracing::warn!(
                 name = %self.key.name,
                 owner = %self.key.owner,

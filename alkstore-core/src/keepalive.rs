@@ -93,8 +93,12 @@ impl KeepAliveOptions {
 /// ttl. A renewal answered too late for its own lease counts as lost; a
 /// lease the handle already knows to be over (a twin handle released it)
 /// gets one last renewal, whose answer gives the reason.
+/// When renewals could not keep the lease (`NotRenewedInTime`), the
+/// keep-alive releases the grant right after it signals the loss, so that
+/// the name frees at once even if the renewal it gave up on lands later.
 /// [`KeepAlive::release`] stops the renewals and releases; dropping the
-/// keep-alive stops them and leaves the lease to lapse.
+/// keep-alive stops them and leaves the lease to lapse (a renewal in flight
+/// at that moment may still land, so allow up to one more `ttl`).
 ///
 /// ```
 /// use std::time::Duration;
@@ -193,19 +197,16 @@ impl KeepAlive {
     }
 
     /// Stops the renewals, then releases the lock (see [`Lock::release`]).
+    /// After a loss the keep-alive already released it (or the lease is
+    /// gone), and this answers `false`.
     pub async fn release(mut self) -> Result<bool> {
         if let Some(task) = self.task.take() {
             task.abort();
-            // Wait until the task let go of its share of the lock.
+            // No renewal of this keep-alive is in flight once it returns.
             let _ = task.await;
         }
-        match self.lock.take().and_then(Arc::into_inner) {
-            Some(lock) => lock.release().await,
-            None => Err(Error::database(
-                "release",
-                "keep-alive still shares the lock",
-            )),
-        }
+        let lock = self.lock.take().expect("present until release");
+        lock.release_shared().await
     }
 }
 
@@ -302,7 +303,8 @@ async fn keep(
             }
         };
         if let Some(reason) = verdict {
-            if matches!(reason, LostReason::NotRenewedInTime { .. }) {
+            let given_up = matches!(reason, LostReason::NotRenewedInTime { .. });
+            if given_up {
                 tracing::warn!(
                     name = lock.name(),
                     fence = lock.fence(),
@@ -310,9 +312,35 @@ async fn keep(
                 );
             }
             let _ = status.send(LeaseStatus::Lost(reason));
+            if given_up {
+                // Detached: dropping the keep-alive (the usual answer to
+                // `lost()`) must not cut the release short.
+                tokio::spawn(release_given_up(lock, options.ttl));
+            }
             return;
         }
         last = Instant::now();
+    }
+}
+
+/// The holder was told the lease is lost, but the renewal given up on may
+/// still be on its way and land: release the grant, so that the name frees
+/// now rather than one ttl later (a release only ever removes this grant's
+/// own row, and a renewal landing after it finds nothing to extend). One
+/// attempt, bounded by one lease: if storage is down, the lease lapses.
+async fn release_given_up(lock: Arc<Box<dyn Lock>>, ttl: Duration) {
+    match tokio::time::timeout(ttl, lock.release_shared()).await {
+        Ok(Ok(_)) => {}
+        Ok(Err(error)) => {
+            tracing::warn!(name = lock.name(), fence = lock.fence(), %error, "keep-alive: releasing the lost lease failed; it lapses at its ttl");
+        }
+        Err(_) => {
+            tracing::warn!(
+                name = lock.name(),
+                fence = lock.fence(),
+                "keep-alive: releasing the lost lease timed out; it lapses at its ttl"
+            );
+        }
     }
 }
 
@@ -345,6 +373,8 @@ mod tests {
         renewed_for: Option<Duration>,
         /// When each renewal was sent.
         sent: Arc<Mutex<Vec<Instant>>>,
+        /// How many times the lock was released through a shared reference.
+        released: Arc<Mutex<u32>>,
     }
 
     impl Scripted {
@@ -356,6 +386,7 @@ mod tests {
                 delay: Duration::ZERO,
                 renewed_for: None,
                 sent: Arc::default(),
+                released: Arc::default(),
             }
         }
     }
@@ -399,6 +430,10 @@ mod tests {
         async fn release(self: Box<Self>) -> Result<bool> {
             Ok(true)
         }
+        async fn release_shared(&self) -> Result<bool> {
+            *self.released.lock().unwrap() += 1;
+            Ok(true)
+        }
     }
 
     #[tokio::test]
@@ -421,6 +456,7 @@ mod tests {
         let ttl = Duration::from_millis(300);
         let lock = Scripted::new(ttl, vec![None; 1000]);
         let deadline = lock.valid_until();
+        let released = lock.released.clone();
         let kept = KeepAlive::start(Box::new(lock), ttl).unwrap();
         let reason = kept.lost().await;
         assert!(
@@ -433,6 +469,16 @@ mod tests {
                 last_error: Some("renew failed: transient failure".into())
             }
         );
+        // Having said so, it lets go of the grant.
+        let waited = Instant::now();
+        while *released.lock().unwrap() == 0 {
+            assert!(
+                waited.elapsed() < Duration::from_secs(5),
+                "the lease given up was never released"
+            );
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+        assert_eq!(*released.lock().unwrap(), 1);
     }
 
     #[tokio::test]

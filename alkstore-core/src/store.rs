@@ -71,6 +71,12 @@ pub trait Lock: Send + Sync + std::fmt::Debug {
     async fn renew(&self, ttl: Duration) -> Result<bool>;
     /// `Ok(true)`: the row of this grant was still there and is now gone. `Ok(false)`: it was not there.
     async fn release(self: Box<Self>) -> Result<bool>;
+    /// What [`Lock::release`] does, through a shared reference: for a
+    /// handle shared between tasks, such as the one a
+    /// [`KeepAlive`](crate::KeepAlive) gives up when it cannot renew in
+    /// time. The handle stays, spent: its `valid_until` is over, and a
+    /// later `renew` or `release` of it answers `false`.
+    async fn release_shared(&self) -> Result<bool>;
 }
 
 /// The current holder of a name, as [`Store::holder`] reports it.

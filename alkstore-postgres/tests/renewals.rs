@@ -111,3 +111,41 @@ async fn renewals_committed_out_of_order_never_overstate_the_lease() {
     store.close().await.unwrap();
     schema.drop().await;
 }
+
+/// A keep-alive whose renewal is stuck on the server past the point where it
+/// must give up says so, then releases the grant: the stuck renewal landing
+/// afterwards (its backend does not notice the client left) extends nothing,
+/// and the name is free at once, not one ttl later.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lease_the_keepalive_gave_up_on_frees_the_name() {
+    use alkstore_core::{KeepAlive, LostReason};
+    let Some((store, schema)) = common::store("keepgiveup").await else {
+        return;
+    };
+    let other = PgStore::connect(&schema.url, &schema.name).await.unwrap();
+    // Renewals every 2 s; given up 0.6 s before the lease ends at 6 s. The
+    // first renewal, sent at 2 s, sleeps 3.6 s and would land at about
+    // 5.6 s, extending the lease to 8 s.
+    let ttl = Duration::from_secs(6);
+    let lock = store.try_lock("n", "a", ttl).await.unwrap().expect("free");
+    delay_next_update(&store, 3.6).await;
+    let kept = KeepAlive::start(lock, ttl).unwrap();
+    let reason = tokio::time::timeout(Duration::from_secs(10), kept.lost())
+        .await
+        .expect("lost is signalled");
+    assert!(
+        matches!(reason, LostReason::NotRenewedInTime { .. }),
+        "{reason:?}"
+    );
+    let next = other
+        .lock("n", "b", ttl, Duration::from_secs(1))
+        .await
+        .unwrap()
+        .expect("the name was freed, not held for another ttl");
+    assert!(next.release().await.unwrap());
+    assert!(!kept.release().await.unwrap(), "already released");
+    remove_delay(&store).await;
+    other.close().await.unwrap();
+    store.close().await.unwrap();
+    schema.drop().await;
+}

@@ -401,3 +401,38 @@ async fn processes_opening_one_new_file_at_once_all_succeed() {
     }
     assert!(failed.is_empty(), "children failed:\n{}", failed.join("\n"));
 }
+
+/// A keep-alive that cannot renew in time (another connection keeps the file
+/// write-locked) says so, then releases the grant: when the write lock goes
+/// and the renewal it gave up on lands, the name is still free at once, not
+/// one ttl later.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lease_the_keepalive_gave_up_on_frees_the_name() {
+    use alkstore_core::{KeepAlive, LostReason};
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("locks.db");
+    let store = SqliteStore::open(&db).await.unwrap();
+    let other = SqliteStore::open(&db).await.unwrap();
+    let ttl = Duration::from_secs(3);
+    let lock = store.try_lock("job", "a", ttl).await.unwrap().unwrap();
+    let blocker = rusqlite::Connection::open(&db).unwrap();
+    blocker.execute_batch("BEGIN IMMEDIATE").unwrap();
+    let kept = KeepAlive::start(lock, ttl).unwrap();
+    let reason = tokio::time::timeout(Duration::from_secs(10), kept.lost())
+        .await
+        .expect("lost is signalled");
+    assert!(
+        matches!(reason, LostReason::NotRenewedInTime { .. }),
+        "{reason:?}"
+    );
+    // The renewal given up on (sent at ttl / 3, so it would extend the
+    // lease to 4 s, 1.3 s from here) is still queued; let it through.
+    blocker.execute_batch("ROLLBACK").unwrap();
+    let next = other
+        .lock("job", "b", ttl, Duration::from_millis(500))
+        .await
+        .unwrap()
+        .expect("the name was freed, not held for another ttl");
+    assert!(next.release().await.unwrap());
+    assert!(!kept.release().await.unwrap(), "already released");
+}
