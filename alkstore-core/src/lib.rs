@@ -23,6 +23,7 @@ mod grant;
 mod handle;
 mod keepalive;
 mod name;
+mod owner;
 mod store;
 pub mod wait;
 mod wake;
@@ -33,6 +34,7 @@ pub use engine_store::EngineStore;
 pub use error::{BoxError, Closed, DurationError, Error, Field, NameProblem, Result};
 pub use keepalive::{KeepAlive, KeepAliveOptions, KeepAliveOptionsError, LeaseStatus, LostReason};
 pub use name::{MAX_NAME_BYTES, RESERVED_PREFIX, check_text, validate_name, validate_owner};
+pub use owner::unique_owner;
 pub use store::{Holder, Lock, Store};
 pub use wake::{ReleaseBus, Subscription};
 

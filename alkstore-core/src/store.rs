@@ -18,6 +18,12 @@ pub trait Store: Send + Sync {
     /// `Ok(None)`: held by someone else right now (no-work is a value, not an error).
     /// The same owner asking again while its own lease is live is granted the
     /// same grant again: same fence, expiry not refreshed.
+    ///
+    /// An owner string names **one holder** (one task, one job run), not a
+    /// host or a process: two holders that share one share its grant and
+    /// exclude nothing between them. Make ids with
+    /// [`unique_owner`](crate::unique_owner); a second live handle of one
+    /// grant in this store logs a `tracing` warning.
     async fn try_lock(
         &self,
         name: &str,
@@ -26,6 +32,8 @@ pub trait Store: Send + Sync {
     ) -> Result<Option<Box<dyn Lock>>>;
 
     /// Waits up to `wait` for the lock; `Ok(None)` when the wait runs out.
+    /// The owner rule of [`Store::try_lock`] holds here too: one owner id
+    /// per holder.
     ///
     /// Woken by releases, with a bounded back-off poll as the fallback. A `wait`
     /// of zero tries once; a `wait` too long for the clock (`Duration::MAX`)

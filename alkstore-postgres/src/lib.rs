@@ -19,7 +19,8 @@
 //! # #[tokio::main(flavor = "current_thread")]
 //! # async fn main() -> alkstore_core::Result<()> {
 //! let store = PgStore::connect("postgres://app@db.internal/app", "alkstore").await?;
-//! if let Some(lock) = store.try_lock("leader", "host-a", Duration::from_secs(15)).await? {
+//! let me = alkstore_core::unique_owner("leader-candidate")?;
+//! if let Some(lock) = store.try_lock("leader", &me, Duration::from_secs(15)).await? {
 //!     lock.release().await?;
 //! }
 //! # Ok(())

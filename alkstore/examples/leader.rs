@@ -101,8 +101,9 @@ async fn run_replica(
     events: mpsc::UnboundedSender<Event>,
     step_down: Arc<Mutex<Vec<usize>>>,
 ) -> alkstore::Result<()> {
-    let owner = format!("replica-{me}");
     loop {
+        // One holder per term: a fresh owner id for each campaign.
+        let owner = alkstore::unique_owner(&format!("replica-{me}"))?;
         // Campaign: wait for the lease, woken by releases, polling for lapses.
         let Some(lock) = store
             .lock(NAME, &owner, TTL, Duration::from_secs(60))

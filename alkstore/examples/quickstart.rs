@@ -41,8 +41,10 @@ async fn work(
     start: Arc<Barrier>,
     me: &'static str,
 ) -> alkstore::Result<()> {
+    // The label is for the reader; the owner id names this holder alone.
+    let owner = alkstore::unique_owner(me)?;
     start.wait().await;
-    match store.try_lock(NAME, me, TTL).await? {
+    match store.try_lock(NAME, &owner, TTL).await? {
         Some(lock) => {
             println!("{me}: won {NAME:?}, fence {}", lock.fence());
             tokio::time::sleep(Duration::from_millis(200)).await;
@@ -61,7 +63,7 @@ async fn work(
             );
             let asked = Instant::now();
             let lock = store
-                .lock(NAME, me, TTL, Duration::from_secs(10))
+                .lock(NAME, &owner, TTL, Duration::from_secs(10))
                 .await?
                 .expect("granted within the wait");
             println!(

@@ -10,8 +10,10 @@
 //! # #[tokio::main(flavor = "current_thread")]
 //! # async fn main() -> alkstore::Result<()> {
 //! let store = alkstore::open("sqlite::memory:").await?;
-//! if let Some(lock) = store.try_lock("nightly-report", "host-a", Duration::from_secs(30)).await? {
-//!     // ... the job runs on this host only; pass lock.fence() to what it writes ...
+//! // An owner names one holder (this run), never a whole host or process.
+//! let me = alkstore::unique_owner("report-run")?;
+//! if let Some(lock) = store.try_lock("nightly-report", &me, Duration::from_secs(30)).await? {
+//!     // ... the job runs in this holder only; pass lock.fence() to what it writes ...
 //!     assert!(lock.renew(Duration::from_secs(30)).await?);
 //!     lock.release().await?;
 //! }

@@ -69,6 +69,7 @@ macro_rules! contract_tests {
             keepalive_signals_revoked,
             keepalive_signals_lost_before_valid_until,
             safety_many_holders_one_name,
+            per_holder_owners_count_exactly,
             cancellation_leaves_no_trace,
             model_based_sequences,
             bad_input_is_refused_and_writes_nothing;
