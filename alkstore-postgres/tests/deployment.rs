@@ -172,7 +172,7 @@ async fn a_role_with_only_dml_rights_uses_a_provisioned_schema() {
     // The function gone: the role may not create it, and says so.
     exec(
         &admin,
-        format!("DROP FUNCTION {s}.acquire(text, text, bigint)"),
+        format!("DROP FUNCTION {s}.acquire(text, text, bigint, integer)"),
     )
     .await;
     let pool = PgPoolOptions::new()
