@@ -51,7 +51,8 @@ impl Connections {
     /// An idle connection (when `reuse`), or a new one.
     /// Fails with [`Closed`] once the store closed, also for a call that was
     /// waiting for a connection when it did; with [`OutOfTime`] when
-    /// `deadline` passes first (waiting for a permit or connecting).
+    /// `deadline` passes while it waits for a permit (every connection busy
+    /// with other calls of this store).
     pub(crate) async fn get(
         &self,
         reuse: bool,
@@ -68,13 +69,13 @@ impl Connections {
         let reused = idle.is_some();
         let conn = match idle {
             Some(conn) => conn,
+            // Connecting is making the attempt, not waiting for someone
+            // else: bounded by the connect timeout only, so that even a
+            // zero wait sends its statement once.
             None => {
-                let connected = until(deadline, async {
-                    tokio::time::timeout(CONNECT_TIMEOUT, self.options.connect())
-                        .await
-                        .map_err(|_| sqlx::Error::PoolTimedOut)?
-                })
-                .await??;
+                let connected = tokio::time::timeout(CONNECT_TIMEOUT, self.options.connect())
+                    .await
+                    .map_err(|_| sqlx::Error::PoolTimedOut)??;
                 // Closed while connecting: send nothing after `close()`.
                 if self.closed.load(Ordering::Acquire) {
                     return Err(Closed.into());
@@ -93,9 +94,14 @@ impl Connections {
 
     /// Refuses new checkouts and closes the idle connections.
     pub(crate) async fn close(&self) {
-        self.closed.store(true, Ordering::Release);
+        // Under the idle set's mutex, as in `Checkout::drop`: a connection
+        // coming back either lands before this takes the set, or sees the flag.
+        let idle = {
+            let mut idle = self.idle.lock().unwrap_or_else(|e| e.into_inner());
+            self.closed.store(true, Ordering::Release);
+            std::mem::take(&mut *idle)
+        };
         self.permits.close();
-        let idle = std::mem::take(&mut *self.idle.lock().unwrap_or_else(|e| e.into_inner()));
         for conn in idle {
             let _ = conn.close().await;
         }
@@ -174,8 +180,9 @@ pub(crate) enum Settled<T> {
 
 /// Runs one statement (`$statement`, using the connection `$conn`) on a
 /// connection from `$connections`; an idempotent one is retried once on a
-/// new connection when a reused idle one was dead. With `deadline:`, getting
-/// the connection gives up with [`OutOfTime`] when it passes.
+/// new connection when a reused idle one was dead. With `deadline:`, the
+/// first try gives up with [`OutOfTime`] when it passes while waiting for a
+/// connection.
 macro_rules! on_connection {
     ($connections:expr, idempotent: $idempotent:expr, |$conn:ident| $statement:expr) => {
         $crate::connections::on_connection!(
@@ -186,7 +193,10 @@ macro_rules! on_connection {
      |$conn:ident| $statement:expr) => {{
         let mut reuse = true;
         loop {
-            let mut checkout = $connections.get(reuse, $deadline).await?;
+            // A retry is not cut short by the deadline: the first try may
+            // have committed, and only its answer can tell.
+            let deadline = if reuse { $deadline } else { None };
+            let mut checkout = $connections.get(reuse, deadline).await?;
             let $conn = checkout.conn();
             let result = $statement.await;
             match checkout.settle(result, $idempotent) {
@@ -201,12 +211,11 @@ pub(crate) use on_connection;
 impl Drop for Checkout<'_> {
     fn drop(&mut self) {
         let Some(conn) = self.conn.take() else { return };
-        if self.clean && !self.owner.closed.load(Ordering::Acquire) {
-            self.owner
-                .idle
-                .lock()
-                .unwrap_or_else(|e| e.into_inner())
-                .push(conn);
+        if self.clean {
+            let mut idle = self.owner.idle.lock().unwrap_or_else(|e| e.into_inner());
+            if !self.owner.closed.load(Ordering::Acquire) {
+                idle.push(conn);
+            }
         }
         // Otherwise the connection is dropped: its socket closes, and the
         // server ends the session and rolls back anything unfinished.

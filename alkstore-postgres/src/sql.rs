@@ -21,6 +21,14 @@ pub(crate) const SCHEMA_LOCK_CLASS: i32 = 0x616c_6b73; // "alks"
 /// (with `hashtext(name)` as key; a collision only serialises two names).
 const FENCE_LOCK_CLASS: i32 = 0x616c_6b66; // "alkf"
 
+/// Before each lock wait of the acquire function: with `p_wait_ms`, bound
+/// the wait by what is left of it (at least 1 ms; 0 would mean no bound),
+/// local to the transaction. Past it the server raises 55P03 and rolls back.
+const BOUND_LOCK_WAIT: &str = "IF p_wait_ms IS NOT NULL THEN
+        PERFORM set_config('lock_timeout', greatest(1, ceil(extract(epoch FROM
+            wait_until - clock_timestamp()) * 1000))::bigint::text, true);
+    END IF;";
+
 /// The `meta` key whose presence marks the schema's objects as alkstore's.
 pub(crate) const MARKER_KEY: &str = "made_by_alkstore";
 
@@ -140,11 +148,16 @@ impl Statements {
         // that lock is held, so it is above every fence of an earlier
         // committed grant of the name (they drew theirs under the same lock,
         // before committing and letting go of it). A refusal here writes
-        // nothing and draws nothing.
+        // nothing and draws nothing. `p_wait_ms`, when given, bounds the
+        // lock waits of the transaction together (the advisory lock, then
+        // the expired row's lock, each to what is left of it): past it the
+        // server raises 55P03 and rolls back, and a waiting acquire reports
+        // "held", having drawn no fence.
         let body = format!(
             "
 DECLARE
     now_ms bigint := {NOW_MS};
+    wait_until timestamptz := clock_timestamp() + p_wait_ms * interval '1 millisecond';
     held record;
     drawn bigint;
 BEGIN
@@ -152,10 +165,13 @@ BEGIN
         RAISE EXCEPTION 'alkstore needs READ COMMITTED, the transaction runs %',
             current_setting('transaction_isolation') USING ERRCODE = '0A000';
     END IF;
-    IF p_wait_ms IS NOT NULL THEN
-        -- Local to this transaction; 0 would mean no bound at all.
-        PERFORM set_config('lock_timeout', greatest(p_wait_ms, 1)::text, true);
+    -- A grant's fence must survive a crash once the grant was answered: a
+    -- role or database set to synchronous_commit = off would let both be
+    -- lost and the fence be handed out again.
+    IF current_setting('synchronous_commit') = 'off' THEN
+        PERFORM set_config('synchronous_commit', 'local', true);
     END IF;
+    {BOUND_LOCK_WAIT}
     PERFORM pg_advisory_xact_lock({FENCE_LOCK_CLASS}, hashtext(p_name));
     LOOP
         SELECT l.owner, l.fence, l.expires_at INTO held FROM {locks} l WHERE l.name = p_name;
@@ -164,12 +180,22 @@ BEGIN
             RETURN;
         END IF;
         IF FOUND THEN
-            UPDATE {locks} l
-               SET owner = p_owner, fence = nextval({fences_regclass}::regclass),
-                   expires_at = now_ms + p_ttl
-             WHERE l.name = p_name AND l.expires_at <= now_ms
-            RETURNING l.fence INTO drawn;
+            -- Expired: lock the row before drawing a fence (waiting for a
+            -- renewal, release or purge in flight), so that a fence is drawn
+            -- only for a row this transaction certainly takes over.
+            {BOUND_LOCK_WAIT}
+            PERFORM 1 FROM {locks} l
+             WHERE l.name = p_name AND l.expires_at <= now_ms FOR UPDATE;
+            IF FOUND THEN
+                UPDATE {locks} l
+                   SET owner = p_owner, fence = nextval({fences_regclass}::regclass),
+                       expires_at = now_ms + p_ttl
+                 WHERE l.name = p_name
+                RETURNING l.fence INTO drawn;
+            END IF;
         ELSE
+            -- Every insert of a name runs under its advisory lock: no
+            -- conflict can come up here but from outside alkstore.
             INSERT INTO {locks} AS l (name, owner, fence, expires_at)
             VALUES (p_name, p_owner, nextval({fences_regclass}::regclass), now_ms + p_ttl)
             ON CONFLICT (name) DO NOTHING
@@ -179,7 +205,7 @@ BEGIN
             RETURN QUERY SELECT true, drawn, p_ttl;
             RETURN;
         END IF;
-        -- A renewal, release or purge changed the row meanwhile: look again.
+        -- Released, purged or renewed meanwhile: look again.
     END LOOP;
 END"
         );

@@ -310,3 +310,120 @@ async fn a_waiting_acquire_with_no_free_connection_keeps_to_its_wait() {
     narrow.close().await.unwrap();
     scene.end().await;
 }
+
+/// Grants `n` with a 50 ms lease and waits it out: an expired row.
+async fn expired_row(store: &PgStore) -> u64 {
+    let lock = store
+        .try_lock("n", "gone", Duration::from_millis(50))
+        .await
+        .unwrap()
+        .expect("free");
+    let fence = lock.fence();
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    drop(lock);
+    fence
+}
+
+/// Holds the row of `n` locked in a transaction, as a purge or release in
+/// flight would, until the returned transaction ends.
+async fn hold_row(store: &PgStore) -> sqlx::Transaction<'static, sqlx::Postgres> {
+    let mut tx = store.pool().begin().await.unwrap();
+    sqlx::query(sqlx::AssertSqlSafe(format!(
+        "SELECT 1 FROM {}.locks WHERE name = 'n' FOR UPDATE",
+        quoted_schema(store)
+    )))
+    .execute(&mut *tx)
+    .await
+    .unwrap();
+    tx
+}
+
+/// A waiting acquire that times out behind the lock of an expired row (a
+/// purge or release in flight) draws no fence: the next grant's fence is the
+/// next value.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_takeover_timed_out_behind_a_row_lock_draws_no_fence() {
+    let Some((store, schema)) = common::store("rowwait").await else {
+        return;
+    };
+    let before = expired_row(&store).await;
+    let blocker = hold_row(&store).await;
+    let got = store
+        .lock("n", "fast", TTL, Duration::from_millis(300))
+        .await
+        .expect("running out of the wait is no error");
+    assert!(got.is_none(), "took over a row another transaction holds");
+    blocker.rollback().await.unwrap();
+    let next = store
+        .try_lock("n", "fast", TTL)
+        .await
+        .unwrap()
+        .expect("expired");
+    assert_eq!(
+        next.fence(),
+        before + 1,
+        "the timed-out attempt drew a fence"
+    );
+    assert!(next.release().await.unwrap());
+    store.close().await.unwrap();
+    schema.drop().await;
+}
+
+/// The wait bounds the attempt's lock waits together: 0.8 s behind the
+/// name's grant path, then behind an expired row's lock, a 1 s wait ends
+/// after about 1 s in all (not 0.8 s + 1 s).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn lock_waits_of_one_attempt_share_one_wait() {
+    let Some((store, schema)) = common::store("sharedwait").await else {
+        return;
+    };
+    expired_row(&store).await;
+    let row_blocker = hold_row(&store).await;
+    // Hold the name's grant path (the advisory lock the acquire function
+    // takes) for 0.8 s from another session.
+    let mut path = store.pool().acquire().await.unwrap();
+    sqlx::query("SELECT pg_advisory_lock(1634495334, hashtext('n'))")
+        .execute(&mut *path)
+        .await
+        .unwrap();
+    let unlock = tokio::spawn(async move {
+        tokio::time::sleep(Duration::from_millis(800)).await;
+        sqlx::query("SELECT pg_advisory_unlock(1634495334, hashtext('n'))")
+            .execute(&mut *path)
+            .await
+            .unwrap();
+    });
+    let wait = Duration::from_secs(1);
+    let asked = Instant::now();
+    let got = store.lock("n", "fast", TTL, wait).await.unwrap();
+    let took = asked.elapsed();
+    assert!(got.is_none());
+    assert!(took >= wait, "gave up early: {took:?}");
+    assert!(
+        took < wait + Duration::from_millis(500),
+        "each lock wait got the whole wait: {took:?}"
+    );
+    unlock.await.unwrap();
+    row_blocker.rollback().await.unwrap();
+    store.close().await.unwrap();
+    schema.drop().await;
+}
+
+/// A zero wait on a store with no idle connection yet still sends its
+/// attempt once (connecting is part of trying, not waiting).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_zero_wait_on_a_fresh_store_still_tries_once() {
+    let Some((store, schema)) = common::store("zerowait").await else {
+        return;
+    };
+    let fresh = PgStore::connect(&schema.url, &schema.name).await.unwrap();
+    let got = fresh
+        .lock("free", "a", TTL, Duration::ZERO)
+        .await
+        .unwrap()
+        .expect("a free name is granted to a zero wait");
+    assert!(got.release().await.unwrap());
+    fresh.close().await.unwrap();
+    store.close().await.unwrap();
+    schema.drop().await;
+}
