@@ -44,7 +44,9 @@ use crate::connections::Connections;
 use crate::engine::PgEngine;
 use crate::sql::Statements;
 
-pub use schema::{CannotCreateError, ForeignObjectsError, MAX_SCHEMA_BYTES, SchemaVersionError};
+pub use schema::{
+    CannotCreateError, ForeignObjectsError, LostFencesError, MAX_SCHEMA_BYTES, SchemaVersionError,
+};
 /// The connection pool type `PgStore::open` takes (sqlx's).
 pub use sqlx::PgPool as Pool;
 

@@ -47,6 +47,18 @@ pub struct ForeignObjectsError {
     pub what: &'static str,
 }
 
+/// alkstore's schema lost its `fences` sequence. Making a new one would hand
+/// out fences from 1 again, below fences already handed out; alkstore
+/// refuses rather than break the fence rule.
+#[derive(Debug, thiserror::Error)]
+#[error(
+    "schema {schema:?} is alkstore's but its fences sequence is gone; a new one would hand out      fences already used. Restore it (CREATE SEQUENCE … then setval above every fence ever      handed out) or drop the schema"
+)]
+pub struct LostFencesError {
+    /// The schema.
+    pub schema: String,
+}
+
 /// Some of alkstore's objects are missing and this role may not create them.
 #[derive(Debug, thiserror::Error)]
 #[error(
@@ -228,6 +240,14 @@ async fn create_missing(
     refuse_unmarked(schema, objects)?;
     if objects.meta {
         read_meta(&mut tx, schema, statements).await?;
+        // `meta` is made in the same transaction as the sequence: with it
+        // there, a missing sequence was dropped after fences were drawn.
+        if !objects.fences {
+            return Err(LostFencesError {
+                schema: schema.to_owned(),
+            }
+            .into());
+        }
     } else {
         sqlx::raw_sql(statements.create_meta.clone())
             .execute(&mut *tx)

@@ -11,7 +11,7 @@ use std::time::Duration;
 use alkstore_contract_suite::safety::history::check;
 use alkstore_contract_suite::safety::workload::{Race, race};
 use alkstore_core::Store;
-use alkstore_postgres::{CannotCreateError, ForeignObjectsError, PgStore};
+use alkstore_postgres::{CannotCreateError, ForeignObjectsError, LostFencesError, PgStore};
 use alkstore_testkit::pg;
 use sqlx::PgPool;
 use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
@@ -347,4 +347,71 @@ async fn the_listener_never_holds_a_connection_of_the_callers_pool() {
     store.close().await.unwrap();
     holder.close().await.unwrap();
     schema.drop().await;
+}
+
+/// A schema whose `fences` sequence was dropped is refused: a new sequence
+/// would hand out fences from 1 again, below fences already handed out.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_schema_that_lost_its_fences_is_refused() {
+    let Some((store, schema)) = common::store("lostfences").await else {
+        return;
+    };
+    let lock = store.try_lock("job", "a", TTL).await.unwrap().unwrap();
+    assert!(lock.release().await.unwrap());
+    let s = format!("\"{}\"", schema.name.replace('"', "\"\""));
+    exec(store.pool(), format!("DROP SEQUENCE {s}.fences")).await;
+    match PgStore::connect(&schema.url, &schema.name).await {
+        Err(error) => assert!(
+            error.find_source::<LostFencesError>().is_some(),
+            "{error:?}"
+        ),
+        Ok(_) => panic!("opened a schema that lost its fences"),
+    }
+    let (exists,): (bool,) = sqlx::query_as(
+        "SELECT EXISTS (SELECT 1 FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
+                        WHERE n.nspname = $1 AND c.relname = 'fences')",
+    )
+    .bind(&schema.name)
+    .fetch_one(store.pool())
+    .await
+    .unwrap();
+    assert!(!exists, "a new fences sequence was made");
+    // What is left can still be dropped (by the store opened before).
+    store.drop_schema().await.unwrap();
+    store.close().await.unwrap();
+}
+
+/// A role whose default is `synchronous_commit = off` still gets grants
+/// committed durably: the acquire function raises it to `local` for the
+/// grant's own transaction (a grant and its fence lost in a crash after
+/// being answered would let the fence be handed out again).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_grant_is_durable_under_synchronous_commit_off() {
+    let Some((store, schema)) = common::store("synccommit").await else {
+        return;
+    };
+    let s = format!("\"{}\"", schema.name.replace('"', "\"\""));
+    let mut conn = store.pool().acquire().await.unwrap();
+    exec_on(&mut conn, "SET synchronous_commit = off").await;
+    exec_on(&mut conn, "BEGIN").await;
+    let (granted,): (bool,) = sqlx::query_as(sqlx::AssertSqlSafe(format!(
+        "SELECT granted FROM {s}.acquire('job', 'a', 30000, NULL)"
+    )))
+    .fetch_one(&mut *conn)
+    .await
+    .unwrap();
+    assert!(granted);
+    let (level,): (String,) = sqlx::query_as("SELECT current_setting('synchronous_commit')")
+        .fetch_one(&mut *conn)
+        .await
+        .unwrap();
+    exec_on(&mut conn, "ROLLBACK").await;
+    assert_eq!(level, "local", "the grant would commit without a flush");
+    drop(conn);
+    store.close().await.unwrap();
+    schema.drop().await;
+}
+
+async fn exec_on(conn: &mut sqlx::PgConnection, sql: &'static str) {
+    sqlx::raw_sql(sql).execute(conn).await.unwrap();
 }
