@@ -98,19 +98,25 @@ impl<E: Engine> Lock for EngineLock<E> {
             self.shared.check_open("renew")?;
             let sent = Instant::now();
             grant::renewal_sent(self.state(), valid_until(sent, ttl.as_duration()));
-            // Should this future be dropped before the answer, the renewal
-            // may or may not land.
-            let mut unanswered = Unanswered {
-                state: Some(self.state()),
-            };
-            let answer = self.shared.engine.renew(key, ttl).await;
-            unanswered.state = None;
-            let outcome = match &answer {
-                Ok(true) => Renewal::Renewed,
-                Ok(false) => Renewal::Lost { sent },
-                Err(_) => Renewal::Unknown,
-            };
-            grant::renewal_answered(self.state(), outcome);
+            // The renewal runs to its answer in a task of its own, which
+            // records that answer even if this future is dropped: a renewal
+            // given up on may still land (PostgreSQL runs a statement to its
+            // end after the client left), and until its answer is known the
+            // grant's deadline cannot go up.
+            let (shared, key, state) = (self.shared.clone(), key.clone(), self.state().clone());
+            let renewal = tokio::spawn(async move {
+                let answer = shared.engine.renew(&key, ttl).await;
+                let outcome = match &answer {
+                    Ok(true) => Renewal::Renewed,
+                    Ok(false) => Renewal::Lost { sent },
+                    Err(_) => Renewal::Unknown,
+                };
+                grant::renewal_answered(&state, outcome);
+                answer
+            });
+            let answer = renewal.await.unwrap_or_else(|e| {
+                Err(format!("the renewal task ended without an answer: {e}").into())
+            });
             let renewed = answer.map_err(|e| Error::database("renew", e))?;
             tracing::Span::current().record("outcome", if renewed { "renewed" } else { "lost" });
             Ok(renewed)
@@ -145,19 +151,6 @@ impl<E: Engine> Lock for EngineLock<E> {
         }
         .instrument(span)
         .await
-    }
-}
-
-/// A renewal in flight; if dropped unanswered, its outcome is unknown.
-struct Unanswered<'a> {
-    state: Option<&'a SharedGrant>,
-}
-
-impl Drop for Unanswered<'_> {
-    fn drop(&mut self) {
-        if let Some(state) = self.state.take() {
-            grant::renewal_answered(state, Renewal::Unknown);
-        }
     }
 }
 

@@ -4,7 +4,7 @@ use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
 
-use crate::error::Result;
+use crate::error::{Error, Result};
 
 /// A place where named locks live: one database, file or schema.
 ///
@@ -84,7 +84,15 @@ pub trait Lock: Send + Sync + std::fmt::Debug {
     /// [`KeepAlive`](crate::KeepAlive) gives up when it cannot renew in
     /// time. The handle stays, spent: its `valid_until` is over, and a
     /// later `renew` or `release` of it answers `false`.
-    async fn release_shared(&self) -> Result<bool>;
+    ///
+    /// Provided for implementations written before it existed: they answer
+    /// an error, and a keep-alive that gives their lease up lets it lapse.
+    async fn release_shared(&self) -> Result<bool> {
+        Err(Error::database(
+            "release",
+            "this Lock implementation cannot be released through a shared reference",
+        ))
+    }
 }
 
 /// The current holder of a name, as [`Store::holder`] reports it.

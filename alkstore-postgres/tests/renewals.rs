@@ -149,3 +149,57 @@ async fn a_lease_the_keepalive_gave_up_on_frees_the_name() {
     store.close().await.unwrap();
     schema.drop().await;
 }
+
+/// A renewal whose caller gave up waiting still lands on the server (its
+/// backend runs the statement to the end); when it commits after a later
+/// renewal, its shorter lease is the server's, and the handle must not have
+/// promised the later renewal's longer one meanwhile.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_renewal_given_up_on_that_lands_last_is_still_counted() {
+    let Some((store, schema)) = common::store("renewdropped").await else {
+        return;
+    };
+    let lock = store
+        .try_lock("n", "a", Duration::from_secs(60))
+        .await
+        .unwrap()
+        .expect("free");
+    delay_next_update(&store, 1.5).await;
+    let given_up = tokio::time::timeout(
+        Duration::from_millis(100),
+        lock.renew(Duration::from_secs(3)),
+    );
+    assert!(
+        given_up.await.is_err(),
+        "the delayed renewal answered in time"
+    );
+    until_someone_sleeps(&store).await;
+    assert!(lock.renew(Duration::from_secs(60)).await.unwrap());
+    assert!(
+        lock.valid_until() <= Instant::now() + Duration::from_secs(3),
+        "promised the long renewal while the short one was still on its way"
+    );
+    // Once the short renewal has landed, the server holds its lease.
+    let waited = Instant::now();
+    loop {
+        let holder = store.holder("n").await.unwrap().expect("held");
+        if holder.expires_in < Duration::from_secs(3) {
+            let server_ends = Instant::now() + holder.expires_in + Duration::from_millis(5);
+            assert!(
+                lock.valid_until() <= server_ends,
+                "valid_until is {:?} past the server's lease",
+                lock.valid_until() - server_ends
+            );
+            break;
+        }
+        assert!(
+            waited.elapsed() < Duration::from_secs(5),
+            "the given-up renewal never landed"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert!(lock.release().await.unwrap());
+    remove_delay(&store).await;
+    store.close().await.unwrap();
+    schema.drop().await;
+}
