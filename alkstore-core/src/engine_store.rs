@@ -83,6 +83,9 @@ impl<E: Engine> EngineStore<E> {
         deadline: Option<Instant>,
     ) -> Result<(Option<Box<dyn Lock>>, Option<Duration>)> {
         self.shared.check_open(operation)?;
+        // In flight until its handle exists (or the future is dropped): a
+        // release of the same grant meanwhile is remembered until then.
+        let _in_flight = InFlight::new(&self.shared.grants);
         let sent = Instant::now();
         let attempt = self
             .shared
@@ -102,6 +105,27 @@ impl<E: Engine> EngineStore<E> {
             }
             Attempt::Held { expires_in } => (None, expires_in),
         })
+    }
+}
+
+/// An acquire in flight, for [`Grants`]' memory of releases.
+struct InFlight<'a> {
+    grants: &'a Grants,
+    ticket: u64,
+}
+
+impl<'a> InFlight<'a> {
+    fn new(grants: &'a Grants) -> Self {
+        InFlight {
+            grants,
+            ticket: grants.acquire_sent(),
+        }
+    }
+}
+
+impl Drop for InFlight<'_> {
+    fn drop(&mut self) {
+        self.grants.acquire_done(self.ticket);
     }
 }
 
@@ -386,6 +410,83 @@ mod tests {
             tokio::time::sleep(Duration::from_secs(30)).await;
             Ok(())
         }
+    }
+
+    /// Grants fence 1 to every acquire; the second acquire answers only
+    /// when let through (its read of the row came before a release).
+    #[derive(Debug, Default)]
+    struct ReadBeforeRelease {
+        bus: ReleaseBus,
+        calls: std::sync::atomic::AtomicU32,
+        let_through: tokio::sync::Notify,
+    }
+
+    #[async_trait]
+    impl Engine for ReadBeforeRelease {
+        async fn acquire(
+            &self,
+            _: &str,
+            _: &str,
+            ttl: LeaseMillis,
+            _: Option<Instant>,
+        ) -> Result<Attempt, BoxError> {
+            if self.calls.fetch_add(1, Ordering::SeqCst) == 1 {
+                self.let_through.notified().await;
+            }
+            Ok(Attempt::Granted {
+                fence: 1,
+                left: ttl.as_duration(),
+            })
+        }
+        async fn renew(&self, _: &GrantKey, _: LeaseMillis) -> Result<bool, BoxError> {
+            Ok(false)
+        }
+        async fn release(&self, _: &GrantKey) -> Result<bool, BoxError> {
+            Ok(true)
+        }
+        async fn holder(&self, _: &str) -> Result<Option<Holder>, BoxError> {
+            Ok(None)
+        }
+        async fn purge_expired(&self) -> Result<u64, BoxError> {
+            Ok(0)
+        }
+        async fn close(&self) -> Result<(), BoxError> {
+            Ok(())
+        }
+        fn releases(&self) -> &ReleaseBus {
+            &self.bus
+        }
+    }
+
+    /// The same owner's acquire read the live row, then the twin handle
+    /// released the grant and went away, then the acquire's answer came
+    /// back: the new handle must not promise the released lease.
+    #[tokio::test]
+    async fn a_grant_released_while_its_reacquire_was_in_flight_comes_back_ended() {
+        let store = Arc::new(EngineStore::new(ReadBeforeRelease::default()));
+        let ttl = Duration::from_secs(30);
+        let first = store.try_lock("n", "o", ttl).await.unwrap().unwrap();
+        let again = {
+            let store = store.clone();
+            tokio::spawn(async move { store.try_lock("n", "o", ttl).await })
+        };
+        while store.engine().calls.load(Ordering::SeqCst) < 2 {
+            tokio::task::yield_now().await;
+        }
+        let released_at = Instant::now();
+        assert!(first.release().await.unwrap());
+        store.engine().let_through.notify_one();
+        let again = again.await.unwrap().unwrap().expect("granted");
+        assert!(
+            again.valid_until() <= released_at + Duration::from_millis(1),
+            "the re-acquired handle promises a lease released {:?} ago",
+            released_at.elapsed()
+        );
+        // Later acquires, sent after the release answered, are not affected.
+        drop(again);
+        let later = store.try_lock("n", "o", ttl).await.unwrap().unwrap();
+        assert!(later.valid_until() > Instant::now() + Duration::from_secs(20));
+        assert!(later.release().await.unwrap());
     }
 
     #[tokio::test]

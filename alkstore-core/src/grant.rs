@@ -2,7 +2,7 @@
 //! `valid_until` per grant, shared by every handle of it, moved only by what
 //! certainly holds.
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex, Weak};
 use std::time::Instant;
 
@@ -138,6 +138,34 @@ pub(crate) enum Renewal {
 #[derive(Debug, Default)]
 pub(crate) struct Grants {
     live: Mutex<HashMap<GrantKey, Weak<Mutex<GrantState>>>>,
+    released: Mutex<Released>,
+}
+
+/// Grants this store released, remembered for as long as an acquire that
+/// may have read their row before the release committed is in flight: the
+/// same owner's acquire can come back with a grant that its twin's release
+/// deleted meanwhile, after every handle of it is gone.
+#[derive(Debug, Default)]
+struct Released {
+    /// Acquires in flight, by ticket (tickets rise with time): when sent.
+    acquires: BTreeMap<u64, Instant>,
+    next_ticket: u64,
+    /// Per released grant: when the release was sent, and when it answered.
+    ended: HashMap<GrantKey, (Instant, Option<Instant>)>,
+}
+
+impl Released {
+    /// Forgets releases that answered before every acquire in flight was
+    /// sent: those acquires read after the release committed.
+    fn prune(&mut self) {
+        let earliest = self.acquires.values().next().copied();
+        self.ended
+            .retain(|_, (_, answered)| match (answered, earliest) {
+                (None, _) => true,
+                (Some(_), None) => false,
+                (Some(answered), Some(earliest)) => *answered >= earliest,
+            });
+    }
 }
 
 impl Grants {
@@ -145,7 +173,24 @@ impl Grants {
     /// When another handle to the same grant is live in this store, both
     /// share one state, at the earlier deadline; the second value is true
     /// the first time that happens for this grant (to warn once).
+    /// A grant this store released while the acquire was in flight is
+    /// handed out already ended.
     pub(crate) fn handed_out(&self, key: &GrantKey, until: Instant) -> (SharedGrant, bool) {
+        let ended_at = self
+            .released
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .ended
+            .get(key)
+            .map(|(sent, _)| *sent);
+        let (state, first_time) = self.share(key, until);
+        if let Some(at) = ended_at {
+            ended(&state, at);
+        }
+        (state, first_time)
+    }
+
+    fn share(&self, key: &GrantKey, until: Instant) -> (SharedGrant, bool) {
         let mut live = self.live.lock().unwrap_or_else(|e| e.into_inner());
         if let Some(state) = live.get(key).and_then(Weak::upgrade) {
             let first_time = {
@@ -164,6 +209,38 @@ impl Grants {
         }));
         live.insert(key.clone(), Arc::downgrade(&state));
         (state, false)
+    }
+
+    /// An acquire is about to be sent: its ticket, to give back with
+    /// [`Grants::acquire_done`] once its answer was handed out (or dropped).
+    pub(crate) fn acquire_sent(&self) -> u64 {
+        let mut released = self.released.lock().unwrap_or_else(|e| e.into_inner());
+        let ticket = released.next_ticket;
+        released.next_ticket += 1;
+        released.acquires.insert(ticket, Instant::now());
+        ticket
+    }
+
+    /// The acquire with this ticket is over.
+    pub(crate) fn acquire_done(&self, ticket: u64) {
+        let mut released = self.released.lock().unwrap_or_else(|e| e.into_inner());
+        released.acquires.remove(&ticket);
+        released.prune();
+    }
+
+    /// A release of `key` is being sent at `at`.
+    pub(crate) fn release_sent(&self, key: &GrantKey, at: Instant) {
+        let mut released = self.released.lock().unwrap_or_else(|e| e.into_inner());
+        released.ended.insert(key.clone(), (at, None));
+    }
+
+    /// The release of `key` answered (or its caller stopped waiting).
+    pub(crate) fn release_answered(&self, key: &GrantKey) {
+        let mut released = self.released.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some((_, answered)) = released.ended.get_mut(key) {
+            *answered = Some(Instant::now());
+        }
+        released.prune();
     }
 
     /// A handle of `key` is going away: forget the grant once no handle
@@ -278,5 +355,36 @@ mod tests {
         renewal_sent(&other, t + secs(30));
         renewal_answered(&other, Renewal::Renewed);
         assert_eq!(valid_until(&other), t + secs(1), "renewed after release");
+    }
+
+    #[test]
+    fn a_release_is_remembered_only_while_an_acquire_sent_before_its_answer_is_in_flight() {
+        let grants = Grants::default();
+        let remembered = |grants: &Grants| grants.released.lock().unwrap().ended.len();
+        grants.release_sent(&key(1), Instant::now());
+        assert_eq!(
+            remembered(&grants),
+            1,
+            "kept while the release is in flight"
+        );
+        grants.release_answered(&key(1));
+        assert_eq!(remembered(&grants), 0, "no acquire in flight: forgotten");
+
+        let early = grants.acquire_sent();
+        grants.release_sent(&key(2), Instant::now());
+        grants.release_answered(&key(2));
+        let late = grants.acquire_sent();
+        assert_eq!(
+            remembered(&grants),
+            1,
+            "an acquire sent before it is in flight"
+        );
+        grants.acquire_done(early);
+        assert_eq!(
+            remembered(&grants),
+            0,
+            "only acquires sent after it are left"
+        );
+        grants.acquire_done(late);
     }
 }

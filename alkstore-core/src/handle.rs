@@ -139,7 +139,15 @@ impl<E: Engine> Lock for EngineLock<E> {
             // Whatever it answers (or if it never answers), this grant can
             // no longer be counted on from the moment the release is sent,
             // by any handle of it that shares this state.
-            grant::ended(self.state(), Instant::now());
+            let sent = Instant::now();
+            grant::ended(self.state(), sent);
+            // Remembered for the acquires in flight, which may come back
+            // with this grant read before the release committed.
+            self.shared.grants.release_sent(key, sent);
+            let _answered = ReleaseAnswered {
+                grants: &self.shared.grants,
+                key,
+            };
             let released = self
                 .shared
                 .engine
@@ -151,6 +159,18 @@ impl<E: Engine> Lock for EngineLock<E> {
         }
         .instrument(span)
         .await
+    }
+}
+
+/// Marks a release answered when it returns, fails or is dropped.
+struct ReleaseAnswered<'a> {
+    grants: &'a crate::grant::Grants,
+    key: &'a GrantKey,
+}
+
+impl Drop for ReleaseAnswered<'_> {
+    fn drop(&mut self) {
+        self.grants.release_answered(self.key);
     }
 }
 
