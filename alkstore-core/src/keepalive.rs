@@ -14,6 +14,9 @@ use crate::store::Lock;
 /// The pause between retries after a failed renewal.
 const RETRY_PAUSE: Duration = Duration::from_millis(50);
 
+/// The longest a keep-alive goes without looking at its lock's deadline.
+const WATCH_CEILING: Duration = Duration::from_millis(100);
+
 /// Why a kept lease was lost.
 #[derive(Debug, Clone, PartialEq, Eq)]
 #[non_exhaustive]
@@ -172,9 +175,15 @@ impl KeepAlive {
             .expect("present until release")
     }
 
-    /// The lease status now.
+    /// The lease status now. A `Held` deadline is never later than the
+    /// lock's own `valid_until`, which can come down between renewals.
     pub fn status(&self) -> LeaseStatus {
-        self.status.borrow().clone()
+        match self.status.borrow().clone() {
+            LeaseStatus::Held { valid_until } => LeaseStatus::Held {
+                valid_until: valid_until.min(self.lock().valid_until()),
+            },
+            lost => lost,
+        }
     }
 
     /// A receiver that sees every change of status.
@@ -254,9 +263,19 @@ async fn keep(
     let margin = margin_within(&options, options.ttl);
     let useful_for = options.ttl - margin;
     let mut last = Instant::now();
+    // How often the deadline is looked at between renewals: it can come
+    // down meanwhile (a renewal with a shorter ttl through `lock()`, a twin
+    // handle's release), and then the next renewal is due sooner.
+    let watch = (options.margin / 2).clamp(Duration::from_millis(1), WATCH_CEILING);
     loop {
-        let (next, give_up) = schedule(lock.valid_until(), last, Instant::now(), &options);
-        tokio::time::sleep_until(next.into()).await;
+        let give_up = loop {
+            let now = Instant::now();
+            let (next, give_up) = schedule(lock.valid_until(), last, now, &options);
+            if next <= now {
+                break give_up;
+            }
+            tokio::time::sleep_until(next.min(now + watch).into()).await;
+        };
         let mut last_error = None;
         // Retry until renewed, revoked, or too late.
         let verdict = loop {
@@ -365,7 +384,7 @@ mod tests {
     #[derive(Debug)]
     struct Scripted {
         script: Mutex<Vec<Option<bool>>>,
-        valid_until: Mutex<Instant>,
+        valid_until: Arc<Mutex<Instant>>,
         renewals: Mutex<u32>,
         /// How long each renewal's round trip takes.
         delay: Duration,
@@ -381,7 +400,7 @@ mod tests {
         fn new(ttl: Duration, script: Vec<Option<bool>>) -> Self {
             Scripted {
                 script: Mutex::new(script),
-                valid_until: Mutex::new(Instant::now() + ttl),
+                valid_until: Arc::new(Mutex::new(Instant::now() + ttl)),
                 renewals: Mutex::new(0),
                 delay: Duration::ZERO,
                 renewed_for: None,
@@ -434,6 +453,32 @@ mod tests {
             *self.released.lock().unwrap() += 1;
             Ok(true)
         }
+    }
+
+    /// The lock's deadline comes down between two renewals (a twin handle
+    /// released the grant): the keep-alive renews at once, learns the lease
+    /// is gone and says so, without waiting out its 1 s interval; `status()`
+    /// never shows the old deadline meanwhile.
+    #[tokio::test]
+    async fn a_deadline_lowered_between_renewals_is_acted_on_at_once() {
+        let ttl = Duration::from_secs(3);
+        let lock = Scripted::new(ttl, vec![Some(false)]);
+        let deadline = lock.valid_until.clone();
+        let kept = KeepAlive::start(Box::new(lock), ttl).unwrap();
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        let lowered = Instant::now();
+        *deadline.lock().unwrap() = lowered;
+        match kept.status() {
+            LeaseStatus::Held { valid_until } => assert!(valid_until <= lowered),
+            LeaseStatus::Lost(_) => {}
+        }
+        let reason = kept.lost().await;
+        assert_eq!(reason, LostReason::Revoked);
+        assert!(
+            lowered.elapsed() < Duration::from_millis(500),
+            "acted on the lowered deadline only after {:?}",
+            lowered.elapsed()
+        );
     }
 
     #[tokio::test]
