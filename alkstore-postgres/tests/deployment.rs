@@ -11,7 +11,9 @@ use std::time::Duration;
 use alkstore_contract_suite::safety::history::check;
 use alkstore_contract_suite::safety::workload::{Race, race};
 use alkstore_core::Store;
-use alkstore_postgres::{CannotCreateError, ForeignObjectsError, LostFencesError, PgStore};
+use alkstore_postgres::{
+    CannotCreateError, ForeignObjectsError, LostFencesError, PgStore, SchemaVersionError,
+};
 use alkstore_testkit::pg;
 use sqlx::PgPool;
 use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
@@ -414,4 +416,41 @@ async fn a_grant_is_durable_under_synchronous_commit_off() {
 
 async fn exec_on(conn: &mut sqlx::PgConnection, sql: &'static str) {
     sqlx::raw_sql(sql).execute(conn).await.unwrap();
+}
+
+/// A schema of another layout version is refused with `SchemaVersionError`,
+/// whose message appears once in the error's chain (not again inside a
+/// driver error that wraps it).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn another_schema_version_is_refused_and_said_once() {
+    let Some((store, schema)) = common::store("oldversion").await else {
+        return;
+    };
+    let s = format!("\"{}\"", schema.name.replace('"', "\"\""));
+    exec(
+        store.pool(),
+        format!("UPDATE {s}.meta SET value = 2 WHERE key = 'schema_version'"),
+    )
+    .await;
+    let error = match PgStore::connect(&schema.url, &schema.name).await {
+        Err(error) => error,
+        Ok(_) => panic!("opened a version 2 schema"),
+    };
+    let found = error
+        .find_source::<SchemaVersionError>()
+        .unwrap_or_else(|| panic!("{error:?}"));
+    assert_eq!((found.found, found.known), (2, 3));
+    let mut chain = vec![error.to_string()];
+    let mut source = std::error::Error::source(&error);
+    while let Some(cause) = source {
+        chain.push(cause.to_string());
+        source = cause.source();
+    }
+    let said = chain
+        .iter()
+        .filter(|m| m.contains("schema version 2"))
+        .count();
+    assert_eq!(said, 1, "{chain:#?}");
+    store.drop_schema().await.unwrap();
+    store.close().await.unwrap();
 }

@@ -9,6 +9,9 @@
 //! - `cargo xtask bench` — the benchmark (`bench/`), built with optimizations:
 //!   a table of figures next to floors measured in the same run, JSON and
 //!   SVG plots under `target/bench/`.
+//! - `cargo xtask soak [minutes]` — a mixed workload per engine (4 minutes
+//!   each by default): errors, failed opens, checker violations, how long a
+//!   lease outlives `KeepAlive`'s loss signal, `lock(wait)` overshoot.
 
 use std::collections::BTreeMap;
 use std::process::{Command, ExitCode};
@@ -28,8 +31,21 @@ fn main() -> ExitCode {
             "--",
             "target/bench",
         ]),
+        Some("soak") => {
+            let minutes = args.get(1).map(String::as_str).unwrap_or("4");
+            cargo(&[
+                "run",
+                "--release",
+                "-p",
+                "alkstore-bench",
+                "--bin",
+                "soak",
+                "--",
+                minutes,
+            ])
+        }
         _ => {
-            eprintln!("usage: cargo xtask <contract | ci | bench>");
+            eprintln!("usage: cargo xtask <contract | ci | bench | soak [minutes]>");
             return ExitCode::from(2);
         }
     };
