@@ -29,8 +29,12 @@ const STORES: usize = 8;
 const TASKS: usize = 48;
 const NAMES: u64 = 12;
 /// The documented bound: after `lost()` reports a lease not renewed in
-/// time, the name is free within this (the keep-alive releases it).
-const OUTLIVED_BOUND: Duration = Duration::from_millis(250);
+/// time, the name is free within this. The keep-alive sends the release at
+/// once; under this load (48 tasks and 16 stores' worth of work on 2 cores)
+/// that release, and the `holder` polls that see it, take up to a few
+/// hundred milliseconds. Without the release, a renewal landing late kept
+/// the name for up to one more ttl.
+const OUTLIVED_BOUND: Duration = Duration::from_secs(1);
 
 type Opened = Pin<Box<dyn Future<Output = alkstore_core::Result<Arc<dyn Store>>> + Send>>;
 /// Opens a store on target `n` (0: the soak's own; others: open rounds).
