@@ -33,8 +33,9 @@ pub enum Attempt {
     Granted {
         /// The grant's fencing token.
         fence: u64,
-        /// Lease time left by the engine's clock when it decided.
-        left: Duration,
+        /// Lease time left by the engine's clock when it decided (the
+        /// ttl for a fresh grant): the same name as [`Holder::expires_in`].
+        expires_in: Duration,
     },
     /// Someone else holds a live lease. `expires_in` is what is left of it,
     /// when the engine saw the row (a waiting acquire sleeps no longer than that).
@@ -79,7 +80,9 @@ pub trait Engine: Send + Sync + 'static {
     async fn renew(&self, grant: &GrantKey, ttl: LeaseMillis) -> Result<bool, BoxError>;
 
     /// Delete the grant's row, expired or not; `Ok(true)` if it was there.
-    /// Signal [`Engine::releases`] for waiters in this process.
+    /// The core signals [`Engine::releases`] for waiters in this process
+    /// when it answers `true`; an engine signals other processes (if it
+    /// can) itself.
     async fn release(&self, grant: &GrantKey) -> Result<bool, BoxError>;
 
     /// The live holder of `name`, if any.
@@ -106,5 +109,40 @@ pub trait Engine: Send + Sync + 'static {
     /// holders that crash).
     fn poll_ceiling(&self) -> Duration {
         Duration::from_millis(250)
+    }
+}
+
+/// A lease time left as SQL computes it (`expires_at - now`, whole
+/// milliseconds) as a `Duration`: a negative value (a row that expired
+/// between two reads of the clock) is no time left.
+pub fn lease_left(ms: i64) -> Duration {
+    Duration::from_millis(u64::try_from(ms).unwrap_or(0))
+}
+
+/// A fence as SQL stores it (`bigint`, `INTEGER`) as the token handed out.
+/// Fences start at 1; a value below (never written by an engine) reads as 0.
+pub fn fence_from_sql(value: i64) -> u64 {
+    u64::try_from(value).unwrap_or(0)
+}
+
+/// A fence handed out, as SQL stores it. Engines draw fences from a 64-bit
+/// signed counter, so every fence they handed out fits; a larger one (never
+/// handed out) reads as `i64::MAX`, which matches no row.
+pub fn fence_to_sql(fence: u64) -> i64 {
+    i64::try_from(fence).unwrap_or(i64::MAX)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn conversions_clamp_what_cannot_be() {
+        assert_eq!(lease_left(-5), Duration::ZERO);
+        assert_eq!(lease_left(1500), Duration::from_millis(1500));
+        assert_eq!(fence_from_sql(-1), 0);
+        assert_eq!(fence_from_sql(42), 42);
+        assert_eq!(fence_to_sql(42), 42);
+        assert_eq!(fence_to_sql(u64::MAX), i64::MAX);
     }
 }

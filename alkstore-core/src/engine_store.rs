@@ -94,13 +94,14 @@ impl<E: Engine> EngineStore<E> {
             .await
             .map_err(|e| Error::database(operation, e))?;
         Ok(match attempt {
-            Attempt::Granted { fence, left } => {
+            Attempt::Granted { fence, expires_in } => {
                 let key = GrantKey {
                     name: name.to_owned(),
                     owner: owner.to_owned(),
                     fence,
                 };
-                let handle = EngineLock::new(self.shared.clone(), key, valid_until(sent, left));
+                let handle =
+                    EngineLock::new(self.shared.clone(), key, valid_until(sent, expires_in));
                 (Some(Box::new(handle)), None)
             }
             Attempt::Held { expires_in } => (None, expires_in),
@@ -435,7 +436,7 @@ mod tests {
             }
             Ok(Attempt::Granted {
                 fence: 1,
-                left: ttl.as_duration(),
+                expires_in: ttl.as_duration(),
             })
         }
         async fn renew(&self, _: &GrantKey, _: LeaseMillis) -> Result<bool, BoxError> {

@@ -154,6 +154,11 @@ impl<E: Engine> Lock for EngineLock<E> {
                 .release(key)
                 .await
                 .map_err(|e| Error::database("release", e))?;
+            if released {
+                // Waiters in this process need not wait for a notification's
+                // trip, or a poll, to hear of it.
+                self.shared.engine.releases().released(&key.name);
+            }
             tracing::Span::current().record("outcome", if released { "released" } else { "lost" });
             Ok(released)
         }

@@ -4,7 +4,10 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use alkstore_core::{Attempt, BoxError, Engine, GrantKey, Holder, LeaseMillis, ReleaseBus};
+use alkstore_core::{
+    Attempt, BoxError, Engine, GrantKey, Holder, LeaseMillis, ReleaseBus, fence_from_sql,
+    fence_to_sql, lease_left,
+};
 use async_trait::async_trait;
 use sqlx::PgPool;
 use tokio::sync::OnceCell;
@@ -61,10 +64,6 @@ fn ran_out_of_time(error: &BoxError) -> bool {
         })
 }
 
-fn millis(ms: i64) -> Duration {
-    Duration::from_millis(ms.max(0) as u64)
-}
-
 #[async_trait]
 impl Engine for PgEngine {
     async fn acquire(
@@ -88,12 +87,12 @@ impl Engine for PgEngine {
         }
         .await;
         Ok(match row {
-            Ok(Some((true, fence, left_ms))) => Attempt::Granted {
-                fence: fence as u64,
-                left: millis(left_ms),
+            Ok(Some((true, fence, expires_in_ms))) => Attempt::Granted {
+                fence: fence_from_sql(fence),
+                expires_in: lease_left(expires_in_ms),
             },
-            Ok(Some((false, _, left_ms))) => Attempt::Held {
-                expires_in: Some(millis(left_ms)),
+            Ok(Some((false, _, expires_in_ms))) => Attempt::Held {
+                expires_in: Some(lease_left(expires_in_ms)),
             },
             // A concurrent grant won the race after our snapshot: held.
             Ok(None) => Attempt::Held { expires_in: None },
@@ -110,7 +109,7 @@ impl Engine for PgEngine {
         )
             .bind(&grant.name)
             .bind(&grant.owner)
-            .bind(grant.fence as i64)
+            .bind(fence_to_sql(grant.fence))
             .bind(ttl.as_i64())
             .execute(conn))?;
         Ok(done.rows_affected() == 1)
@@ -122,14 +121,10 @@ impl Engine for PgEngine {
         )
         .bind(&grant.name)
         .bind(&grant.owner)
-        .bind(grant.fence as i64)
+        .bind(fence_to_sql(grant.fence))
         .bind(&self.channel)
         .bind(&self.tag)
         .fetch_one(conn))?;
-        if deleted == 1 {
-            // Waiters in this process need not wait for the notification's trip.
-            self.bus.released(&grant.name);
-        }
         Ok(deleted == 1)
     }
 
@@ -139,10 +134,10 @@ impl Engine for PgEngine {
             )
             .bind(name)
             .fetch_optional(conn))?;
-        Ok(row.map(|(owner, fence, left_ms)| Holder {
+        Ok(row.map(|(owner, fence, expires_in_ms)| Holder {
             owner,
-            fence: fence as u64,
-            expires_in: millis(left_ms),
+            fence: fence_from_sql(fence),
+            expires_in: lease_left(expires_in_ms),
         }))
     }
 

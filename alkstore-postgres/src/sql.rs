@@ -226,7 +226,7 @@ END"
             create_fences: audited(format!("CREATE SEQUENCE {fences} AS bigint")),
             create_acquire: audited(format!(
                 "CREATE FUNCTION {acquire_fn}(p_name text, p_owner text, p_ttl bigint, p_wait_ms integer)
-                 RETURNS TABLE (granted boolean, fence bigint, left_ms bigint)
+                 RETURNS TABLE (granted boolean, fence bigint, expires_in_ms bigint)
                  LANGUAGE plpgsql VOLATILE AS {tag}{body}{tag}"
             )),
             // $1 schema_version, $2 created_schema.
@@ -253,13 +253,13 @@ END"
             acquire: audited(format!(
                 "WITH clock AS (SELECT {NOW_MS} AS now_ms),
                  live AS (
-                     SELECT l.owner, l.fence, l.expires_at - c.now_ms AS left_ms
+                     SELECT l.owner, l.fence, l.expires_at - c.now_ms AS expires_in_ms
                      FROM {locks} l, clock c
                      WHERE l.name = $1 AND l.expires_at > c.now_ms
                  )
-                 SELECT owner = $2 AS granted, fence, left_ms FROM live
+                 SELECT owner = $2 AS granted, fence, expires_in_ms FROM live
                  UNION ALL
-                 SELECT g.granted, g.fence, g.left_ms FROM {acquire_fn}($1, $2, $3, $4) g
+                 SELECT g.granted, g.fence, g.expires_in_ms FROM {acquire_fn}($1, $2, $3, $4) g
                  WHERE NOT EXISTS (SELECT 1 FROM live)"
             )),
             renew: audited(format!(

@@ -4,7 +4,10 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use alkstore_core::clock::system_millis;
-use alkstore_core::{Attempt, BoxError, Engine, GrantKey, Holder, LeaseMillis, ReleaseBus};
+use alkstore_core::{
+    Attempt, BoxError, Engine, GrantKey, Holder, LeaseMillis, ReleaseBus, fence_from_sql,
+    fence_to_sql, lease_left,
+};
 use async_trait::async_trait;
 use rusqlite::{Connection, ErrorCode, OptionalExtension, TransactionBehavior, params};
 
@@ -43,15 +46,15 @@ fn read_row(conn: &Connection, name: &str) -> rusqlite::Result<Option<Row>> {
 /// What a live row means for `owner`; `None` when there is no live row.
 fn decide(row: Option<&Row>, owner: &str, now: i64) -> Option<Attempt> {
     let row = row.filter(|r| r.expires_at > now)?;
-    let left = Duration::from_millis((row.expires_at - now) as u64);
+    let expires_in = lease_left(row.expires_at - now);
     Some(if row.owner == owner {
         Attempt::Granted {
-            fence: row.fence as u64,
-            left,
+            fence: fence_from_sql(row.fence),
+            expires_in,
         }
     } else {
         Attempt::Held {
-            expires_in: Some(left),
+            expires_in: Some(expires_in),
         }
     })
 }
@@ -100,8 +103,8 @@ fn grant(conn: &mut Connection, name: &str, owner: &str, ttl: i64) -> rusqlite::
         .execute(params![name, owner, fence, now + ttl])?;
     tx.commit()?;
     Ok(Attempt::Granted {
-        fence: fence as u64,
-        left: Duration::from_millis(ttl as u64),
+        fence: fence_from_sql(fence),
+        expires_in: lease_left(ttl),
     })
 }
 
@@ -110,7 +113,7 @@ pub(crate) fn release(conn: &Connection, grant: &GrantKey) -> rusqlite::Result<b
     let deleted = conn.prepare_cached(sql::RELEASE)?.execute(params![
         grant.name,
         grant.owner,
-        grant.fence as i64
+        fence_to_sql(grant.fence)
     ])?;
     Ok(deleted == 1)
 }
@@ -138,7 +141,7 @@ impl Engine for SqliteEngine {
                 let changed = conn.prepare_cached(sql::RENEW)?.execute(params![
                     grant.name,
                     grant.owner,
-                    grant.fence as i64,
+                    fence_to_sql(grant.fence),
                     ttl,
                     system_millis()
                 ])?;
@@ -149,11 +152,7 @@ impl Engine for SqliteEngine {
 
     async fn release(&self, grant: &GrantKey) -> Result<bool, BoxError> {
         let key = grant.clone();
-        let released = self.worker.run(move |conn| release(conn, &key)).await?;
-        if released {
-            self.bus.released(&grant.name);
-        }
-        Ok(released)
+        self.worker.run(move |conn| release(conn, &key)).await
     }
 
     async fn holder(&self, name: &str) -> Result<Option<Holder>, BoxError> {
@@ -164,8 +163,8 @@ impl Engine for SqliteEngine {
                     .query_row(params![name, system_millis()], |r| {
                         Ok(Holder {
                             owner: r.get(0)?,
-                            fence: r.get::<_, i64>(1)? as u64,
-                            expires_in: Duration::from_millis(r.get::<_, i64>(2)? as u64),
+                            fence: fence_from_sql(r.get(1)?),
+                            expires_in: lease_left(r.get(2)?),
                         })
                     })
                     .optional()

@@ -34,7 +34,7 @@ impl Engine for GrantsEverything {
             .insert(name.to_owned(), (owner.to_owned(), fence));
         Ok(Attempt::Granted {
             fence,
-            left: ttl.as_duration(),
+            expires_in: ttl.as_duration(),
         })
     }
 
@@ -129,7 +129,7 @@ impl Engine for DrawsFenceEarly {
                 return Ok(if holder == owner {
                     Attempt::Granted {
                         fence: *held_fence,
-                        left,
+                        expires_in: left,
                     }
                 } else {
                     Attempt::Held {
@@ -144,7 +144,7 @@ impl Engine for DrawsFenceEarly {
         );
         Ok(Attempt::Granted {
             fence,
-            left: ttl.as_duration(),
+            expires_in: ttl.as_duration(),
         })
     }
 
@@ -169,8 +169,6 @@ impl Engine for DrawsFenceEarly {
             .is_some_and(|(owner, fence, _)| *owner == grant.owner && *fence == grant.fence);
         if mine {
             rows.remove(&grant.name);
-            drop(rows);
-            self.shared.bus.released(&grant.name);
         }
         Ok(mine)
     }
