@@ -28,7 +28,21 @@
 
 mod url;
 
-pub use alkstore_core::*;
+// What a lock user needs, at the root.
+pub use alkstore_core::{
+    BoxError, Closed, DurationError, Error, Field, Holder, KeepAlive, KeepAliveOptions,
+    KeepAliveOptionsError, LeaseStatus, Lock, LostReason, MAX_LEASE_MILLIS, MAX_NAME_BYTES,
+    NameProblem, RESERVED_PREFIX, Result, Store, unique_owner, validate_name, validate_owner,
+};
+
+/// For engine authors: what an engine implements and what the core gives
+/// it. A lock user needs none of this (see `docs/writing-an-engine.md`).
+pub mod engine {
+    pub use alkstore_core::{
+        Attempt, Engine, EngineStore, GrantKey, LeaseMillis, ReleaseBus, Subscription,
+        check_text, clock, delegate_store, fence_from_sql, fence_to_sql, lease_left, wait,
+    };
+}
 pub use url::{DEFAULT_SCHEMA, UrlError};
 
 #[cfg(feature = "postgres")]
