@@ -17,6 +17,9 @@ const RETRY_PAUSE: Duration = Duration::from_millis(50);
 /// The longest a keep-alive goes without looking at its lock's deadline.
 const WATCH_CEILING: Duration = Duration::from_millis(100);
 
+/// The shortest pause between two looks (a zero margin would spin).
+const WATCH_FLOOR: Duration = Duration::from_millis(5);
+
 /// Why a kept lease was lost.
 #[derive(Debug, Clone, PartialEq, Eq)]
 #[non_exhaustive]
@@ -186,7 +189,9 @@ impl KeepAlive {
         }
     }
 
-    /// A receiver that sees every change of status.
+    /// A receiver that sees every change of status. A `Held` deadline in it
+    /// is the one of the last renewal; the lock's own `valid_until` (and
+    /// [`KeepAlive::status`]) can be lower between renewals.
     pub fn watch(&self) -> watch::Receiver<LeaseStatus> {
         self.status.clone()
     }
@@ -211,7 +216,9 @@ impl KeepAlive {
     pub async fn release(mut self) -> Result<bool> {
         if let Some(task) = self.task.take() {
             task.abort();
-            // No renewal of this keep-alive is in flight once it returns.
+            // The task is gone; a renewal it had sent may still be on its
+            // way (renewals run to their answer), which the release below
+            // outlasts: a renewal landing after it finds no row.
             let _ = task.await;
         }
         let lock = self.lock.take().expect("present until release");
@@ -266,16 +273,21 @@ async fn keep(
     // How often the deadline is looked at between renewals: it can come
     // down meanwhile (a renewal with a shorter ttl through `lock()`, a twin
     // handle's release), and then the next renewal is due sooner.
-    let watch = (options.margin / 2).clamp(Duration::from_millis(1), WATCH_CEILING);
+    let watch = (options.margin / 2).clamp(WATCH_FLOOR, WATCH_CEILING);
     loop {
-        let give_up = loop {
+        // Due times only ever move earlier while waiting: recomputed from a
+        // later `now`, "halfway to giving up" would keep sliding later.
+        let (mut due, mut give_up) = schedule(lock.valid_until(), last, Instant::now(), &options);
+        loop {
             let now = Instant::now();
-            let (next, give_up) = schedule(lock.valid_until(), last, now, &options);
-            if next <= now {
-                break give_up;
+            if due <= now {
+                break;
             }
-            tokio::time::sleep_until(next.min(now + watch).into()).await;
-        };
+            tokio::time::sleep_until(due.min(now + watch).into()).await;
+            let (next, until) = schedule(lock.valid_until(), last, Instant::now(), &options);
+            due = due.min(next);
+            give_up = give_up.min(until);
+        }
         let mut last_error = None;
         // Retry until renewed, revoked, or too late.
         let verdict = loop {
@@ -544,8 +556,18 @@ mod tests {
     async fn a_lease_shorter_than_the_interval_is_renewed_in_time() {
         // Taken with 1 s; kept with 30 s (interval 10 s, margin 3 s).
         let lock = Scripted::new(Duration::from_secs(1), vec![]);
+        let lease_ends = lock.valid_until();
+        let sent = lock.sent.clone();
         let kept = KeepAlive::start(Box::new(lock), Duration::from_secs(30)).unwrap();
         tokio::time::sleep(Duration::from_millis(1500)).await;
+        // Renewed about halfway to giving up (a quarter of the lease before
+        // its end), not when the lease was over.
+        let first = sent.lock().unwrap()[0];
+        assert!(
+            first + Duration::from_millis(250) <= lease_ends,
+            "first renewal sent {:?} before the lease ended",
+            lease_ends.saturating_duration_since(first)
+        );
         assert!(
             matches!(kept.status(), LeaseStatus::Held { .. }),
             "{:?}",

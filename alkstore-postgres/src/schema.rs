@@ -52,7 +52,9 @@ pub struct ForeignObjectsError {
 /// refuses rather than break the fence rule.
 #[derive(Debug, thiserror::Error)]
 #[error(
-    "schema {schema:?} is alkstore's but its fences sequence is gone; a new one would hand out      fences already used. Restore it (CREATE SEQUENCE … then setval above every fence ever      handed out) or drop the schema"
+    "schema {schema:?} is alkstore's but its fences sequence is gone; a new one would hand out \
+     fences already used. Restore it (CREATE SEQUENCE, then setval above every fence ever \
+     handed out) or drop the schema"
 )]
 pub struct LostFencesError {
     /// The schema.

@@ -39,8 +39,8 @@ pub use alkstore_core::{
 /// it. A lock user needs none of this (see `docs/writing-an-engine.md`).
 pub mod engine {
     pub use alkstore_core::{
-        Attempt, Engine, EngineStore, GrantKey, LeaseMillis, ReleaseBus, Subscription,
-        check_text, clock, delegate_store, fence_from_sql, fence_to_sql, lease_left, wait,
+        Attempt, Engine, EngineStore, GrantKey, LeaseMillis, ReleaseBus, Subscription, check_text,
+        clock, delegate_store, fence_from_sql, fence_to_sql, lease_left, wait,
     };
 }
 pub use url::{DEFAULT_SCHEMA, UrlError};
