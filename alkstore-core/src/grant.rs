@@ -138,6 +138,8 @@ pub(crate) enum Renewal {
 #[derive(Debug, Default)]
 pub(crate) struct Grants {
     live: Mutex<HashMap<GrantKey, Weak<Mutex<GrantState>>>>,
+    /// The size of `live` at which dead entries are swept next.
+    sweep_at: std::sync::atomic::AtomicUsize,
     released: Mutex<Released>,
 }
 
@@ -176,6 +178,9 @@ impl Grants {
     /// A grant this store released while the acquire was in flight is
     /// handed out already ended.
     pub(crate) fn handed_out(&self, key: &GrantKey, until: Instant) -> (SharedGrant, bool) {
+        // Joined first, then checked: a twin's release that comes and goes
+        // in between is either seen here or found this state live.
+        let (state, first_time) = self.share(key, until);
         let ended_at = self
             .released
             .lock()
@@ -183,7 +188,6 @@ impl Grants {
             .ended
             .get(key)
             .map(|(sent, _)| *sent);
-        let (state, first_time) = self.share(key, until);
         if let Some(at) = ended_at {
             ended(&state, at);
         }
@@ -207,6 +211,16 @@ impl Grants {
             cap: None,
             warned: false,
         }));
+        // Entries whose last handle went while a renewal task still held
+        // the state are swept now and then (amortised: when the map has
+        // doubled since the last sweep).
+        if live.len() >= self.sweep_at.load(std::sync::atomic::Ordering::Relaxed) {
+            live.retain(|_, weak| weak.strong_count() > 0);
+            self.sweep_at.store(
+                (live.len() * 2).max(64),
+                std::sync::atomic::Ordering::Relaxed,
+            );
+        }
         live.insert(key.clone(), Arc::downgrade(&state));
         (state, false)
     }
@@ -231,7 +245,10 @@ impl Grants {
     /// A release of `key` is being sent at `at`.
     pub(crate) fn release_sent(&self, key: &GrantKey, at: Instant) {
         let mut released = self.released.lock().unwrap_or_else(|e| e.into_inner());
-        released.ended.insert(key.clone(), (at, None));
+        // A second release of one grant keeps the first one's time: that
+        // one may be the DELETE that committed.
+        let entry = released.ended.entry(key.clone()).or_insert((at, None));
+        *entry = (entry.0.min(at), None);
     }
 
     /// The release of `key` answered (or its caller stopped waiting).
@@ -386,5 +403,20 @@ mod tests {
             "only acquires sent after it are left"
         );
         grants.acquire_done(late);
+    }
+
+    #[test]
+    fn grants_whose_last_handle_left_during_a_renewal_are_swept() {
+        let grants = Grants::default();
+        let t = Instant::now();
+        for fence in 0..1000 {
+            let (state, _) = grants.handed_out(&key(fence), t);
+            // A renewal task still holds the state when the handle goes.
+            let renewal = state.clone();
+            grants.dropped(&key(fence), state);
+            drop(renewal);
+        }
+        let left = grants.live.lock().unwrap().len();
+        assert!(left <= 128, "{left} dead entries kept");
     }
 }

@@ -144,38 +144,31 @@ impl<E: Engine> Lock for EngineLock<E> {
             // Remembered for the acquires in flight, which may come back
             // with this grant read before the release committed.
             self.shared.grants.release_sent(key, sent);
-            let _answered = ReleaseAnswered {
-                grants: &self.shared.grants,
-                key,
-            };
-            let released = self
-                .shared
-                .engine
-                .release(key)
+            // Like a renewal, the release runs to its answer in a task of
+            // its own: a DELETE whose caller stopped waiting may still
+            // commit, and the memory of it must last until it did.
+            let (shared, task_key) = (self.shared.clone(), key.clone());
+            let release = tokio::spawn(async move {
+                let released = shared.engine.release(&task_key).await;
+                if matches!(released, Ok(true)) {
+                    // Waiters in this process need not wait for a
+                    // notification's trip, or a poll, to hear of it.
+                    shared.engine.releases().released(&task_key.name);
+                }
+                shared.grants.release_answered(&task_key);
+                released
+            });
+            let released = release
                 .await
+                .unwrap_or_else(|e| {
+                    Err(format!("the release task ended without an answer: {e}").into())
+                })
                 .map_err(|e| Error::database("release", e))?;
-            if released {
-                // Waiters in this process need not wait for a notification's
-                // trip, or a poll, to hear of it.
-                self.shared.engine.releases().released(&key.name);
-            }
             tracing::Span::current().record("outcome", if released { "released" } else { "lost" });
             Ok(released)
         }
         .instrument(span)
         .await
-    }
-}
-
-/// Marks a release answered when it returns, fails or is dropped.
-struct ReleaseAnswered<'a> {
-    grants: &'a crate::grant::Grants,
-    key: &'a GrantKey,
-}
-
-impl Drop for ReleaseAnswered<'_> {
-    fn drop(&mut self) {
-        self.grants.release_answered(self.key);
     }
 }
 
