@@ -73,9 +73,12 @@ impl Connections {
             // else: bounded by the connect timeout only, so that even a
             // zero wait sends its statement once.
             None => {
-                let connected = tokio::time::timeout(CONNECT_TIMEOUT, self.options.connect())
+                let mut connected = tokio::time::timeout(CONNECT_TIMEOUT, self.options.connect())
                     .await
                     .map_err(|_| sqlx::Error::PoolTimedOut)??;
+                sqlx::query(crate::sql::DURABLE_COMMITS)
+                    .execute(&mut connected)
+                    .await?;
                 // Closed while connecting: send nothing after `close()`.
                 if self.closed.load(Ordering::Acquire) {
                     return Err(Closed.into());

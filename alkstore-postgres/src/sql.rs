@@ -102,6 +102,15 @@ pub(crate) const READ_COMMITTED: &str = "SET TRANSACTION ISOLATION LEVEL READ CO
 pub(crate) const ISOLATION_OPTION: (&str, &str) =
     ("default_transaction_isolation", "read committed");
 
+/// Run once on each new connection of the store: a grant, renewal or
+/// release is answered only once durable, whatever `synchronous_commit` the
+/// role or database sets. `off` would let a grant (and its fence) or a
+/// renewal be lost in a crash after being answered: a fence handed out
+/// again, a lease shorter than its holder was told. Stronger settings
+/// (`on`, `remote_write`, `remote_apply`) are kept.
+pub(crate) const DURABLE_COMMITS: &str = "SELECT set_config('synchronous_commit', 'local', false)
+     WHERE current_setting('synchronous_commit') = 'off'";
+
 /// The LISTEN/NOTIFY channel of the schema with this OID.
 pub(crate) fn channel(schema_oid: i64) -> String {
     format!("alkstore_{schema_oid}")
@@ -164,12 +173,6 @@ BEGIN
     IF current_setting('transaction_isolation') <> 'read committed' THEN
         RAISE EXCEPTION 'alkstore needs READ COMMITTED, the transaction runs %',
             current_setting('transaction_isolation') USING ERRCODE = '0A000';
-    END IF;
-    -- A grant's fence must survive a crash once the grant was answered: a
-    -- role or database set to synchronous_commit = off would let both be
-    -- lost and the fence be handed out again.
-    IF current_setting('synchronous_commit') = 'off' THEN
-        PERFORM set_config('synchronous_commit', 'local', true);
     END IF;
     {BOUND_LOCK_WAIT}
     PERFORM pg_advisory_xact_lock({FENCE_LOCK_CLASS}, hashtext(p_name));

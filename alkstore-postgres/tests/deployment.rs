@@ -383,39 +383,53 @@ async fn a_schema_that_lost_its_fences_is_refused() {
     store.close().await.unwrap();
 }
 
-/// A role whose default is `synchronous_commit = off` still gets grants
-/// committed durably: the acquire function raises it to `local` for the
-/// grant's own transaction (a grant and its fence lost in a crash after
-/// being answered would let the fence be handed out again).
+/// A connection whose `synchronous_commit` is `off` (here set by the URL's
+/// `options`, as a role or database default would) still commits grants,
+/// renewals and releases durably: the store raises it to `local` on its
+/// connections (a grant lost in a crash after being answered would let its
+/// fence be handed out again). A trigger in the test's schema records the
+/// setting every write of the lock table runs under.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_grant_is_durable_under_synchronous_commit_off() {
+async fn writes_are_durable_under_synchronous_commit_off() {
     let Some((store, schema)) = common::store("synccommit").await else {
         return;
     };
     let s = format!("\"{}\"", schema.name.replace('"', "\"\""));
-    let mut conn = store.pool().acquire().await.unwrap();
-    exec_on(&mut conn, "SET synchronous_commit = off").await;
-    exec_on(&mut conn, "BEGIN").await;
-    let (granted,): (bool,) = sqlx::query_as(sqlx::AssertSqlSafe(format!(
-        "SELECT granted FROM {s}.acquire('job', 'a', 30000, NULL)"
-    )))
-    .fetch_one(&mut *conn)
-    .await
-    .unwrap();
-    assert!(granted);
-    let (level,): (String,) = sqlx::query_as("SELECT current_setting('synchronous_commit')")
-        .fetch_one(&mut *conn)
-        .await
-        .unwrap();
-    exec_on(&mut conn, "ROLLBACK").await;
-    assert_eq!(level, "local", "the grant would commit without a flush");
-    drop(conn);
+    exec(
+        store.pool(),
+        format!(
+            "CREATE TABLE {s}.seen (setting text);
+             CREATE FUNCTION {s}.note_setting() RETURNS trigger LANGUAGE plpgsql AS $$
+             BEGIN
+                 INSERT INTO {s}.seen VALUES (current_setting('synchronous_commit'));
+                 RETURN NULL;
+             END $$;
+             CREATE TRIGGER note_setting AFTER INSERT OR UPDATE OR DELETE ON {s}.locks
+                 FOR EACH ROW EXECUTE FUNCTION {s}.note_setting();"
+        ),
+    )
+    .await;
+    let sep = if schema.url.contains('?') { '&' } else { '?' };
+    let url = format!("{}{sep}options=-c%20synchronous_commit%3Doff", schema.url);
+    let lax = PgStore::connect(&url, &schema.name).await.unwrap();
+    let lock = lax.try_lock("job", "a", TTL).await.unwrap().unwrap();
+    assert!(lock.renew(TTL).await.unwrap());
+    assert!(lock.release().await.unwrap());
+    lax.close().await.unwrap();
+    let seen: Vec<(String,)> =
+        sqlx::query_as(sqlx::AssertSqlSafe(format!("SELECT setting FROM {s}.seen")))
+            .fetch_all(store.pool())
+            .await
+            .unwrap();
+    let seen: Vec<String> = seen.into_iter().map(|(v,)| v).collect();
+    assert_eq!(seen, ["local", "local", "local"], "grant, renewal, release");
+    exec(
+        store.pool(),
+        format!("DROP FUNCTION {s}.note_setting() CASCADE; DROP TABLE {s}.seen;"),
+    )
+    .await;
     store.close().await.unwrap();
     schema.drop().await;
-}
-
-async fn exec_on(conn: &mut sqlx::PgConnection, sql: &'static str) {
-    sqlx::raw_sql(sql).execute(conn).await.unwrap();
 }
 
 /// A schema of another layout version is refused with `SchemaVersionError`,
