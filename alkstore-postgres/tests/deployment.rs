@@ -360,7 +360,7 @@ async fn a_schema_that_lost_its_fences_is_refused() {
     };
     let lock = store.try_lock("job", "a", TTL).await.unwrap().unwrap();
     assert!(lock.release().await.unwrap());
-    let s = format!("\"{}\"", schema.name.replace('"', "\"\""));
+    let s = common::quoted_schema(&store);
     exec(store.pool(), format!("DROP SEQUENCE {s}.fences")).await;
     match PgStore::connect(&schema.url, &schema.name).await {
         Err(error) => assert!(
@@ -394,7 +394,7 @@ async fn writes_are_durable_under_synchronous_commit_off() {
     let Some((store, schema)) = common::store("synccommit").await else {
         return;
     };
-    let s = format!("\"{}\"", schema.name.replace('"', "\"\""));
+    let s = common::quoted_schema(&store);
     exec(
         store.pool(),
         format!(
@@ -440,7 +440,7 @@ async fn another_schema_version_is_refused_and_said_once() {
     let Some((store, schema)) = common::store("oldversion").await else {
         return;
     };
-    let s = format!("\"{}\"", schema.name.replace('"', "\"\""));
+    let s = common::quoted_schema(&store);
     exec(
         store.pool(),
         format!("UPDATE {s}.meta SET value = 2 WHERE key = 'schema_version'"),

@@ -5,6 +5,8 @@
 
 mod common;
 
+use common::{quoted_schema, until_someone_sleeps};
+
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -13,11 +15,6 @@ use alkstore_core::{Lock, Store};
 use alkstore_postgres::PgStore;
 
 const TTL: Duration = Duration::from_secs(30);
-
-/// The store's schema as an SQL identifier, as it appears in its statements.
-fn quoted_schema(store: &PgStore) -> String {
-    format!("\"{}\"", store.schema().replace('"', "\"\""))
-}
 
 /// Puts a trigger on the schema's lock table that sleeps `seconds` inside
 /// every insert or update of a row for owner `slow`.
@@ -46,29 +43,6 @@ async fn remove_slow_trigger(store: &PgStore) {
     .execute(store.pool())
     .await
     .expect("remove the slow trigger");
-}
-
-/// Waits until a backend running this schema's statements sleeps in
-/// `pg_sleep` (the slow contender is inside its write); tests running at
-/// once in other schemas do not count.
-async fn until_someone_sleeps(store: &PgStore) {
-    let deadline = Instant::now() + Duration::from_secs(10);
-    loop {
-        let (sleeping,): (i64,) = sqlx::query_as(
-            "SELECT count(*) FROM pg_stat_activity
-             WHERE wait_event = 'PgSleep' AND datname = current_database()
-               AND strpos(query, $1) > 0",
-        )
-        .bind(quoted_schema(store))
-        .fetch_one(store.pool())
-        .await
-        .unwrap();
-        if sleeping > 0 {
-            return;
-        }
-        assert!(Instant::now() < deadline, "the slow contender never slept");
-        tokio::time::sleep(Duration::from_millis(5)).await;
-    }
 }
 
 /// A schema whose owner `slow` writes slowly, a second independent store on

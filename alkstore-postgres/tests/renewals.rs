@@ -9,15 +9,12 @@
 
 mod common;
 
+use common::{quoted_schema, until_someone_sleeps};
+
 use std::time::{Duration, Instant};
 
 use alkstore_core::Store;
 use alkstore_postgres::PgStore;
-
-/// The store's schema as an SQL identifier.
-fn quoted_schema(store: &PgStore) -> String {
-    format!("\"{}\"", store.schema().replace('"', "\"\""))
-}
 
 /// Makes the next UPDATE statement on the lock table sleep `seconds`
 /// before it reads any row (a statement-level BEFORE trigger runs before
@@ -51,27 +48,6 @@ async fn remove_delay(store: &PgStore) {
     .execute(store.pool())
     .await
     .expect("remove the delaying trigger");
-}
-
-/// Waits until one of this schema's statements sleeps in the trigger.
-async fn until_someone_sleeps(store: &PgStore) {
-    let deadline = Instant::now() + Duration::from_secs(10);
-    loop {
-        let (sleeping,): (i64,) = sqlx::query_as(
-            "SELECT count(*) FROM pg_stat_activity
-             WHERE wait_event = 'PgSleep' AND datname = current_database()
-               AND strpos(query, $1) > 0",
-        )
-        .bind(quoted_schema(store))
-        .fetch_one(store.pool())
-        .await
-        .unwrap();
-        if sleeping > 0 {
-            return;
-        }
-        assert!(Instant::now() < deadline, "the delayed renewal never slept");
-        tokio::time::sleep(Duration::from_millis(5)).await;
-    }
 }
 
 /// A short renewal sent first commits after a long one sent second: the

@@ -2,6 +2,8 @@
 
 #![allow(dead_code)]
 
+use std::time::{Duration, Instant};
+
 use alkstore_core::Store;
 use alkstore_postgres::PgStore;
 use alkstore_testkit::pg;
@@ -37,5 +39,33 @@ impl Schema {
             .expect("connect to drop the schema");
         sweeper.drop_schema().await.expect("drop the test schema");
         sweeper.close().await.unwrap();
+    }
+}
+
+/// The store's schema as an SQL identifier, as it appears in its statements.
+pub fn quoted_schema(store: &PgStore) -> String {
+    format!("\"{}\"", store.schema().replace('"', "\"\""))
+}
+
+/// Waits until a backend running this schema's statements sleeps in
+/// `pg_sleep` (a test's trigger holds it there); tests running at once in
+/// other schemas do not count.
+pub async fn until_someone_sleeps(store: &PgStore) {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let (sleeping,): (i64,) = sqlx::query_as(
+            "SELECT count(*) FROM pg_stat_activity
+             WHERE wait_event = 'PgSleep' AND datname = current_database()
+               AND strpos(query, $1) > 0",
+        )
+        .bind(quoted_schema(store))
+        .fetch_one(store.pool())
+        .await
+        .unwrap();
+        if sleeping > 0 {
+            return;
+        }
+        assert!(Instant::now() < deadline, "nobody slept in this schema");
+        tokio::time::sleep(Duration::from_millis(5)).await;
     }
 }
