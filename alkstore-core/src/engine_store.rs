@@ -370,30 +370,61 @@ mod tests {
     use crate::error::BoxError;
     use crate::wake::ReleaseBus;
 
-    /// Every name is held by someone else; getting ready to wait hangs.
+    /// How the test engine answers acquires.
+    #[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+    enum Script {
+        /// Every name is held by someone else; getting ready to wait hangs.
+        #[default]
+        HeldWithHangingListener,
+        /// Grants fence 1 to every acquire; the second acquire answers only
+        /// when let through (its read of the row came before a release).
+        ReadBeforeRelease,
+    }
+
     #[derive(Debug, Default)]
-    struct HeldWithHangingListener {
+    struct TestEngine {
+        script: Script,
         bus: ReleaseBus,
+        calls: std::sync::atomic::AtomicU32,
+        let_through: tokio::sync::Notify,
+    }
+
+    impl TestEngine {
+        fn new(script: Script) -> Self {
+            TestEngine {
+                script,
+                ..TestEngine::default()
+            }
+        }
     }
 
     #[async_trait]
-    impl Engine for HeldWithHangingListener {
+    impl Engine for TestEngine {
         async fn acquire(
             &self,
             _: &str,
             _: &str,
-            _: LeaseMillis,
+            ttl: LeaseMillis,
             _: Option<Instant>,
         ) -> Result<Attempt, BoxError> {
-            Ok(Attempt::Held {
-                expires_in: Some(Duration::from_secs(60)),
+            if self.script == Script::HeldWithHangingListener {
+                return Ok(Attempt::Held {
+                    expires_in: Some(Duration::from_secs(60)),
+                });
+            }
+            if self.calls.fetch_add(1, Ordering::SeqCst) == 1 {
+                self.let_through.notified().await;
+            }
+            Ok(Attempt::Granted {
+                fence: 1,
+                expires_in: ttl.as_duration(),
             })
         }
         async fn renew(&self, _: &GrantKey, _: LeaseMillis) -> Result<bool, BoxError> {
             Ok(false)
         }
         async fn release(&self, _: &GrantKey) -> Result<bool, BoxError> {
-            Ok(false)
+            Ok(self.script == Script::ReadBeforeRelease)
         }
         async fn holder(&self, _: &str) -> Result<Option<Holder>, BoxError> {
             Ok(None)
@@ -408,54 +439,10 @@ mod tests {
             &self.bus
         }
         async fn prepare_wait(&self) -> Result<(), BoxError> {
-            tokio::time::sleep(Duration::from_secs(30)).await;
-            Ok(())
-        }
-    }
-
-    /// Grants fence 1 to every acquire; the second acquire answers only
-    /// when let through (its read of the row came before a release).
-    #[derive(Debug, Default)]
-    struct ReadBeforeRelease {
-        bus: ReleaseBus,
-        calls: std::sync::atomic::AtomicU32,
-        let_through: tokio::sync::Notify,
-    }
-
-    #[async_trait]
-    impl Engine for ReadBeforeRelease {
-        async fn acquire(
-            &self,
-            _: &str,
-            _: &str,
-            ttl: LeaseMillis,
-            _: Option<Instant>,
-        ) -> Result<Attempt, BoxError> {
-            if self.calls.fetch_add(1, Ordering::SeqCst) == 1 {
-                self.let_through.notified().await;
+            if self.script == Script::HeldWithHangingListener {
+                tokio::time::sleep(Duration::from_secs(30)).await;
             }
-            Ok(Attempt::Granted {
-                fence: 1,
-                expires_in: ttl.as_duration(),
-            })
-        }
-        async fn renew(&self, _: &GrantKey, _: LeaseMillis) -> Result<bool, BoxError> {
-            Ok(false)
-        }
-        async fn release(&self, _: &GrantKey) -> Result<bool, BoxError> {
-            Ok(true)
-        }
-        async fn holder(&self, _: &str) -> Result<Option<Holder>, BoxError> {
-            Ok(None)
-        }
-        async fn purge_expired(&self) -> Result<u64, BoxError> {
-            Ok(0)
-        }
-        async fn close(&self) -> Result<(), BoxError> {
             Ok(())
-        }
-        fn releases(&self) -> &ReleaseBus {
-            &self.bus
         }
     }
 
@@ -464,7 +451,7 @@ mod tests {
     /// back: the new handle must not promise the released lease.
     #[tokio::test]
     async fn a_grant_released_while_its_reacquire_was_in_flight_comes_back_ended() {
-        let store = Arc::new(EngineStore::new(ReadBeforeRelease::default()));
+        let store = Arc::new(EngineStore::new(TestEngine::new(Script::ReadBeforeRelease)));
         let ttl = Duration::from_secs(30);
         let first = store.try_lock("n", "o", ttl).await.unwrap().unwrap();
         let again = {
@@ -492,7 +479,7 @@ mod tests {
 
     #[tokio::test]
     async fn a_listener_that_hangs_does_not_stretch_the_wait() {
-        let store = EngineStore::new(HeldWithHangingListener::default());
+        let store = EngineStore::new(TestEngine::new(Script::HeldWithHangingListener));
         let asked = Instant::now();
         let wait = Duration::from_millis(200);
         let got = store
