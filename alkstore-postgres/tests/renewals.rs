@@ -13,6 +13,7 @@ use common::{quoted_schema, until_someone_sleeps};
 
 use std::time::{Duration, Instant};
 
+use alkstore_contract_suite::support::assert_not_renewed_in_time;
 use alkstore_core::Store;
 use alkstore_postgres::PgStore;
 
@@ -94,7 +95,7 @@ async fn renewals_committed_out_of_order_never_overstate_the_lease() {
 /// and the name is free at once, not one ttl later.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_lease_the_keepalive_gave_up_on_frees_the_name() {
-    use alkstore_core::{KeepAlive, LostReason};
+    use alkstore_core::KeepAlive;
     let Some((store, schema)) = common::store("keepgiveup").await else {
         return;
     };
@@ -106,13 +107,7 @@ async fn a_lease_the_keepalive_gave_up_on_frees_the_name() {
     let lock = store.try_lock("n", "a", ttl).await.unwrap().expect("free");
     delay_next_update(&store, 3.6).await;
     let kept = KeepAlive::start(lock, ttl).unwrap();
-    let reason = tokio::time::timeout(Duration::from_secs(10), kept.lost())
-        .await
-        .expect("lost is signalled");
-    assert!(
-        matches!(reason, LostReason::NotRenewedInTime { .. }),
-        "{reason:?}"
-    );
+    assert_not_renewed_in_time(&kept).await;
     let next = other
         .lock("n", "b", ttl, Duration::from_secs(1))
         .await

@@ -5,7 +5,9 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-use alkstore_contract_suite::support::assert_dead_holder_blocks_until_ttl;
+use alkstore_contract_suite::support::{
+    assert_dead_holder_blocks_until_ttl, assert_not_renewed_in_time, assert_refused_within_wait,
+};
 use alkstore_core::{Error, Store};
 use alkstore_sqlite::SqliteStore;
 
@@ -141,18 +143,14 @@ async fn a_waiting_acquire_on_a_busy_database_keeps_to_its_wait() {
     let blocker = rusqlite::Connection::open(&db).unwrap();
     blocker.execute_batch("BEGIN IMMEDIATE").unwrap();
     let wait = Duration::from_millis(300);
-    let asked = Instant::now();
-    let got = store
-        .lock("job", "a", Duration::from_secs(30), wait)
-        .await
-        .expect("running out of the wait is no error");
-    let took = asked.elapsed();
-    assert!(got.is_none());
-    assert!(took >= wait, "gave up early: {took:?}");
-    assert!(
-        took < wait + Duration::from_secs(2),
-        "waited out the busy timeout instead of its own wait: {took:?}"
-    );
+    assert_refused_within_wait(
+        &store,
+        ("job", "a", Duration::from_secs(30)),
+        wait,
+        Duration::from_secs(2),
+        "waited out the busy timeout instead of its own wait",
+    )
+    .await;
     blocker.execute_batch("ROLLBACK").unwrap();
     assert_eq!(row_count(&db), 0);
     // The busy timeout is back to normal: a later waiting acquire still
@@ -408,7 +406,7 @@ async fn processes_opening_one_new_file_at_once_all_succeed() {
 /// one ttl later.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_lease_the_keepalive_gave_up_on_frees_the_name() {
-    use alkstore_core::{KeepAlive, LostReason};
+    use alkstore_core::KeepAlive;
     let dir = tempfile::tempdir().unwrap();
     let db = dir.path().join("locks.db");
     let store = SqliteStore::open(&db).await.unwrap();
@@ -418,13 +416,7 @@ async fn a_lease_the_keepalive_gave_up_on_frees_the_name() {
     let blocker = rusqlite::Connection::open(&db).unwrap();
     blocker.execute_batch("BEGIN IMMEDIATE").unwrap();
     let kept = KeepAlive::start(lock, ttl).unwrap();
-    let reason = tokio::time::timeout(Duration::from_secs(10), kept.lost())
-        .await
-        .expect("lost is signalled");
-    assert!(
-        matches!(reason, LostReason::NotRenewedInTime { .. }),
-        "{reason:?}"
-    );
+    assert_not_renewed_in_time(&kept).await;
     // The renewal given up on (sent at ttl / 3, so it would extend the
     // lease to 4 s, 1.3 s from here) is still queued; let it through.
     blocker.execute_batch("ROLLBACK").unwrap();

@@ -1,8 +1,8 @@
 //! Assertions the cases share, public for engine-specific tests too.
 
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
-use alkstore_core::{Closed, DurationError, Error, Lock, Result, Store};
+use alkstore_core::{Closed, DurationError, Error, KeepAlive, Lock, LostReason, Result, Store};
 
 /// Asserts `result` is `Error::Database` with a [`DurationError`] in its chain.
 #[track_caller]
@@ -101,4 +101,40 @@ pub async fn assert_dead_holder_blocks_until_ttl(
     assert!(lock.fence() > fence);
     assert!(lock.release().await.unwrap());
     (holder.expires_in, waited)
+}
+
+/// `store.lock(name, owner, ttl, wait)` on a name it cannot get in time:
+/// `Ok(None)`, not before `wait` and within `wait + slack`. `overran` says
+/// what an answer later than that means in the calling test.
+pub async fn assert_refused_within_wait(
+    store: &dyn Store,
+    (name, owner, ttl): (&str, &str, Duration),
+    wait: Duration,
+    slack: Duration,
+    overran: &str,
+) {
+    let asked = Instant::now();
+    let got = store
+        .lock(name, owner, ttl, wait)
+        .await
+        .expect("running out of the wait is no error");
+    let took = asked.elapsed();
+    assert!(
+        got.is_none(),
+        "granted {name:?} although it was not to be had"
+    );
+    assert!(took >= wait, "gave up early: {took:?}");
+    assert!(took < wait + slack, "{overran}: {took:?}");
+}
+
+/// Waits (at most 10 s) for `kept` to report its lease lost because it
+/// could not be renewed in time.
+pub async fn assert_not_renewed_in_time(kept: &KeepAlive) {
+    let reason = tokio::time::timeout(Duration::from_secs(10), kept.lost())
+        .await
+        .expect("lost is signalled");
+    assert!(
+        matches!(reason, LostReason::NotRenewedInTime { .. }),
+        "{reason:?}"
+    );
 }
