@@ -75,6 +75,26 @@ impl Scene {
         first
     }
 
+    /// Releases `slow`'s grant once it came back; the next grant on the
+    /// other store must carry the very next fence (nothing drawn between).
+    async fn next_fence_follows(
+        &self,
+        first: tokio::task::JoinHandle<Option<Box<dyn Lock>>>,
+        drew: &str,
+    ) {
+        let first = first.await.unwrap().expect("granted");
+        let first_fence = first.fence();
+        assert!(first.release().await.unwrap());
+        let next = self
+            .other
+            .try_lock("n", "fast", TTL)
+            .await
+            .unwrap()
+            .expect("free");
+        assert_eq!(next.fence(), first_fence + 1, "{drew}");
+        assert!(next.release().await.unwrap());
+    }
+
     async fn end(self) {
         remove_slow_trigger(&self.store).await;
         self.other.close().await.unwrap();
@@ -179,21 +199,9 @@ async fn a_refusal_racing_a_grant_in_flight_burns_no_fence() {
         refused.is_none(),
         "granted while another grant was in flight"
     );
-    let first = first.await.unwrap().expect("granted");
-    let first_fence = first.fence();
-    assert!(first.release().await.unwrap());
-    let next = other
-        .try_lock("n", "fast", TTL)
-        .await
-        .unwrap()
-        .expect("free");
-    assert_eq!(
-        next.fence(),
-        first_fence + 1,
-        "the refusal burned a fence (first {first_fence}, next {})",
-        next.fence()
-    );
-    assert!(next.release().await.unwrap());
+    scene
+        .next_fence_follows(first, "the refusal burned a fence")
+        .await;
     scene.end().await;
 }
 
@@ -216,21 +224,9 @@ async fn a_waiting_acquire_behind_a_grant_in_flight_keeps_to_its_wait() {
         "waited for the other transaction instead of its own wait",
     )
     .await;
-    let first = first.await.unwrap().expect("granted");
-    let first_fence = first.fence();
-    assert!(first.release().await.unwrap());
-    let next = scene
-        .other
-        .try_lock("n", "fast", TTL)
-        .await
-        .unwrap()
-        .expect("free");
-    assert_eq!(
-        next.fence(),
-        first_fence + 1,
-        "the abandoned attempt drew a fence"
-    );
-    assert!(next.release().await.unwrap());
+    scene
+        .next_fence_follows(first, "the abandoned attempt drew a fence")
+        .await;
     scene.end().await;
 }
 
