@@ -305,6 +305,12 @@ async fn keep(
             match attempt {
                 Ok(Ok(true)) => {
                     let valid_until = lock.valid_until();
+                    // Renewed, but the grant had already ended before this
+                    // renewal was sent (a twin handle's release, which the
+                    // renewal overtook on its way): taken away.
+                    if valid_until <= sent {
+                        break Some(LostReason::Revoked);
+                    }
                     // Renewed, but so late that the new lease is (nearly) over.
                     if valid_until <= Instant::now() + margin {
                         break Some(LostReason::NotRenewedInTime { last_error });
@@ -406,6 +412,9 @@ mod tests {
         sent: Arc<Mutex<Vec<Instant>>>,
         /// How many times the lock was released through a shared reference.
         released: Arc<Mutex<u32>>,
+        /// When a twin handle's release ended the grant: `valid_until`
+        /// never goes past it, whatever renewals answer.
+        ended_at: Option<Instant>,
     }
 
     impl Scripted {
@@ -418,6 +427,7 @@ mod tests {
                 renewed_for: None,
                 sent: Arc::default(),
                 released: Arc::default(),
+                ended_at: None,
             }
         }
     }
@@ -434,7 +444,8 @@ mod tests {
             1
         }
         fn valid_until(&self) -> Instant {
-            *self.valid_until.lock().unwrap()
+            let until = *self.valid_until.lock().unwrap();
+            self.ended_at.map_or(until, |ended| until.min(ended))
         }
         async fn renew(&self, ttl: Duration) -> Result<bool> {
             let sent = Instant::now();
@@ -491,6 +502,20 @@ mod tests {
             "acted on the lowered deadline only after {:?}",
             lowered.elapsed()
         );
+    }
+
+    /// A twin's release ended the grant; the last renewal overtook that
+    /// release on its way and answered `true`, but the handle's deadline
+    /// stays at the release (before the renewal was sent): `Revoked`.
+    #[tokio::test]
+    async fn a_renewal_that_overtook_a_twins_release_reports_revoked() {
+        let ttl = Duration::from_millis(300);
+        let lock = Scripted {
+            ended_at: Some(Instant::now()),
+            ..Scripted::new(ttl, vec![Some(true)])
+        };
+        let kept = KeepAlive::start(Box::new(lock), ttl).unwrap();
+        assert_eq!(kept.lost().await, LostReason::Revoked);
     }
 
     #[tokio::test]
