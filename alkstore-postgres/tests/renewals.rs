@@ -73,7 +73,7 @@ async fn renewals_committed_out_of_order_never_overstate_the_lease() {
     assert!(short.unwrap() && long.unwrap(), "both renewed");
     let asked = Instant::now();
     let holder = store.holder("n").await.unwrap().expect("held");
-    let server_ends = asked + holder.expires_in + Duration::from_millis(5);
+    let server_ends = asked + holder.expires_in + Duration::from_millis(50);
     assert!(
         holder.expires_in < Duration::from_secs(2),
         "the server kept the long renewal: {holder:?} (the trigger did not reorder them)"
@@ -155,7 +155,7 @@ async fn a_renewal_given_up_on_that_lands_last_is_still_counted() {
     loop {
         let holder = store.holder("n").await.unwrap().expect("held");
         if holder.expires_in < Duration::from_secs(3) {
-            let server_ends = Instant::now() + holder.expires_in + Duration::from_millis(5);
+            let server_ends = Instant::now() + holder.expires_in + Duration::from_millis(50);
             assert!(
                 lock.valid_until() <= server_ends,
                 "valid_until is {:?} past the server's lease",
