@@ -8,8 +8,6 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 /// The URL of a server to use instead of starting one.
 pub const URL_VAR: &str = "ALKSTORE_PG_URL";
-/// Set to `1` to fail, instead of skip, when no server can be had.
-pub const REQUIRE_VAR: &str = "ALKSTORE_REQUIRE_PG";
 
 /// A PostgreSQL server for tests.
 #[derive(Debug)]
@@ -63,16 +61,20 @@ impl Cluster {
 static SERVER: OnceLock<Result<Server, String>> = OnceLock::new();
 
 /// The server for this process's tests, or `None` (after printing why) when
-/// there is none and `ALKSTORE_REQUIRE_PG` is not `1`.
+/// there is none and PostgreSQL is not [required](crate::required).
 ///
 /// # Panics
-/// When no server can be had and `ALKSTORE_REQUIRE_PG=1`.
+/// When no server can be had and PostgreSQL is required.
 pub fn server() -> Option<&'static Server> {
     match SERVER.get_or_init(find_or_start) {
         Ok(server) => Some(server),
         Err(why) => {
-            if std::env::var(REQUIRE_VAR).as_deref() == Ok("1") {
-                panic!("PostgreSQL is required ({REQUIRE_VAR}=1) but unavailable: {why}");
+            if crate::required("postgres") {
+                panic!(
+                    "PostgreSQL is required ({}=postgres or {}=1) but unavailable: {why}",
+                    crate::REQUIRE_VAR,
+                    crate::REQUIRE_PG_VAR
+                );
             }
             // Once per process, and past the test harness's output capture
             // (through /dev/stderr), so that a plain `cargo test` shows it.

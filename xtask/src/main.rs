@@ -2,8 +2,8 @@
 //!
 //! - `cargo xtask contract` — runs the contract suite on every engine and
 //!   prints a table of cases × engines; fails if any case fails, if the
-//!   engines disagree, or if an engine was skipped while
-//!   `ALKSTORE_REQUIRE_PG=1`.
+//!   engines disagree, or if an engine was skipped while required
+//!   (`ALKSTORE_REQUIRE=postgres`, or the older `ALKSTORE_REQUIRE_PG=1`).
 //! - `cargo xtask ci` — fmt check, clippy `-D warnings`, the full test run,
 //!   the quickstart example, and the contract table.
 //! - `cargo xtask bench` — the benchmark (`bench/`), built with optimizations:
