@@ -37,7 +37,9 @@ pub trait Store: Send + Sync {
     ///
     /// Woken by releases, with a bounded back-off poll as the fallback. A `wait`
     /// of zero tries once; a `wait` too long for the clock (`Duration::MAX`)
-    /// waits until granted.
+    /// waits until granted. An attempt waiting on someone else (a busy file,
+    /// a row lock, every connection in use) gives up when the wait runs out:
+    /// `Ok(None)`, nothing written.
     async fn lock(
         &self,
         name: &str,

@@ -194,9 +194,7 @@ async fn keep(store: &dyn Store, tally: &Tally, rng: &mut Rng, name: &str) {
     tokio::select! {
         reason = kept.lost() => {
             let lost_at = Instant::now();
-            let mut record = interval(kept.lock(), requested, start, lost_at);
-            record.end = record.end.min(lost_at);
-            tally.record(name, record);
+            tally.record(name, interval(kept.lock(), requested, start, lost_at));
             match reason {
                 LostReason::Revoked => {
                     tally.revoked.fetch_add(1, Ordering::Relaxed);
@@ -354,10 +352,18 @@ async fn soak(engine: &str, open: Opener, length: Duration) -> bool {
 
 #[tokio::main]
 async fn main() -> std::process::ExitCode {
-    let minutes: f64 = std::env::args()
-        .nth(1)
-        .map(|m| m.parse().expect("minutes per engine"))
-        .unwrap_or(4.0);
+    let minutes = match std::env::args().nth(1) {
+        None => 4.0,
+        Some(arg) => match arg.parse::<f64>() {
+            Ok(m) if m.is_finite() && m > 0.0 && m <= 24.0 * 60.0 => m,
+            _ => {
+                eprintln!(
+                    "soak: minutes per engine must be a number above 0 (at most a day), got {arg:?}"
+                );
+                return std::process::ExitCode::from(2);
+            }
+        },
+    };
     let length = Duration::from_secs_f64(minutes * 60.0);
     let dir = tempfile::tempdir().unwrap();
     let base = dir.path().to_owned();

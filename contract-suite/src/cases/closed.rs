@@ -57,7 +57,12 @@ pub async fn calls_racing_close_finish_or_fail_closed(store: Arc<dyn Store>) {
         tokio::spawn(async move { store.lock("held", "b", ttl, Duration::from_secs(60)).await })
     };
     // Close while every worker is mid-cycle: after each did a few.
+    let waiting_since = std::time::Instant::now();
     while cycles.load(Ordering::Relaxed) < 16 * 3 {
+        assert!(
+            waiting_since.elapsed() < Duration::from_secs(30),
+            "the workers made no progress before close"
+        );
         tokio::task::yield_now().await;
     }
     store.close().await.unwrap();
