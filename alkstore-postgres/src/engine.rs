@@ -10,9 +10,12 @@ use alkstore_core::{
 };
 use async_trait::async_trait;
 use sqlx::PgPool;
+use sqlx::postgres::PgRow;
 use tokio::sync::OnceCell;
 
-use crate::connections::{Connections, OutOfTime, on_connection};
+use alkstore_sqlx::OutOfTime;
+
+use crate::connection::Connections;
 use crate::listener::Listener;
 use crate::sql::Statements;
 
@@ -64,6 +67,14 @@ fn ran_out_of_time(error: &BoxError) -> bool {
         })
 }
 
+/// A row as the tuple a statement returns.
+fn decoded<T>(row: Option<PgRow>) -> Result<Option<T>, BoxError>
+where
+    T: for<'r> sqlx::FromRow<'r, PgRow>,
+{
+    Ok(row.map(|row| T::from_row(&row)).transpose()?)
+}
+
 #[async_trait]
 impl Engine for PgEngine {
     async fn acquire(
@@ -73,19 +84,20 @@ impl Engine for PgEngine {
         ttl: LeaseMillis,
         deadline: Option<Instant>,
     ) -> Result<Attempt, BoxError> {
-        let row: Result<Option<(bool, i64, i64)>, BoxError> = async {
-            Ok(
-                on_connection!(self.connections, idempotent: true, deadline: deadline, |conn| {
-                    sqlx::query_as(self.sql.acquire.clone())
+        let row: Result<Option<(bool, i64, i64)>, BoxError> = self
+            .connections
+            .run(true, deadline, |conn| {
+                Box::pin(
+                    sqlx::query(self.sql.acquire.clone())
                         .bind(name)
                         .bind(owner)
                         .bind(ttl.as_i64())
                         .bind(deadline.map(lock_wait_ms))
-                        .fetch_optional(conn)
-                })?,
-            )
-        }
-        .await;
+                        .fetch_optional(conn),
+                )
+            })
+            .await
+            .and_then(decoded);
         Ok(match row {
             Ok(Some((true, fence, expires_in_ms))) => Attempt::Granted {
                 fence: fence_from_sql(fence),
@@ -104,36 +116,54 @@ impl Engine for PgEngine {
     }
 
     async fn renew(&self, grant: &GrantKey, ttl: LeaseMillis) -> Result<bool, BoxError> {
-        let done = on_connection!(self.connections, idempotent: true, |conn| sqlx::query(
-            self.sql.renew.clone()
-        )
-            .bind(&grant.name)
-            .bind(&grant.owner)
-            .bind(fence_to_sql(grant.fence))
-            .bind(ttl.as_i64())
-            .execute(conn))?;
+        let done = self
+            .connections
+            .run(true, None, |conn| {
+                Box::pin(
+                    sqlx::query(self.sql.renew.clone())
+                        .bind(&grant.name)
+                        .bind(&grant.owner)
+                        .bind(fence_to_sql(grant.fence))
+                        .bind(ttl.as_i64())
+                        .execute(conn),
+                )
+            })
+            .await?;
         Ok(done.rows_affected() == 1)
     }
 
     async fn release(&self, grant: &GrantKey) -> Result<bool, BoxError> {
-        let (deleted,): (i64,) = on_connection!(self.connections, idempotent: false, |conn| sqlx::query_as(
-            self.sql.release.clone()
-        )
-        .bind(&grant.name)
-        .bind(&grant.owner)
-        .bind(fence_to_sql(grant.fence))
-        .bind(&self.channel)
-        .bind(&self.tag)
-        .fetch_one(conn))?;
+        let (deleted,): (i64,) = self
+            .connections
+            .run(false, None, |conn| {
+                Box::pin(
+                    sqlx::query(self.sql.release.clone())
+                        .bind(&grant.name)
+                        .bind(&grant.owner)
+                        .bind(fence_to_sql(grant.fence))
+                        .bind(&self.channel)
+                        .bind(&self.tag)
+                        .fetch_one(conn),
+                )
+            })
+            .await
+            .and_then(|row| decoded(Some(row)))?
+            .ok_or("the release statement returned no row")?;
         Ok(deleted == 1)
     }
 
     async fn holder(&self, name: &str) -> Result<Option<Holder>, BoxError> {
-        let row: Option<(String, i64, i64)> = on_connection!(self.connections, idempotent: true, |conn| sqlx::query_as(
-                self.sql.holder.clone()
-            )
-            .bind(name)
-            .fetch_optional(conn))?;
+        let row: Option<(String, i64, i64)> = self
+            .connections
+            .run(true, None, |conn| {
+                Box::pin(
+                    sqlx::query(self.sql.holder.clone())
+                        .bind(name)
+                        .fetch_optional(conn),
+                )
+            })
+            .await
+            .and_then(decoded)?;
         Ok(row.map(|(owner, fence, expires_in_ms)| Holder {
             owner,
             fence: fence_from_sql(fence),
@@ -142,10 +172,12 @@ impl Engine for PgEngine {
     }
 
     async fn purge_expired(&self) -> Result<u64, BoxError> {
-        let done = on_connection!(self.connections, idempotent: true, |conn| sqlx::query(
-            self.sql.purge.clone()
-        )
-            .execute(conn))?;
+        let done = self
+            .connections
+            .run(true, None, |conn| {
+                Box::pin(sqlx::query(self.sql.purge.clone()).execute(conn))
+            })
+            .await?;
         Ok(done.rows_affected())
     }
 

@@ -27,7 +27,7 @@
 //! # }
 //! ```
 
-mod connections;
+mod connection;
 mod engine;
 mod listener;
 mod schema;
@@ -40,7 +40,7 @@ use sqlx::PgPool;
 use sqlx::postgres::PgPoolOptions;
 use tokio::sync::OnceCell;
 
-use crate::connections::Connections;
+use crate::connection::Connections;
 use crate::engine::PgEngine;
 use crate::sql::Statements;
 
@@ -100,7 +100,10 @@ impl PgStore {
             .await
             .map_err(|e| Error::database("open", e))?;
         let options = (*pool.connect_options()).clone();
-        let connections = Connections::new(options.clone(), pool.options().get_max_connections());
+        let connections = Connections::new(
+            connection::options(options.clone()),
+            pool.options().get_max_connections(),
+        );
         let listen_pool = PgPoolOptions::new()
             .max_connections(1)
             .max_lifetime(None)

@@ -1,63 +1,182 @@
-//! The connections lock operations run on: one checkout, one statement, one
-//! round trip.
+//! The connections an alkstore engine built on sqlx runs its lock
+//! operations on: one checkout, one statement, one round trip — whatever the
+//! database.
 //!
 //! sqlx's pool pings every connection it takes back (a second round trip per
-//! operation, measured on the wire by `tests/postgres.rs`), so the store keeps
-//! its own small set of connections, made with the pool's connect options and
-//! bounded by its `max_connections`. A connection goes back only after its
-//! statement finished cleanly; one whose future was dropped mid-statement, or
-//! that failed, is closed instead, so no connection in an unknown state is
-//! ever reused.
+//! operation, measured on the wire by the PostgreSQL engine's tests), so a
+//! store keeps its own small set of connections, made with the pool's
+//! connect options and bounded by its `max_connections`. A connection goes
+//! back only after its statement finished cleanly; one whose future was
+//! dropped mid-statement, or that failed, is closed instead, so no connection
+//! in an unknown state is ever reused.
+//!
+//! What differs per database is a [`Dialect`]: what to run on each new
+//! connection, and which errors prove what about the statement.
+//!
+//! ```
+//! use alkstore_sqlx::{Connections, Dialect};
+//! use sqlx::postgres::{PgConnectOptions, PgConnection};
+//!
+//! struct Postgres;
+//!
+//! impl Dialect for Postgres {
+//!     type Database = sqlx::Postgres;
+//!     fn connection_lost(error: &sqlx::Error) -> bool {
+//!         matches!(error, sqlx::Error::Io(_))
+//!     }
+//!     fn rolled_back(error: &sqlx::Error) -> bool {
+//!         matches!(error, sqlx::Error::Database(e) if e.code().as_deref() == Some("40P01"))
+//!     }
+//!     async fn prepare(_: &mut PgConnection) -> Result<(), sqlx::Error> {
+//!         Ok(())
+//!     }
+//! }
+//!
+//! # async fn example(name: &str) -> Result<(), alkstore_core::BoxError> {
+//! let connections = Connections::<Postgres>::new(PgConnectOptions::new(), 4);
+//! // One statement; an idempotent one, with no deadline.
+//! let (one,): (i32,) = connections
+//!     .run(true, None, |conn| Box::pin(sqlx::query_as("SELECT 1").fetch_one(conn)))
+//!     .await?;
+//! # Ok(())
+//! # }
+//! # fn main() {}
+//! ```
 
+use std::future::Future;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use alkstore_core::{BoxError, Closed};
-use sqlx::postgres::{PgConnectOptions, PgConnection};
-use sqlx::{ConnectOptions, Connection};
+use sqlx::{ConnectOptions, Connection, Database};
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
 /// How long opening a connection may take before the operation fails.
-const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
+pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// How many times a statement the server rolled back whole (a deadlock
+/// victim) is run again before its error is the answer.
+pub const ROLLED_BACK_RETRIES: u32 = 3;
+
+/// What the connection layer needs to know about one database.
+pub trait Dialect: Send + Sync + 'static {
+    /// sqlx's database type.
+    type Database: Database;
+
+    /// The connection was gone before or while the statement ran: an I/O
+    /// failure, or the server saying it ended the session. It does not prove
+    /// the statement never committed.
+    fn connection_lost(error: &sqlx::Error) -> bool;
+
+    /// The server rolled the statement's whole transaction back (a deadlock
+    /// victim, a serialization failure): nothing of it committed, so running
+    /// it again is safe for any statement.
+    fn rolled_back(error: &sqlx::Error) -> bool;
+
+    /// Runs once on each new connection, before its first statement.
+    fn prepare(
+        conn: &mut <Self::Database as Database>::Connection,
+    ) -> impl Future<Output = Result<(), sqlx::Error>> + Send;
+}
+
+/// The connect options of a dialect's database.
+pub type Options<D> = <<<D as Dialect>::Database as Database>::Connection as Connection>::Options;
+
+type Conn<D> = <<D as Dialect>::Database as Database>::Connection;
 
 /// A waiting acquire's deadline passed before a connection was free or made:
 /// nothing was sent, and the engine reports the attempt as refused.
 #[derive(Debug, thiserror::Error)]
 #[error("the wait ran out before a connection was ready")]
-pub(crate) struct OutOfTime;
+pub struct OutOfTime;
 
 /// Idle connections and the permits that bound how many exist.
-#[derive(Debug)]
-pub(crate) struct Connections {
-    options: PgConnectOptions,
-    idle: Mutex<Vec<PgConnection>>,
+pub struct Connections<D: Dialect> {
+    options: Options<D>,
+    idle: Mutex<Vec<Conn<D>>>,
     permits: Arc<Semaphore>,
     closed: AtomicBool,
 }
 
-impl Connections {
-    /// Connections made with `options`, READ COMMITTED pinned (the
-    /// statements rely on it, whatever the role's or database's default).
-    pub(crate) fn new(options: PgConnectOptions, max: u32) -> Self {
+impl<D: Dialect> std::fmt::Debug for Connections<D> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Connections")
+            .field("options", &self.options)
+            .field("available", &self.permits.available_permits())
+            .field("closed", &self.closed.load(Ordering::Relaxed))
+            .finish_non_exhaustive()
+    }
+}
+
+impl<D: Dialect> Connections<D> {
+    /// At most `max` connections (at least one), made with `options`.
+    pub fn new(options: Options<D>, max: u32) -> Self {
         Connections {
-            options: options.options([crate::sql::ISOLATION_OPTION]),
+            options,
             idle: Mutex::new(Vec::new()),
             permits: Arc::new(Semaphore::new(max.max(1) as usize)),
             closed: AtomicBool::new(false),
         }
     }
 
-    /// An idle connection (when `reuse`), or a new one.
-    /// Fails with [`Closed`] once the store closed, also for a call that was
-    /// waiting for a connection when it did; with [`OutOfTime`] when
-    /// `deadline` passes while it waits for a permit (every connection busy
-    /// with other calls of this store).
-    pub(crate) async fn get(
+    /// Runs one statement (`statement`, given the connection) on a
+    /// connection of this set and returns its result.
+    ///
+    /// - A statement the server rolled back whole
+    ///   ([`Dialect::rolled_back`]) runs again, up to [`ROLLED_BACK_RETRIES`]
+    ///   times.
+    /// - When a reused idle connection was found dead (the server restarted
+    ///   or ended it while it sat idle), the rest of the idle set, likely
+    ///   dead too, is dropped, and an `idempotent` statement — one that can
+    ///   run twice with the same outcome — runs once more on a new
+    ///   connection. Another is not: a lost connection does not prove the
+    ///   statement never committed, and a release that committed and ran
+    ///   again would answer `false`.
+    /// - With a `deadline`, the first try fails with [`OutOfTime`] when it
+    ///   passes while waiting for a free connection. A retry is not cut
+    ///   short: the first try may have committed, and only its answer can
+    ///   tell.
+    ///
+    /// Fails with [`Closed`] once the set closed, also for a call that was
+    /// waiting for a connection when it did.
+    pub async fn run<T, F>(
         &self,
-        reuse: bool,
+        idempotent: bool,
         deadline: Option<Instant>,
-    ) -> Result<Checkout<'_>, BoxError> {
+        mut statement: F,
+    ) -> Result<T, BoxError>
+    where
+        F: for<'c> FnMut(&'c mut Conn<D>) -> StatementFuture<'c, T>,
+    {
+        let mut reuse = true;
+        let mut rolled_back = 0;
+        loop {
+            let first = reuse && rolled_back == 0;
+            let mut checkout = self.get(reuse, if first { deadline } else { None }).await?;
+            let result = statement(checkout.conn()).await;
+            checkout.clean = result.is_ok();
+            match result {
+                Ok(value) => return Ok(value),
+                Err(error) if D::rolled_back(&error) && rolled_back < ROLLED_BACK_RETRIES => {
+                    tracing::debug!(%error, "the server rolled the statement back; running it again");
+                    rolled_back += 1;
+                }
+                Err(error) if checkout.reused && D::connection_lost(&error) => {
+                    self.idle.lock().unwrap_or_else(|e| e.into_inner()).clear();
+                    if !idempotent {
+                        return Err(error.into());
+                    }
+                    tracing::debug!(%error, "idle connection was dead; retrying on a new one");
+                    reuse = false;
+                }
+                Err(error) => return Err(error.into()),
+            }
+        }
+    }
+
+    /// An idle connection (when `reuse`), or a new one.
+    async fn get(&self, reuse: bool, deadline: Option<Instant>) -> Result<Checkout<'_, D>, BoxError> {
         let permit = until(deadline, self.permits.clone().acquire_owned())
             .await?
             .map_err(|_| Closed)?;
@@ -76,9 +195,7 @@ impl Connections {
                 let mut connected = tokio::time::timeout(CONNECT_TIMEOUT, self.options.connect())
                     .await
                     .map_err(|_| sqlx::Error::PoolTimedOut)??;
-                sqlx::query(crate::sql::DURABLE_COMMITS)
-                    .execute(&mut connected)
-                    .await?;
+                D::prepare(&mut connected).await?;
                 // Closed while connecting: send nothing after `close()`.
                 if self.closed.load(Ordering::Acquire) {
                     return Err(Closed.into());
@@ -96,7 +213,7 @@ impl Connections {
     }
 
     /// Refuses new checkouts and closes the idle connections.
-    pub(crate) async fn close(&self) {
+    pub async fn close(&self) {
         // Under the idle set's mutex, as in `Checkout::drop`: a connection
         // coming back either lands before this takes the set, or sees the flag.
         let idle = {
@@ -111,11 +228,12 @@ impl Connections {
     }
 }
 
+/// The future of one statement on a borrowed connection.
+pub type StatementFuture<'c, T> =
+    std::pin::Pin<Box<dyn Future<Output = Result<T, sqlx::Error>> + Send + 'c>>;
+
 /// Runs `step` to the end, or until `deadline` when there is one.
-async fn until<T>(
-    deadline: Option<Instant>,
-    step: impl std::future::Future<Output = T>,
-) -> Result<T, OutOfTime> {
+async fn until<T>(deadline: Option<Instant>, step: impl Future<Output = T>) -> Result<T, OutOfTime> {
     match deadline {
         Some(deadline) => tokio::time::timeout_at(deadline.into(), step)
             .await
@@ -125,93 +243,22 @@ async fn until<T>(
 }
 
 /// One connection, checked out for one statement.
-pub(crate) struct Checkout<'a> {
-    owner: &'a Connections,
-    conn: Option<PgConnection>,
+struct Checkout<'a, D: Dialect> {
+    owner: &'a Connections<D>,
+    conn: Option<Conn<D>>,
     clean: bool,
     /// Taken from the idle set rather than connected for this statement.
     reused: bool,
     _permit: OwnedSemaphorePermit,
 }
 
-impl Checkout<'_> {
-    /// The connection, for one statement.
-    pub(crate) fn conn(&mut self) -> &mut PgConnection {
+impl<D: Dialect> Checkout<'_, D> {
+    fn conn(&mut self) -> &mut Conn<D> {
         self.conn.as_mut().expect("present until drop")
     }
-
-    /// Takes the statement's result. The connection goes back to the idle
-    /// set only if the statement succeeded. A reused idle connection found
-    /// dead (the server restarted or terminated it while it sat idle) asks
-    /// for one retry on a new connection, and the rest of the idle set,
-    /// likely dead too, is dropped — but only for a statement that can run
-    /// twice with the same outcome (`idempotent`): a lost connection does
-    /// not prove the statement never committed, and a release that committed
-    /// and ran again would answer `false` and wake nobody.
-    pub(crate) fn settle<T>(
-        mut self,
-        result: Result<T, sqlx::Error>,
-        idempotent: bool,
-    ) -> Settled<T> {
-        self.clean = result.is_ok();
-        if let Err(error) = &result {
-            if self.reused && is_connection_lost(error) {
-                self.owner
-                    .idle
-                    .lock()
-                    .unwrap_or_else(|e| e.into_inner())
-                    .clear();
-            }
-        }
-        match result {
-            Err(error) if idempotent && self.reused && is_connection_lost(&error) => {
-                tracing::debug!(%error, "idle connection was dead; retrying on a new one");
-                Settled::Retry
-            }
-            result => Settled::Done(result),
-        }
-    }
 }
 
-/// What to do after a statement.
-pub(crate) enum Settled<T> {
-    /// Run it again, on a new connection.
-    Retry,
-    /// The answer.
-    Done(Result<T, sqlx::Error>),
-}
-
-/// Runs one statement (`$statement`, using the connection `$conn`) on a
-/// connection from `$connections`; an idempotent one is retried once on a
-/// new connection when a reused idle one was dead. With `deadline:`, the
-/// first try gives up with [`OutOfTime`] when it passes while waiting for a
-/// connection.
-macro_rules! on_connection {
-    ($connections:expr, idempotent: $idempotent:expr, |$conn:ident| $statement:expr) => {
-        $crate::connections::on_connection!(
-            $connections, idempotent: $idempotent, deadline: None, |$conn| $statement
-        )
-    };
-    ($connections:expr, idempotent: $idempotent:expr, deadline: $deadline:expr,
-     |$conn:ident| $statement:expr) => {{
-        let mut reuse = true;
-        loop {
-            // A retry is not cut short by the deadline: the first try may
-            // have committed, and only its answer can tell.
-            let deadline = if reuse { $deadline } else { None };
-            let mut checkout = $connections.get(reuse, deadline).await?;
-            let $conn = checkout.conn();
-            let result = $statement.await;
-            match checkout.settle(result, $idempotent) {
-                $crate::connections::Settled::Retry => reuse = false,
-                $crate::connections::Settled::Done(result) => break result,
-            }
-        }
-    }};
-}
-pub(crate) use on_connection;
-
-impl Drop for Checkout<'_> {
+impl<D: Dialect> Drop for Checkout<'_, D> {
     fn drop(&mut self) {
         let Some(conn) = self.conn.take() else { return };
         if self.clean {
@@ -222,18 +269,5 @@ impl Drop for Checkout<'_> {
         }
         // Otherwise the connection is dropped: its socket closes, and the
         // server ends the session and rolls back anything unfinished.
-    }
-}
-
-/// Errors that mean the connection was gone: an I/O failure, or the server
-/// saying it terminated the session (admin shutdown, crash shutdown,
-/// `pg_terminate_backend`).
-fn is_connection_lost(error: &sqlx::Error) -> bool {
-    match error {
-        sqlx::Error::Io(_) => true,
-        sqlx::Error::Database(db) => {
-            matches!(db.code().as_deref(), Some("57P01" | "57P02" | "57P03"))
-        }
-        _ => false,
     }
 }

@@ -1,14 +1,17 @@
 //! Test and benchmark support for alkstore (not published).
 //!
-//! [`pg::server`] finds a PostgreSQL server for the tests: the one at
-//! `ALKSTORE_PG_URL` when set; otherwise a throwaway cluster this process
-//! starts with the installed `initdb` and `pg_ctl` on a free loopback port in a
-//! temp dir (as the `postgres` user when run as root), stopped and removed by
-//! a watchdog once this process exits; otherwise none, and the caller skips —
-//! unless the engine is required (see [`required`]), which turns the skip
-//! into a failure.
+//! One module per server kind finds the server its engine's tests run
+//! against: [`pg::server`] (PostgreSQL) and [`mysql::server`] (MariaDB or
+//! MySQL). Each uses the server at its URL variable when set; otherwise a
+//! throwaway one this process starts from the installed binaries, on a free
+//! loopback port in a temp dir (as the server's own user when run as root),
+//! removed by a watchdog once this process exits ([`process`]); otherwise
+//! none, and the caller skips — unless the engine is required (see
+//! [`required`]), which turns the skip into a failure.
 
+pub mod mysql;
 pub mod pg;
+pub mod process;
 
 /// Names the engines whose tests must not be skipped: comma-separated
 /// engine names (`postgres`), or `all`. CI sets it.
@@ -27,4 +30,20 @@ pub fn required(engine: &str) -> bool {
         .map(str::trim)
         .any(|name| name == engine || name == "all")
         || (engine == "postgres" && std::env::var(REQUIRE_PG_VAR).as_deref() == Ok("1"))
+}
+
+/// A name (of a schema, a database) no other test of any process uses:
+/// `prefix`, the process id, a counter and the clock's nanoseconds.
+pub fn unique_name(prefix: &str) -> String {
+    use std::sync::atomic::{AtomicU64, Ordering};
+    static NEXT: AtomicU64 = AtomicU64::new(0);
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.subsec_nanos())
+        .unwrap_or(0);
+    format!(
+        "{prefix}_{}_{}_{nanos}",
+        std::process::id(),
+        NEXT.fetch_add(1, Ordering::Relaxed)
+    )
 }

@@ -1,10 +1,9 @@
 //! Finding or starting the PostgreSQL server the tests run against.
 
-use std::net::TcpListener;
+use crate::process;
+
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
 use std::sync::OnceLock;
-use std::sync::atomic::{AtomicU64, Ordering};
 
 /// The URL of a server to use instead of starting one.
 pub const URL_VAR: &str = "ALKSTORE_PG_URL";
@@ -33,6 +32,11 @@ pub struct Cluster {
 }
 
 impl Cluster {
+    /// The user its commands run as, if not this process's.
+    fn user(&self) -> Option<&'static str> {
+        self.as_postgres_user.then_some("postgres")
+    }
+
     /// The data directory.
     pub fn data(&self) -> PathBuf {
         self.dir.join("data")
@@ -54,7 +58,7 @@ impl Cluster {
             full.extend(["-w".into(), "-l".into(), log, "-o".into(), options]);
         }
         let full: Vec<&str> = full.iter().map(String::as_str).collect();
-        run(&self.bin.join("pg_ctl"), &full, self.as_postgres_user).is_ok()
+        process::run(&self.bin.join("pg_ctl"), &full, self.user()).is_ok()
     }
 }
 
@@ -69,30 +73,11 @@ pub fn server() -> Option<&'static Server> {
     match SERVER.get_or_init(find_or_start) {
         Ok(server) => Some(server),
         Err(why) => {
-            if crate::required("postgres") {
-                panic!(
-                    "PostgreSQL is required ({}=postgres or {}=1) but unavailable: {why}",
-                    crate::REQUIRE_VAR,
-                    crate::REQUIRE_PG_VAR
-                );
-            }
-            // Once per process, and past the test harness's output capture
-            // (through /dev/stderr), so that a plain `cargo test` shows it.
-            static SAID: std::sync::Once = std::sync::Once::new();
-            SAID.call_once(|| {
-                use std::io::Write;
-                let line = format!(
-                    "SKIPPED: PostgreSQL tests skipped: {why} \
-                     (set {URL_VAR}, or install PostgreSQL's server binaries)"
-                );
-                let direct = std::fs::OpenOptions::new()
-                    .append(true)
-                    .open("/dev/stderr")
-                    .and_then(|mut stderr| writeln!(stderr, "{line}"));
-                if direct.is_err() {
-                    eprintln!("{line}");
-                }
-            });
+            process::skip_or_fail(
+                "postgres",
+                why,
+                &format!("set {URL_VAR}, or install PostgreSQL's server binaries"),
+            );
             None
         }
     }
@@ -100,16 +85,7 @@ pub fn server() -> Option<&'static Server> {
 
 /// A schema name no other test of any process uses.
 pub fn unique_schema(prefix: &str) -> String {
-    static NEXT: AtomicU64 = AtomicU64::new(0);
-    let nanos = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.subsec_nanos())
-        .unwrap_or(0);
-    format!(
-        "{prefix}_{}_{}_{nanos}",
-        std::process::id(),
-        NEXT.fetch_add(1, Ordering::Relaxed)
-    )
+    crate::unique_name(prefix)
 }
 
 fn find_or_start() -> Result<Server, String> {
@@ -143,79 +119,20 @@ fn find_bin_dir() -> Option<PathBuf> {
     versions.pop().map(|(_, bin)| bin)
 }
 
-fn is_root() -> bool {
-    Command::new("id")
-        .arg("-u")
-        .output()
-        .map(|o| String::from_utf8_lossy(&o.stdout).trim() == "0")
-        .unwrap_or(false)
-}
-
-/// Runs `program args`, as the `postgres` user when asked; the error holds its output.
-fn run(program: &Path, args: &[&str], as_postgres_user: bool) -> Result<(), String> {
-    let mut command = if as_postgres_user {
-        let mut c = Command::new("runuser");
-        c.args(["-u", "postgres", "--"]).arg(program);
-        c
-    } else {
-        Command::new(program)
-    };
-    let output = command
-        .args(args)
-        .stdin(Stdio::null())
-        .output()
-        .map_err(|e| format!("could not run {}: {e}", program.display()))?;
-    if output.status.success() {
-        Ok(())
-    } else {
-        Err(format!(
-            "{} {args:?} failed ({}): {}{}",
-            program.display(),
-            output.status,
-            String::from_utf8_lossy(&output.stdout),
-            String::from_utf8_lossy(&output.stderr)
-        ))
-    }
-}
-
-/// Gives `path` to the `postgres` user, which runs the cluster when we are root.
-fn hand_to_postgres(path: &Path) -> Result<(), String> {
-    let path = path.to_str().ok_or("the temp dir's path is not UTF-8")?;
-    run(Path::new("chown"), &["postgres:", path], false)
-}
-
-/// 32 hex digits from the system's random source.
-fn random_password() -> Result<String, String> {
-    use std::io::Read;
-    let mut bytes = [0u8; 16];
-    std::fs::File::open("/dev/urandom")
-        .and_then(|mut f| f.read_exact(&mut bytes))
-        .map_err(|e| format!("no random source for the cluster's password: {e}"))?;
-    Ok(bytes.iter().map(|b| format!("{b:02x}")).collect())
-}
-
-fn free_port() -> Result<u16, String> {
-    let listener = TcpListener::bind("127.0.0.1:0").map_err(|e| format!("no free port: {e}"))?;
-    listener
-        .local_addr()
-        .map(|a| a.port())
-        .map_err(|e| e.to_string())
-}
-
 fn start_cluster(bin: PathBuf) -> Result<Server, String> {
-    let as_postgres_user = is_root();
+    let as_postgres_user = process::is_root();
     let dir = tempfile::Builder::new()
         .prefix("alkstore-pg-")
         .tempdir()
         .map_err(|e| format!("no temp dir: {e}"))?
         .keep();
     if as_postgres_user {
-        hand_to_postgres(&dir)?;
+        process::hand_to("postgres", &dir)?;
     }
     let cluster = Cluster {
         dir,
         bin,
-        port: free_port()?,
+        port: process::free_port()?,
         as_postgres_user,
     };
     let data = cluster.data();
@@ -223,14 +140,14 @@ fn start_cluster(bin: PathBuf) -> Result<Server, String> {
     // knows: other local users cannot take over the cluster for the run.
     // The Unix socket stays password-less, in a directory only the cluster's
     // user (and root) can enter.
-    let password = random_password()?;
+    let password = process::random_password()?;
     let pwfile = cluster.dir.join("pwfile");
     std::fs::write(&pwfile, &password).map_err(|e| format!("cannot write the pwfile: {e}"))?;
     if as_postgres_user {
-        hand_to_postgres(&pwfile)?;
+        process::hand_to("postgres", &pwfile)?;
     }
     let pwfile_arg = format!("--pwfile={}", pwfile.display());
-    run(
+    process::run(
         &cluster.bin.join("initdb"),
         &[
             "-D",
@@ -244,7 +161,7 @@ fn start_cluster(bin: PathBuf) -> Result<Server, String> {
             "--encoding=UTF8",
             "--locale=C",
         ],
-        as_postgres_user,
+        cluster.user(),
     )?;
     let _ = std::fs::remove_file(&pwfile);
     spawn_watchdog(&cluster)?;
@@ -261,8 +178,7 @@ fn start_cluster(bin: PathBuf) -> Result<Server, String> {
     })
 }
 
-/// Stops the cluster and removes its directory once this process is gone,
-/// however it ends; its output goes nowhere, so it holds no test pipe open.
+/// Stops the cluster and removes its directory once this process is gone.
 fn spawn_watchdog(cluster: &Cluster) -> Result<(), String> {
     let pg_ctl = cluster.bin.join("pg_ctl");
     let stop = format!(
@@ -275,19 +191,5 @@ fn spawn_watchdog(cluster: &Cluster) -> Result<(), String> {
         pg_ctl.display(),
         cluster.data().display()
     );
-    let script = format!(
-        "while kill -0 {pid} 2>/dev/null; do sleep 1; done; {stop}; rm -rf '{dir}'",
-        pid = std::process::id(),
-        dir = cluster.dir.display()
-    );
-    // A session of its own (setsid): a signal to the test's process group,
-    // such as a timeout or Ctrl-C, must not take the watchdog down with it.
-    Command::new("setsid")
-        .args(["sh", "-c", &script])
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .map(drop)
-        .map_err(|e| format!("could not start the cluster watchdog: {e}"))
+    process::spawn_watchdog(&stop, &cluster.dir)
 }

@@ -1,0 +1,48 @@
+//! What the shared connection layer needs to know about PostgreSQL.
+
+use alkstore_sqlx::Dialect;
+use sqlx::postgres::{PgConnectOptions, PgConnection};
+
+/// PostgreSQL's answers to the connection layer's questions.
+#[derive(Debug)]
+pub(crate) struct Postgres;
+
+/// The store's own connections.
+pub(crate) type Connections = alkstore_sqlx::Connections<Postgres>;
+
+/// The pool's connect options with READ COMMITTED pinned (the statements
+/// rely on it, whatever the role's or database's default).
+pub(crate) fn options(pool_options: PgConnectOptions) -> PgConnectOptions {
+    pool_options.options([crate::sql::ISOLATION_OPTION])
+}
+
+fn sqlstate(error: &sqlx::Error) -> Option<String> {
+    match error {
+        sqlx::Error::Database(db) => db.code().map(|c| c.into_owned()),
+        _ => None,
+    }
+}
+
+impl Dialect for Postgres {
+    type Database = sqlx::Postgres;
+
+    /// An I/O failure, or the server saying it terminated the session
+    /// (admin shutdown, crash shutdown, `pg_terminate_backend`).
+    fn connection_lost(error: &sqlx::Error) -> bool {
+        matches!(error, sqlx::Error::Io(_))
+            || matches!(sqlstate(error).as_deref(), Some("57P01" | "57P02" | "57P03"))
+    }
+
+    /// `deadlock_detected` and `serialization_failure`: the transaction was
+    /// rolled back whole.
+    fn rolled_back(error: &sqlx::Error) -> bool {
+        matches!(sqlstate(error).as_deref(), Some("40P01" | "40001"))
+    }
+
+    async fn prepare(conn: &mut PgConnection) -> Result<(), sqlx::Error> {
+        sqlx::query(crate::sql::DURABLE_COMMITS)
+            .execute(conn)
+            .await
+            .map(drop)
+    }
+}

@@ -1,0 +1,241 @@
+//! Finding or starting the MariaDB (or MySQL) server the tests run against.
+//!
+//! `ALKSTORE_MYSQL_URL` when set; otherwise a throwaway MariaDB this process
+//! starts from the installed `mariadb-install-db` and `mariadbd`, in a temp
+//! dir, on a free loopback port (as the `mysql` user when run as root),
+//! stopped and removed by a watchdog once this process exits. Its only TCP
+//! account is a superuser with a random password only this process knows;
+//! root logs in through the socket only, as its own OS user.
+
+use std::path::{Path, PathBuf};
+use std::process::Stdio;
+use std::sync::OnceLock;
+use std::time::{Duration, Instant};
+
+use crate::process;
+
+/// The URL of a server to use instead of starting one.
+pub const URL_VAR: &str = "ALKSTORE_MYSQL_URL";
+
+/// A MariaDB or MySQL server for tests.
+#[derive(Debug)]
+pub struct Server {
+    /// Connection URL (a superuser, with the instance's random password),
+    /// naming no database.
+    pub url: String,
+    /// The instance this process started, if it started one.
+    pub instance: Option<Instance>,
+}
+
+/// A throwaway MariaDB started by this process.
+#[derive(Debug)]
+pub struct Instance {
+    /// The directory holding the data directory, the log, the socket and
+    /// the pid file.
+    pub dir: PathBuf,
+    /// The `mariadbd` binary.
+    pub mariadbd: PathBuf,
+    /// The loopback port it listens on.
+    pub port: u16,
+    /// Whether it runs as the `mysql` user (this process is root).
+    pub as_mysql_user: bool,
+}
+
+impl Instance {
+    fn user(&self) -> Option<&'static str> {
+        self.as_mysql_user.then_some("mysql")
+    }
+
+    fn data(&self) -> PathBuf {
+        self.dir.join("data")
+    }
+
+    fn pid_file(&self) -> PathBuf {
+        self.dir.join("mariadbd.pid")
+    }
+
+    fn log(&self) -> PathBuf {
+        self.dir.join("mariadbd.err")
+    }
+
+    /// Starts the server (again) and waits until it accepts connections.
+    pub fn start(&self) -> Result<(), String> {
+        self.start_with(None)
+    }
+
+    fn start_with(&self, init_file: Option<&Path>) -> Result<(), String> {
+        let log_before = std::fs::metadata(self.log()).map(|m| m.len()).unwrap_or(0);
+        let mut args = vec![
+            "--no-defaults".to_owned(),
+            format!("--datadir={}", self.data().display()),
+            format!("--socket={}", self.dir.join("sock").display()),
+            format!("--pid-file={}", self.pid_file().display()),
+            format!("--log-error={}", self.log().display()),
+            format!("--port={}", self.port),
+            "--bind-address=127.0.0.1".into(),
+            "--max-connections=500".into(),
+            "--innodb-buffer-pool-size=64M".into(),
+            "--innodb-log-file-size=16M".into(),
+            "--skip-name-resolve".into(),
+        ];
+        if let Some(init_file) = init_file {
+            args.push(format!("--init-file={}", init_file.display()));
+        }
+        // A session of its own: the test's signals are not the server's.
+        let mut command = process::command_as(self.user(), Path::new("setsid"));
+        command
+            .arg(&self.mariadbd)
+            .args(&args)
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null());
+        command
+            .spawn()
+            .map_err(|e| format!("could not start mariadbd: {e}"))?;
+        let deadline = Instant::now() + Duration::from_secs(60);
+        loop {
+            let log = std::fs::read(self.log()).unwrap_or_default();
+            let new = String::from_utf8_lossy(log.get(log_before as usize..).unwrap_or_default());
+            if new.contains("ready for connections") {
+                return Ok(());
+            }
+            if new.contains("[ERROR] Aborting") || Instant::now() > deadline {
+                return Err(format!("mariadbd did not start: {new}"));
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    /// The server's process id, from its pid file.
+    pub fn pid(&self) -> Option<u32> {
+        std::fs::read_to_string(self.pid_file())
+            .ok()?
+            .trim()
+            .parse()
+            .ok()
+    }
+
+    /// Stops the server with `signal` (`TERM`: a clean shutdown; `KILL`: a
+    /// crash) and waits until it is gone.
+    pub fn stop(&self, signal: &str) -> Result<(), String> {
+        let pid = self.pid().ok_or("no pid file")?;
+        process::run(
+            Path::new("kill"),
+            &[&format!("-{signal}"), &pid.to_string()],
+            None,
+        )?;
+        let deadline = Instant::now() + Duration::from_secs(60);
+        while Path::new(&format!("/proc/{pid}")).exists() {
+            if Instant::now() > deadline {
+                return Err(format!("mariadbd {pid} did not stop"));
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        let _ = std::fs::remove_file(self.pid_file());
+        Ok(())
+    }
+}
+
+static SERVER: OnceLock<Result<Server, String>> = OnceLock::new();
+
+/// The server for this process's tests, or `None` (after printing why) when
+/// there is none and MySQL is not [required](crate::required).
+///
+/// # Panics
+/// When no server can be had and `mysql` is required.
+pub fn server() -> Option<&'static Server> {
+    match SERVER.get_or_init(find_or_start) {
+        Ok(server) => Some(server),
+        Err(why) => {
+            process::skip_or_fail(
+                "mysql",
+                why,
+                &format!("set {URL_VAR}, or install MariaDB's server (mariadb-server)"),
+            );
+            None
+        }
+    }
+}
+
+fn find_or_start() -> Result<Server, String> {
+    if let Ok(url) = std::env::var(URL_VAR) {
+        if !url.is_empty() {
+            return Ok(Server {
+                url,
+                instance: None,
+            });
+        }
+    }
+    let find = |name: &str| {
+        let path = std::env::var_os("PATH").unwrap_or_default();
+        std::env::split_paths(&path)
+            .chain(["/usr/sbin".into(), "/usr/bin".into()])
+            .map(|dir| dir.join(name))
+            .find(|p| p.is_file())
+    };
+    let install_db = find("mariadb-install-db").ok_or("no mariadb-install-db found")?;
+    let mariadbd = find("mariadbd").ok_or("no mariadbd found")?;
+    start_instance(&install_db, mariadbd)
+}
+
+fn start_instance(install_db: &Path, mariadbd: PathBuf) -> Result<Server, String> {
+    let as_mysql_user = process::is_root();
+    let dir = tempfile::Builder::new()
+        .prefix("alkstore-mysql-")
+        .tempdir()
+        .map_err(|e| format!("no temp dir: {e}"))?
+        .keep();
+    if as_mysql_user {
+        process::hand_to("mysql", &dir)?;
+    }
+    let instance = Instance {
+        dir,
+        mariadbd,
+        port: process::free_port()?,
+        as_mysql_user,
+    };
+    let data = format!("--datadir={}", instance.data().display());
+    process::run(
+        install_db,
+        &[
+            "--no-defaults",
+            &data,
+            "--auth-root-authentication-method=socket",
+            "--skip-test-db",
+            "--innodb-log-file-size=16M",
+        ],
+        instance.user(),
+    )?;
+    spawn_watchdog(&instance)?;
+    // The TCP superuser, made by the server itself at its first start; the
+    // file is gone once the server is up.
+    let password = process::random_password()?;
+    let init = instance.dir.join("init.sql");
+    std::fs::write(
+        &init,
+        format!(
+            "CREATE USER 'alkstore'@'127.0.0.1' IDENTIFIED BY '{password}';\n\
+             GRANT ALL PRIVILEGES ON *.* TO 'alkstore'@'127.0.0.1' WITH GRANT OPTION;\n"
+        ),
+    )
+    .map_err(|e| format!("cannot write the init file: {e}"))?;
+    if as_mysql_user {
+        process::hand_to("mysql", &init)?;
+    }
+    let started = instance.start_with(Some(&init));
+    let _ = std::fs::remove_file(&init);
+    started?;
+    Ok(Server {
+        url: format!("mysql://alkstore:{password}@127.0.0.1:{}", instance.port),
+        instance: Some(instance),
+    })
+}
+
+/// Kills the server and removes its directory once this process is gone.
+fn spawn_watchdog(instance: &Instance) -> Result<(), String> {
+    let stop = format!(
+        "kill -KILL $(cat '{}' 2>/dev/null) 2>/dev/null; sleep 1",
+        instance.pid_file().display()
+    );
+    process::spawn_watchdog(&stop, &instance.dir)
+}

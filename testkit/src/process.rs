@@ -1,0 +1,126 @@
+//! What every throwaway server needs: running its tools as its own user,
+//! a password and a port nobody else knows, a watchdog that removes it
+//! however this process ends, and one way to skip or fail when there is none.
+
+use std::net::TcpListener;
+use std::path::Path;
+use std::process::{Command, Stdio};
+
+/// Whether this process runs as root (servers then run as their own user).
+pub fn is_root() -> bool {
+    Command::new("id")
+        .arg("-u")
+        .output()
+        .map(|o| String::from_utf8_lossy(&o.stdout).trim() == "0")
+        .unwrap_or(false)
+}
+
+/// A command for `program`, run as `user` (through `runuser`) when given.
+pub fn command_as(user: Option<&str>, program: &Path) -> Command {
+    match user {
+        Some(user) => {
+            let mut c = Command::new("runuser");
+            c.args(["-u", user, "--"]).arg(program);
+            c
+        }
+        None => Command::new(program),
+    }
+}
+
+/// Runs `program args` (as `user` when given) to its end; the error holds
+/// its output.
+pub fn run(program: &Path, args: &[&str], user: Option<&str>) -> Result<(), String> {
+    let output = command_as(user, program)
+        .args(args)
+        .stdin(Stdio::null())
+        .output()
+        .map_err(|e| format!("could not run {}: {e}", program.display()))?;
+    if output.status.success() {
+        Ok(())
+    } else {
+        Err(format!(
+            "{} {args:?} failed ({}): {}{}",
+            program.display(),
+            output.status,
+            String::from_utf8_lossy(&output.stdout),
+            String::from_utf8_lossy(&output.stderr)
+        ))
+    }
+}
+
+/// Gives `path` to `user` (a server's own user, when this process is root).
+pub fn hand_to(user: &str, path: &Path) -> Result<(), String> {
+    let path = path.to_str().ok_or("the temp dir's path is not UTF-8")?;
+    run(Path::new("chown"), &[&format!("{user}:"), path], None)
+}
+
+/// 32 hex digits from the system's random source.
+pub fn random_password() -> Result<String, String> {
+    use std::io::Read;
+    let mut bytes = [0u8; 16];
+    std::fs::File::open("/dev/urandom")
+        .and_then(|mut f| f.read_exact(&mut bytes))
+        .map_err(|e| format!("no random source for the server's password: {e}"))?;
+    Ok(bytes.iter().map(|b| format!("{b:02x}")).collect())
+}
+
+/// A loopback port nothing listens on right now.
+pub fn free_port() -> Result<u16, String> {
+    let listener = TcpListener::bind("127.0.0.1:0").map_err(|e| format!("no free port: {e}"))?;
+    listener
+        .local_addr()
+        .map(|a| a.port())
+        .map_err(|e| e.to_string())
+}
+
+/// Runs the shell command `stop` and removes `dir` once this process is
+/// gone, however it ends. The watchdog's output goes nowhere, so it holds no
+/// test pipe open, and it runs in a session of its own (setsid): a signal to
+/// the test's process group, such as a timeout or Ctrl-C, must not take it
+/// down with it.
+pub fn spawn_watchdog(stop: &str, dir: &Path) -> Result<(), String> {
+    let script = format!(
+        "while kill -0 {pid} 2>/dev/null; do sleep 1; done; {stop}; rm -rf '{dir}'",
+        pid = std::process::id(),
+        dir = dir.display()
+    );
+    Command::new("setsid")
+        .args(["sh", "-c", &script])
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .map(drop)
+        .map_err(|e| format!("could not start the server watchdog: {e}"))
+}
+
+/// What a test does when `engine`'s server cannot be had (`why`): fail when
+/// the engine is [required](crate::required); otherwise say `SKIPPED:` once
+/// per process — past the test harness's output capture (through
+/// /dev/stderr), so that a plain `cargo test` shows it — and skip.
+///
+/// # Panics
+/// When the engine is required.
+pub fn skip_or_fail(engine: &str, why: &str, hint: &str) {
+    if crate::required(engine) {
+        panic!(
+            "{engine} is required ({}={engine}) but unavailable: {why}",
+            crate::REQUIRE_VAR
+        );
+    }
+    static SAID: std::sync::Mutex<Vec<String>> = std::sync::Mutex::new(Vec::new());
+    let mut said = SAID.lock().unwrap_or_else(|e| e.into_inner());
+    if said.iter().any(|e| e == engine) {
+        return;
+    }
+    said.push(engine.to_owned());
+    use std::io::Write;
+    let line = format!("SKIPPED: {engine} tests skipped: {why} ({hint})");
+    let direct = std::fs::OpenOptions::new()
+        .append(true)
+        .open("/dev/stderr")
+        .and_then(|mut stderr| writeln!(stderr, "{line}"));
+    if direct.is_err() {
+        eprintln!("{line}");
+    }
+}
