@@ -112,6 +112,31 @@ pub trait Engine: Send + Sync + 'static {
     }
 }
 
+/// The store holds a layout version this build cannot use. Layouts are not
+/// migrated: the store's objects must be dropped (or another build used).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error(
+    "the store holds alkstore schema version {found}; this build uses version {known} only \
+     (older layouts are not migrated: drop the store's objects and open again)"
+)]
+pub struct SchemaVersionError {
+    /// The version found in the store.
+    pub found: i64,
+    /// The version this build understands.
+    pub known: i64,
+}
+
+impl SchemaVersionError {
+    /// `Ok` when the store's version `found` is this build's `known` one.
+    pub fn check(found: i64, known: i64) -> Result<(), Self> {
+        if found == known {
+            Ok(())
+        } else {
+            Err(SchemaVersionError { found, known })
+        }
+    }
+}
+
 /// A lease time left as SQL computes it (`expires_at - now`, whole
 /// milliseconds) as a `Duration`: a negative value (a row that expired
 /// between two reads of the clock) is no time left.

@@ -51,7 +51,9 @@ pub enum Error {
 /// Whose namespace a reserved name belongs to.
 fn reserved_because(field: Field) -> String {
     match field {
-        Field::Schema => "schema names starting with `pg_` belong to PostgreSQL".to_owned(),
+        Field::Schema => "the database server keeps it for itself (PostgreSQL's `pg_…` \
+                          schemas, MySQL's `mysql`, `sys` and `…_schema` databases)"
+            .to_owned(),
         _ => format!(
             "names starting with `{}` belong to alkstore",
             crate::name::RESERVED_PREFIX
@@ -138,6 +140,10 @@ pub enum NameProblem {
         /// Byte offset of the first control character.
         at: usize,
     },
+    /// Ends with a space, which some engines' namespaces (MySQL database
+    /// names) cannot hold.
+    #[error("it ends with a space")]
+    TrailingSpace,
 }
 
 /// A lease duration (ttl) that alkstore refuses; found in the source chain of

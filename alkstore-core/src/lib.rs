@@ -29,7 +29,9 @@ pub mod wait;
 mod wake;
 
 pub use duration::{LeaseMillis, MAX_LEASE_MILLIS};
-pub use engine::{Attempt, Engine, GrantKey, fence_from_sql, fence_to_sql, lease_left};
+pub use engine::{
+    Attempt, Engine, GrantKey, SchemaVersionError, fence_from_sql, fence_to_sql, lease_left,
+};
 pub use engine_store::EngineStore;
 pub use error::{BoxError, Closed, DurationError, Error, Field, NameProblem, Result};
 pub use keepalive::{KeepAlive, KeepAliveOptions, KeepAliveOptionsError, LeaseStatus, LostReason};

@@ -44,9 +44,8 @@ use crate::connection::Connections;
 use crate::engine::PgEngine;
 use crate::sql::Statements;
 
-pub use schema::{
-    CannotCreateError, ForeignObjectsError, LostFencesError, MAX_SCHEMA_BYTES, SchemaVersionError,
-};
+pub use alkstore_core::SchemaVersionError;
+pub use schema::{CannotCreateError, ForeignObjectsError, LostFencesError, MAX_SCHEMA_BYTES};
 /// The connection pool type `PgStore::open` takes (sqlx's).
 pub use sqlx::PgPool as Pool;
 

@@ -11,7 +11,7 @@
 
 use std::collections::HashMap;
 
-use alkstore_core::{BoxError, Error, Field, check_text};
+use alkstore_core::{BoxError, Error, Field, SchemaVersionError, check_text};
 use sqlx::{PgConnection, PgPool};
 
 use crate::sql::{self, Objects, Statements};
@@ -19,19 +19,6 @@ use crate::sql::{self, Objects, Statements};
 /// PostgreSQL keeps at most 63 bytes of an identifier and silently truncates
 /// longer ones, which would make two long names one schema: refuse them.
 pub const MAX_SCHEMA_BYTES: usize = 63;
-
-/// The schema holds a version this build cannot use.
-#[derive(Debug, thiserror::Error)]
-#[error(
-    "the schema holds alkstore schema version {found}; this build uses version {known} only \
-     (older layouts are not migrated: drop the schema and open again)"
-)]
-pub struct SchemaVersionError {
-    /// The version found.
-    pub found: i64,
-    /// The version this build understands.
-    pub known: i64,
-}
 
 /// The schema holds objects with alkstore's names that alkstore did not
 /// make; they are never adopted, changed or dropped.
@@ -147,16 +134,8 @@ async fn read_meta(
         }
         return Err(foreign(schema, "a table named meta").into());
     }
-    match meta.get("schema_version") {
-        Some(&found) if found == sql::SCHEMA_VERSION => {}
-        found => {
-            return Err(SchemaVersionError {
-                found: found.copied().unwrap_or(0),
-                known: sql::SCHEMA_VERSION,
-            }
-            .into());
-        }
-    }
+    let found = meta.get("schema_version").copied().unwrap_or(0);
+    SchemaVersionError::check(found, sql::SCHEMA_VERSION)?;
     Ok(meta.get(sql::CREATED_SCHEMA_KEY) == Some(&1))
 }
 

@@ -36,7 +36,7 @@ use rusqlite::{Connection, OpenFlags};
 use crate::engine::SqliteEngine;
 use crate::worker::Worker;
 
-pub use schema::SchemaVersionError;
+pub use alkstore_core::SchemaVersionError;
 pub use worker::WorkerCrashed;
 
 /// [`SqliteStore::open`] was given an empty path; found in the source chain of

@@ -2,7 +2,7 @@
 
 use std::time::{Duration, Instant};
 
-use alkstore_core::BoxError;
+use alkstore_core::{BoxError, SchemaVersionError};
 use rusqlite::{Connection, ErrorCode, TransactionBehavior};
 
 use crate::sql;
@@ -33,18 +33,6 @@ fn switch_to_wal(conn: &Connection) -> rusqlite::Result<()> {
     }
 }
 
-/// The file holds a schema written by a newer alkstore.
-#[derive(Debug, thiserror::Error)]
-#[error(
-    "the database holds alkstore schema version {found}; this build knows version {known} and older"
-)]
-pub struct SchemaVersionError {
-    /// The version found in the file.
-    pub found: i64,
-    /// The newest version this build understands.
-    pub known: i64,
-}
-
 /// Applies the connection settings and creates the schema if it is missing.
 pub(crate) fn prepare(conn: &mut Connection) -> Result<(), BoxError> {
     conn.busy_timeout(BUSY_TIMEOUT)?;
@@ -53,13 +41,7 @@ pub(crate) fn prepare(conn: &mut Connection) -> Result<(), BoxError> {
     let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
     tx.execute_batch(sql::CREATE_SCHEMA)?;
     let found: i64 = tx.query_row(sql::SCHEMA_VERSION_READ, [], |r| r.get(0))?;
-    if found > sql::SCHEMA_VERSION {
-        return Err(SchemaVersionError {
-            found,
-            known: sql::SCHEMA_VERSION,
-        }
-        .into());
-    }
+    SchemaVersionError::check(found, sql::SCHEMA_VERSION)?;
     tx.commit()?;
     Ok(())
 }

@@ -1,0 +1,55 @@
+//! What the shared connection layer needs to know about MariaDB and MySQL.
+
+use alkstore_sqlx::Dialect;
+use sqlx::mysql::{MySqlConnectOptions, MySqlConnection, MySqlDatabaseError};
+
+/// MariaDB's and MySQL's answers to the connection layer's questions.
+#[derive(Debug)]
+pub(crate) struct MySql;
+
+/// The store's own connections.
+pub(crate) type Connections = alkstore_sqlx::Connections<MySql>;
+
+/// The pool's connect options with the session time zone pinned to UTC: the
+/// statements turn `NOW(3)` into Unix milliseconds, which is exact only
+/// in a zone without daylight-saving gaps.
+pub(crate) fn options(pool_options: MySqlConnectOptions) -> MySqlConnectOptions {
+    pool_options.timezone(Some(String::from("+00:00")))
+}
+
+/// The server's error number, when the error is the server's.
+pub(crate) fn error_number(error: &sqlx::Error) -> Option<u16> {
+    match error {
+        sqlx::Error::Database(db) => db.try_downcast_ref::<MySqlDatabaseError>().map(|e| e.number()),
+        _ => None,
+    }
+}
+
+/// `ER_SERVER_SHUTDOWN`, `ER_CONNECTION_KILLED` (MariaDB),
+/// `ER_CLIENT_INTERACTION_TIMEOUT` (MySQL 8): the server ended the session.
+const SESSION_ENDED: [u16; 3] = [1053, 1927, 4031];
+
+/// `ER_LOCK_DEADLOCK`: the server rolled the whole transaction back.
+pub(crate) const DEADLOCK: u16 = 1213;
+
+/// `ER_LOCK_WAIT_TIMEOUT`: a lock wait ran past `innodb_lock_wait_timeout`.
+pub(crate) const LOCK_WAIT_TIMEOUT: u16 = 1205;
+
+impl Dialect for MySql {
+    type Database = sqlx::MySql;
+
+    fn connection_lost(error: &sqlx::Error) -> bool {
+        matches!(error, sqlx::Error::Io(_))
+            || error_number(error).is_some_and(|n| SESSION_ENDED.contains(&n))
+    }
+
+    fn rolled_back(error: &sqlx::Error) -> bool {
+        error_number(error) == Some(DEADLOCK)
+    }
+
+    async fn prepare(_: &mut MySqlConnection) -> Result<(), sqlx::Error> {
+        // The options already pinned the time zone; the acquire procedure
+        // sets its own isolation level.
+        Ok(())
+    }
+}

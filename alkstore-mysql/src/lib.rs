@@ -1,0 +1,136 @@
+//! The MariaDB/MySQL engine of alkstore: named locks with TTL leases that a
+//! fleet of hosts shares through one server.
+//!
+//! - Every object lives in one database the caller names (default
+//!   `alkstore`), created if missing.
+//! - Acquire, renew and release are one statement, one round trip, each
+//!   (acquire is a `CALL` of the store's procedure); a refused acquire
+//!   writes nothing.
+//! - The server's clock decides expiry, so hosts never disagree about it.
+//! - Fences follow commit order: a grant's fence is drawn from the
+//!   database's sequence only while the grant holds the name's row lock
+//!   (docs/engine-mysql.md).
+//! - Waiting acquires in this process are woken by releases at once; a
+//!   release in another process is seen by a bounded poll (MariaDB has no
+//!   LISTEN/NOTIFY).
+//!
+//! Proven on MariaDB 10.11; the acquire procedure uses MariaDB's sequences,
+//! which MySQL 8 lacks (docs/engine-mysql.md says what differs).
+//!
+//! ```no_run
+//! use std::time::Duration;
+//! use alkstore_core::Store;
+//! use alkstore_mysql::MySqlStore;
+//!
+//! # #[tokio::main(flavor = "current_thread")]
+//! # async fn main() -> alkstore_core::Result<()> {
+//! let store = MySqlStore::connect("mysql://app:secret@db.internal", "alkstore").await?;
+//! let me = alkstore_core::unique_owner("leader-candidate")?;
+//! if let Some(lock) = store.try_lock("leader", &me, Duration::from_secs(15)).await? {
+//!     lock.release().await?;
+//! }
+//! # Ok(())
+//! # }
+//! ```
+
+mod connection;
+mod engine;
+mod schema;
+mod sql;
+
+use std::sync::Arc;
+
+use alkstore_core::{EngineStore, Error, ReleaseBus, Result};
+use sqlx::MySqlPool;
+use sqlx::mysql::MySqlPoolOptions;
+
+use crate::connection::Connections;
+use crate::engine::MySqlEngine;
+use crate::sql::Statements;
+
+pub use alkstore_core::SchemaVersionError;
+pub use schema::{ForeignObjectsError, LostFencesError, MAX_DATABASE_BYTES};
+/// The connection pool type `MySqlStore::open` takes (sqlx's).
+pub use sqlx::MySqlPool as Pool;
+
+/// The default database name.
+pub const DEFAULT_DATABASE: &str = "alkstore";
+
+/// The most connections the pool `MySqlStore::connect` makes holds.
+pub const DEFAULT_MAX_CONNECTIONS: u32 = 10;
+
+/// A lock store in one MariaDB/MySQL database.
+#[derive(Debug)]
+pub struct MySqlStore {
+    inner: EngineStore<MySqlEngine>,
+    database: String,
+}
+
+impl MySqlStore {
+    /// Connects a pool of up to [`DEFAULT_MAX_CONNECTIONS`] to `url` and
+    /// opens the store in `database`, creating it if missing. A database in
+    /// `url`'s path is only the session's default; the store's objects are
+    /// always named with `database`.
+    pub async fn connect(url: &str, database: &str) -> Result<Self> {
+        schema::validate(database)?;
+        let pool = MySqlPoolOptions::new()
+            .max_connections(DEFAULT_MAX_CONNECTIONS)
+            // Lock operations run on the store's own connections; the pool
+            // serves opening and dropping, where a ping that weeds out a
+            // connection the server dropped is worth its trip.
+            .test_before_acquire(true)
+            .connect(url)
+            .await
+            .map_err(|e| Error::database("connect", e))?;
+        Self::open(pool, database).await
+    }
+
+    /// Opens the store in `database` over an existing pool, creating what
+    /// is missing. Safe when several processes open the same database at once.
+    pub async fn open(pool: MySqlPool, database: &str) -> Result<Self> {
+        schema::validate(database)?;
+        let sql = Statements::new(database);
+        schema::open(&pool, database, &sql)
+            .await
+            .map_err(|e| Error::database("open", e))?;
+        let options = connection::options((*pool.connect_options()).clone());
+        let connections = Connections::new(options, pool.options().get_max_connections());
+        let engine = MySqlEngine {
+            pool,
+            database: database.to_owned(),
+            connections,
+            sql,
+            bus: Arc::new(ReleaseBus::new()),
+        };
+        Ok(MySqlStore {
+            inner: EngineStore::new(engine),
+            database: database.to_owned(),
+        })
+    }
+
+    /// The database this store lives in.
+    pub fn database(&self) -> &str {
+        &self.database
+    }
+
+    /// The pool underneath.
+    pub fn pool(&self) -> &MySqlPool {
+        &self.inner.engine().pool
+    }
+
+    /// Drops alkstore's objects in the database (tests and teardown), and
+    /// the database itself if alkstore created it and nothing else lives in
+    /// it. Fails closed after [`Store::close`](alkstore_core::Store::close).
+    pub async fn drop_database(&self) -> Result<()> {
+        if self.inner.is_closed() {
+            return Err(Error::closed("drop_database"));
+        }
+        self.inner
+            .engine()
+            .drop_database()
+            .await
+            .map_err(|e| Error::database("drop_database", e))
+    }
+}
+
+alkstore_core::delegate_store!(MySqlStore, inner);

@@ -1,0 +1,277 @@
+//! Checking the database name; finding, creating and dropping alkstore's
+//! objects in it.
+//!
+//! As on PostgreSQL: opening reads `information_schema` and `meta` first,
+//! and when everything is there and marked as alkstore's, nothing else runs
+//! (a role with only DML and EXECUTE rights can open a store). Only what is
+//! missing is created, under a named lock, so that several processes opening
+//! one new database at once all succeed. Tables alkstore did not make are
+//! never adopted; dropping removes only alkstore's objects, and the database
+//! only if alkstore created it and nothing else lives there.
+
+use std::collections::HashMap;
+
+use alkstore_core::{BoxError, Error, Field, NameProblem, SchemaVersionError, check_text};
+use sqlx::{MySqlConnection, MySqlPool};
+
+use crate::sql::{self, Objects, Statements};
+
+/// MariaDB and MySQL refuse database names longer than 64 characters; alkstore
+/// takes 64 bytes of UTF-8 at most.
+pub const MAX_DATABASE_BYTES: usize = 64;
+
+/// Databases that belong to the server.
+const SERVER_DATABASES: [&str; 4] = ["mysql", "information_schema", "performance_schema", "sys"];
+
+/// The database holds objects with alkstore's names that alkstore did not
+/// make; they are never adopted, changed or dropped.
+#[derive(Debug, thiserror::Error)]
+#[error(
+    "database {database:?} holds {what} that alkstore did not create; alkstore will not adopt \
+     or drop it (choose another database)"
+)]
+pub struct ForeignObjectsError {
+    /// The database.
+    pub database: String,
+    /// What was found.
+    pub what: &'static str,
+}
+
+/// alkstore's database lost its `fences` sequence: a new one would hand out
+/// fences from 1 again, below fences already handed out.
+#[derive(Debug, thiserror::Error)]
+#[error(
+    "database {database:?} is alkstore's but its fences sequence is gone; a new one would hand \
+     out fences already used. Restore it (CREATE SEQUENCE … START WITH a value above every \
+     fence ever handed out) or drop the database's alkstore objects"
+)]
+pub struct LostFencesError {
+    /// The database.
+    pub database: String,
+}
+
+/// 1 to 64 bytes, not whitespace only, no control characters, no trailing
+/// space (the server refuses one), and not one of the server's own databases.
+pub(crate) fn validate(database: &str) -> Result<(), Error> {
+    let invalid = |problem| Error::InvalidName {
+        field: Field::Schema,
+        problem,
+    };
+    check_text(database, MAX_DATABASE_BYTES).map_err(invalid)?;
+    if database.ends_with(' ') {
+        return Err(invalid(NameProblem::TrailingSpace));
+    }
+    if SERVER_DATABASES
+        .iter()
+        .any(|d| d.eq_ignore_ascii_case(database))
+    {
+        return Err(Error::ReservedName {
+            field: Field::Schema,
+            name: database.to_owned(),
+        });
+    }
+    Ok(())
+}
+
+/// Whether the database exists, and which objects it holds.
+async fn inspect(
+    conn: &mut MySqlConnection,
+    database: &str,
+) -> Result<(bool, Objects), sqlx::Error> {
+    let (exists, meta, locks, fences, acquire): (i64, i64, i64, i64, i64) =
+        sqlx::query_as(sql::INSPECT)
+            .bind(database)
+            .bind(database)
+            .bind(database)
+            .bind(database)
+            .bind(database)
+            .fetch_one(conn)
+            .await?;
+    Ok((
+        exists != 0,
+        Objects {
+            meta: meta != 0,
+            locks: locks != 0,
+            fences: fences != 0,
+            acquire: acquire != 0,
+        },
+    ))
+}
+
+/// What `meta` says: whether alkstore created the database. Refuses a
+/// foreign `meta` and a version this build cannot use.
+async fn read_meta(
+    conn: &mut MySqlConnection,
+    database: &str,
+    statements: &Statements,
+) -> Result<bool, BoxError> {
+    let rows: Vec<(String, i64)> = sqlx::query_as(statements.read_meta.clone())
+        .fetch_all(&mut *conn)
+        .await
+        .map_err(|error| -> BoxError {
+            // Columns that are not (key, value): someone else's table.
+            let unlike_ours = matches!(
+                &error,
+                sqlx::Error::ColumnDecode { .. } | sqlx::Error::ColumnNotFound(_)
+            ) || crate::connection::error_number(&error) == Some(1054);
+            if unlike_ours {
+                foreign(database, "a table named meta").into()
+            } else {
+                error.into()
+            }
+        })?;
+    let meta: HashMap<String, i64> = rows.into_iter().collect();
+    if !meta.contains_key(sql::MARKER_KEY) {
+        return Err(foreign(database, "a table named meta").into());
+    }
+    let found = meta.get("schema_version").copied().unwrap_or(0);
+    SchemaVersionError::check(found, sql::SCHEMA_VERSION)?;
+    Ok(meta.get(sql::CREATED_DATABASE_KEY) == Some(&1))
+}
+
+fn foreign(database: &str, what: &'static str) -> ForeignObjectsError {
+    ForeignObjectsError {
+        database: database.to_owned(),
+        what,
+    }
+}
+
+/// The objects found without `meta` are someone else's.
+fn refuse_unmarked(database: &str, objects: Objects) -> Result<(), BoxError> {
+    if !objects.meta && objects.any() {
+        let what = if objects.locks {
+            "a table named locks"
+        } else if objects.fences {
+            "a table named fences"
+        } else {
+            "a procedure named acquire"
+        };
+        return Err(foreign(database, what).into());
+    }
+    Ok(())
+}
+
+/// Finds or creates the store's objects in `database`.
+pub(crate) async fn open(
+    pool: &MySqlPool,
+    database: &str,
+    statements: &Statements,
+) -> Result<(), BoxError> {
+    let mut conn = pool.acquire().await?;
+    let (exists, objects) = inspect(&mut conn, database).await?;
+    if exists {
+        refuse_unmarked(database, objects)?;
+        if objects.all() {
+            read_meta(&mut conn, database, statements).await?;
+            return Ok(());
+        }
+    }
+    // DDL commits on its own in MySQL: a named lock, held by this session,
+    // keeps other openers out until everything is made.
+    let (locked,): (Option<i64>,) = sqlx::query_as(sql::LOCK_CREATION)
+        .bind(database)
+        .fetch_one(&mut *conn)
+        .await?;
+    if locked != Some(1) {
+        return Err("timed out waiting for another process creating the store's objects".into());
+    }
+    let made = create_missing(&mut conn, database, statements).await;
+    let unlocked = sqlx::query(sql::UNLOCK_CREATION)
+        .bind(database)
+        .execute(&mut *conn)
+        .await;
+    made?;
+    unlocked?;
+    Ok(())
+}
+
+async fn create_missing(
+    conn: &mut MySqlConnection,
+    database: &str,
+    statements: &Statements,
+) -> Result<(), BoxError> {
+    let (exists, objects) = inspect(conn, database).await?;
+    let created_database = !exists;
+    if !exists {
+        sqlx::raw_sql(statements.create_database.clone())
+            .execute(&mut *conn)
+            .await?;
+    }
+    refuse_unmarked(database, objects)?;
+    if objects.meta {
+        read_meta(conn, database, statements).await?;
+        // `meta` is made last: with it there, a missing sequence was
+        // dropped after fences were drawn.
+        if !objects.fences {
+            return Err(LostFencesError {
+                database: database.to_owned(),
+            }
+            .into());
+        }
+    }
+    for (present, create) in [
+        (objects.locks, &statements.create_locks),
+        (objects.fences, &statements.create_fences),
+        (objects.acquire, &statements.create_acquire),
+    ] {
+        if !present {
+            sqlx::raw_sql(create.clone()).execute(&mut *conn).await?;
+        }
+    }
+    if !objects.meta {
+        sqlx::raw_sql(statements.create_meta.clone())
+            .execute(&mut *conn)
+            .await?;
+        sqlx::query(statements.record_meta.clone())
+            .bind(sql::SCHEMA_VERSION)
+            .bind(i64::from(created_database))
+            .execute(&mut *conn)
+            .await?;
+    }
+    Ok(())
+}
+
+/// Drops alkstore's objects in `database`, and the database itself when
+/// alkstore created it and nothing else lives in it.
+pub(crate) async fn drop(
+    pool: &MySqlPool,
+    database: &str,
+    statements: &Statements,
+) -> Result<(), BoxError> {
+    let mut conn = pool.acquire().await?;
+    let (exists, objects) = inspect(&mut conn, database).await?;
+    if !exists {
+        return Ok(());
+    }
+    refuse_unmarked(database, objects)?;
+    if !objects.meta {
+        return Ok(());
+    }
+    let created_database = match read_meta(&mut conn, database, statements).await {
+        Ok(created) => created,
+        // A version this build does not use is still alkstore's to drop.
+        Err(error) if error.is::<SchemaVersionError>() => false,
+        Err(error) => return Err(error),
+    };
+    for statement in &statements.drop_objects {
+        sqlx::raw_sql(statement.clone()).execute(&mut *conn).await?;
+    }
+    if created_database {
+        let (others,): (i64,) = sqlx::query_as(sql::COUNT_OBJECTS)
+        .bind(database)
+        .bind(database)
+        .fetch_one(&mut *conn)
+        .await?;
+        if others == 0 {
+            sqlx::raw_sql(statements.drop_database.clone())
+                .execute(&mut *conn)
+                .await?;
+        } else {
+            tracing::info!(
+                database,
+                "database kept: it holds objects alkstore did not create"
+            );
+        }
+    }
+    Ok(())
+}

@@ -1,0 +1,271 @@
+//! Every SQL text of the MariaDB/MySQL engine, composed in this one place.
+//!
+//! The caller's database name is the only piece of text spliced into SQL,
+//! and only through [`quote_ident`]; every value is a bound parameter.
+
+use std::sync::Arc;
+
+use sqlx::{AssertSqlSafe, SqlSafeStr, SqlStr};
+
+/// The layout version this crate writes and reads.
+pub(crate) const SCHEMA_VERSION: i64 = 1;
+
+/// The `meta` key whose presence marks the database's objects as alkstore's.
+pub(crate) const MARKER_KEY: &str = "made_by_alkstore";
+
+/// The `meta` key that records whether alkstore created the database itself
+/// (1) or found it (0): only a database it created is ever dropped.
+pub(crate) const CREATED_DATABASE_KEY: &str = "created_database";
+
+/// The widest name or owner, in bytes (`alkstore_core::MAX_NAME_BYTES`).
+const TEXT_BYTES: usize = alkstore_core::MAX_NAME_BYTES;
+
+/// The server's clock in whole Unix milliseconds, truncated (floor). `NOW(3)`
+/// is fixed for the statement: every decision in one statement sees one
+/// instant, no earlier than the request's arrival. The store's connections
+/// pin `time_zone = '+00:00'`, so the conversion has no daylight-saving gap.
+const NOW_MS: &str = "CAST(FLOOR(UNIX_TIMESTAMP(NOW(3)) * 1000) AS SIGNED)";
+
+/// Quotes an identifier: wrapped in backticks, inner backticks doubled. Safe
+/// for any text without NUL (validated before).
+pub(crate) fn quote_ident(ident: &str) -> String {
+    format!("`{}`", ident.replace('`', "``"))
+}
+
+/// The objects of one store's database, as `information_schema` shows them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub(crate) struct Objects {
+    pub(crate) meta: bool,
+    pub(crate) locks: bool,
+    pub(crate) fences: bool,
+    pub(crate) acquire: bool,
+}
+
+impl Objects {
+    pub(crate) fn all(self) -> bool {
+        self.meta && self.locks && self.fences && self.acquire
+    }
+
+    pub(crate) fn any(self) -> bool {
+        self.meta || self.locks || self.fences || self.acquire
+    }
+}
+
+/// Whether the database exists and which of alkstore's objects it holds
+/// (bind the database name to each of the five `?`).
+pub(crate) const INSPECT: &str = "
+SELECT EXISTS (SELECT 1 FROM information_schema.SCHEMATA WHERE SCHEMA_NAME = ?),
+       EXISTS (SELECT 1 FROM information_schema.TABLES
+               WHERE TABLE_SCHEMA = ? AND TABLE_NAME = 'meta' AND TABLE_TYPE = 'BASE TABLE'),
+       EXISTS (SELECT 1 FROM information_schema.TABLES
+               WHERE TABLE_SCHEMA = ? AND TABLE_NAME = 'locks' AND TABLE_TYPE = 'BASE TABLE'),
+       EXISTS (SELECT 1 FROM information_schema.TABLES
+               WHERE TABLE_SCHEMA = ? AND TABLE_NAME = 'fences'),
+       EXISTS (SELECT 1 FROM information_schema.ROUTINES
+               WHERE ROUTINE_SCHEMA = ? AND ROUTINE_NAME = 'acquire' AND ROUTINE_TYPE = 'PROCEDURE')";
+
+/// How many tables and routines the database named `?` (bound twice) holds.
+pub(crate) const COUNT_OBJECTS: &str = "
+SELECT (SELECT COUNT(*) FROM information_schema.TABLES WHERE TABLE_SCHEMA = ?)
+     + (SELECT COUNT(*) FROM information_schema.ROUTINES WHERE ROUTINE_SCHEMA = ?)";
+
+/// Takes the creation lock of the database named `?` (a session-level named
+/// lock, released by [`UNLOCK_CREATION`] or when the session ends; the name
+/// is hashed, as MySQL limits lock names to 64 characters). Answers 1 when held.
+pub(crate) const LOCK_CREATION: &str = "SELECT GET_LOCK(CONCAT('alkstore:', MD5(?)), 60)";
+
+/// Lets go of the creation lock of the database named `?`.
+pub(crate) const UNLOCK_CREATION: &str = "SELECT RELEASE_LOCK(CONCAT('alkstore:', MD5(?)))";
+
+/// Marks composed text as audited: the only spliced text is the database
+/// name, through [`quote_ident`].
+fn audited(text: String) -> SqlStr {
+    AssertSqlSafe(Arc::<str>::from(text)).into_sql_str()
+}
+
+/// The statements of one store, composed once at open for its database.
+/// Cloning one is a reference count, not a copy.
+#[derive(Debug, Clone)]
+pub(crate) struct Statements {
+    pub(crate) create_database: SqlStr,
+    pub(crate) create_meta: SqlStr,
+    pub(crate) create_locks: SqlStr,
+    pub(crate) create_fences: SqlStr,
+    pub(crate) create_acquire: SqlStr,
+    pub(crate) record_meta: SqlStr,
+    pub(crate) read_meta: SqlStr,
+    pub(crate) drop_objects: [SqlStr; 4],
+    pub(crate) drop_database: SqlStr,
+    pub(crate) acquire: SqlStr,
+    pub(crate) renew: SqlStr,
+    pub(crate) release: SqlStr,
+    pub(crate) holder: SqlStr,
+    pub(crate) purge: SqlStr,
+}
+
+impl Statements {
+    pub(crate) fn new(database: &str) -> Self {
+        let db = quote_ident(database);
+        let locks = format!("{db}.locks");
+        let meta = format!("{db}.meta");
+        let fences = format!("{db}.fences");
+        let acquire_proc = format!("{db}.acquire");
+        // The acquire procedure: one CALL, one round trip.
+        //
+        // 1. A plain (consistent, non-locking) read: a live row answers at
+        //    once — "held", or the same owner's grant again — and nothing is
+        //    written or locked.
+        // 2. Otherwise one READ COMMITTED transaction, which draws a fence
+        //    only while it holds the name's row lock: an expired row is
+        //    locked (FOR UPDATE, waiting out a renewal, release or purge in
+        //    flight) and taken over; a missing row is inserted (with fence 0)
+        //    and then given its fence. Every earlier grant of the name drew
+        //    its fence under the same row lock and committed before letting
+        //    go of it, so the fence drawn here is above all of theirs: fences
+        //    follow commit order.
+        // 3. An insert that meets another transaction's insert of the name
+        //    (duplicate key) rolls back at once — letting go of the shared
+        //    lock the duplicate check took, so two losers cannot deadlock
+        //    upgrading it — and looks again from 1.
+        //
+        // `p_wait_ms`, when given, bounds each lock wait to the whole seconds
+        // left of it (InnoDB counts whole seconds; under one second, it does
+        // not wait at all), restored afterwards; past it the server raises
+        // 1205, the transaction rolls back, and a waiting acquire reports
+        // "held" having drawn no fence.
+        let create_acquire = format!(
+            "CREATE PROCEDURE {acquire_proc}(p_name VARBINARY({TEXT_BYTES}), \
+                 p_owner VARBINARY({TEXT_BYTES}), p_ttl BIGINT, p_wait_ms BIGINT)
+MODIFIES SQL DATA
+BEGIN
+    DECLARE now_ms BIGINT DEFAULT {NOW_MS};
+    DECLARE saved_wait BIGINT DEFAULT @@SESSION.innodb_lock_wait_timeout;
+    DECLARE found INT;
+    DECLARE held_owner VARBINARY({TEXT_BYTES});
+    DECLARE held_fence BIGINT;
+    DECLARE held_until BIGINT;
+    DECLARE duplicate BOOL DEFAULT FALSE;
+    DECLARE CONTINUE HANDLER FOR 1062 SET duplicate = TRUE;
+    DECLARE EXIT HANDLER FOR SQLEXCEPTION
+    BEGIN
+        ROLLBACK;
+        SET SESSION innodb_lock_wait_timeout = saved_wait;
+        RESIGNAL;
+    END;
+    look: LOOP
+        SELECT COUNT(*), MAX(owner), MAX(fence), MAX(expires_at)
+          INTO found, held_owner, held_fence, held_until
+          FROM {locks} WHERE name = p_name;
+        IF found = 1 AND held_until > now_ms THEN
+            SELECT held_owner = p_owner, held_fence, held_until - now_ms;
+            LEAVE look;
+        END IF;
+        IF p_wait_ms IS NOT NULL THEN
+            SET SESSION innodb_lock_wait_timeout = GREATEST(0, p_wait_ms DIV 1000);
+        END IF;
+        SET TRANSACTION ISOLATION LEVEL READ COMMITTED;
+        START TRANSACTION;
+        SELECT COUNT(*), MAX(owner), MAX(fence), MAX(expires_at)
+          INTO found, held_owner, held_fence, held_until
+          FROM {locks} WHERE name = p_name FOR UPDATE;
+        IF found = 1 AND held_until > now_ms THEN
+            COMMIT;
+            SET SESSION innodb_lock_wait_timeout = saved_wait;
+            SELECT held_owner = p_owner, held_fence, held_until - now_ms;
+            LEAVE look;
+        END IF;
+        SET duplicate = FALSE;
+        IF found = 1 THEN
+            UPDATE {locks} SET owner = p_owner, fence = NEXTVAL({fences}),
+                   expires_at = now_ms + p_ttl
+             WHERE name = p_name;
+        ELSE
+            INSERT INTO {locks} (name, owner, fence, expires_at)
+            VALUES (p_name, p_owner, 0, now_ms + p_ttl);
+            IF NOT duplicate THEN
+                UPDATE {locks} SET fence = NEXTVAL({fences}) WHERE name = p_name;
+            END IF;
+        END IF;
+        IF duplicate THEN
+            ROLLBACK;
+            SET SESSION innodb_lock_wait_timeout = saved_wait;
+        ELSE
+            COMMIT;
+            SET SESSION innodb_lock_wait_timeout = saved_wait;
+            SELECT TRUE, LASTVAL({fences}), p_ttl;
+            LEAVE look;
+        END IF;
+    END LOOP;
+END"
+        );
+        Statements {
+            create_database: audited(format!(
+                "CREATE DATABASE {db} CHARACTER SET utf8mb4 COLLATE utf8mb4_bin"
+            )),
+            create_meta: audited(format!(
+                "CREATE TABLE {meta} (
+                     `key` VARCHAR(64) CHARACTER SET ascii COLLATE ascii_bin PRIMARY KEY,
+                     value BIGINT NOT NULL
+                 ) ENGINE = InnoDB"
+            )),
+            // Names and owners are bytes, compared as bytes: no collation
+            // may fold case or trailing spaces into one name.
+            create_locks: audited(format!(
+                "CREATE TABLE {locks} (
+                     name       VARBINARY({TEXT_BYTES}) PRIMARY KEY,
+                     owner      VARBINARY({TEXT_BYTES}) NOT NULL,
+                     fence      BIGINT NOT NULL,
+                     expires_at BIGINT NOT NULL -- Unix milliseconds, server clock
+                 ) ENGINE = InnoDB"
+            )),
+            // InnoDB: each value drawn is logged before the grant that uses
+            // it commits, so a crash never hands one out again.
+            create_fences: audited(format!(
+                "CREATE SEQUENCE {fences} START WITH 1 INCREMENT BY 1 NOCYCLE ENGINE = InnoDB"
+            )),
+            create_acquire: audited(create_acquire),
+            record_meta: audited(format!(
+                "INSERT INTO {meta} (`key`, value) VALUES
+                     ('schema_version', ?), ('{MARKER_KEY}', 1), ('{CREATED_DATABASE_KEY}', ?)"
+            )),
+            read_meta: audited(format!("SELECT `key`, value FROM {meta}")),
+            drop_objects: [
+                audited(format!("DROP PROCEDURE IF EXISTS {acquire_proc}")),
+                audited(format!("DROP TABLE IF EXISTS {locks}")),
+                audited(format!("DROP SEQUENCE IF EXISTS {fences}")),
+                audited(format!("DROP TABLE IF EXISTS {meta}")),
+            ],
+            drop_database: audited(format!("DROP DATABASE {db}")),
+            acquire: audited(format!("CALL {acquire_proc}(?, ?, ?, ?)")),
+            // `FOUND_ROWS` (set by sqlx) makes the count the rows matched,
+            // not the rows changed: a renewal within the same millisecond
+            // still counts.
+            renew: audited(format!(
+                "UPDATE {locks} SET expires_at = {NOW_MS} + ?
+                 WHERE name = ? AND owner = ? AND fence = ? AND expires_at > {NOW_MS}"
+            )),
+            release: audited(format!(
+                "DELETE FROM {locks} WHERE name = ? AND owner = ? AND fence = ?"
+            )),
+            holder: audited(format!(
+                "SELECT owner, fence, expires_at - {NOW_MS} FROM {locks}
+                 WHERE name = ? AND expires_at > {NOW_MS}"
+            )),
+            purge: audited(format!("DELETE FROM {locks} WHERE expires_at <= {NOW_MS}")),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn quoting_doubles_inner_backticks() {
+        assert_eq!(quote_ident("alkstore"), "`alkstore`");
+        assert_eq!(
+            quote_ident("a`; DROP DATABASE x; --"),
+            "`a``; DROP DATABASE x; --`"
+        );
+    }
+}

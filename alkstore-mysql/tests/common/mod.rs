@@ -1,0 +1,44 @@
+//! Per-test isolation on the test server: a database of its own, dropped after.
+
+#![allow(dead_code)]
+
+use alkstore_core::Store;
+use alkstore_mysql::MySqlStore;
+use alkstore_testkit::mysql;
+
+/// A store in a new database on the test server; `None` when MariaDB/MySQL
+/// is unavailable and not required (the harness printed why).
+pub async fn store(prefix: &str) -> Option<(MySqlStore, Database)> {
+    let server = mysql::server()?;
+    let name = alkstore_testkit::unique_name(prefix);
+    let store = MySqlStore::connect(&server.url, &name)
+        .await
+        .expect("connect to the test server");
+    Some((
+        store,
+        Database {
+            url: server.url.clone(),
+            name,
+        },
+    ))
+}
+
+/// A test's database; [`Database::drop`] removes it through a connection of
+/// its own, so it works after the store under test was closed.
+pub struct Database {
+    pub url: String,
+    pub name: String,
+}
+
+impl Database {
+    pub async fn drop(self) {
+        let sweeper = MySqlStore::connect(&self.url, &self.name)
+            .await
+            .expect("connect to drop the database");
+        sweeper
+            .drop_database()
+            .await
+            .expect("drop the test database");
+        sweeper.close().await.unwrap();
+    }
+}
