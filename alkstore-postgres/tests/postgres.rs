@@ -5,14 +5,11 @@
 mod common;
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use alkstore_core::{Error, Field, Store};
 use alkstore_postgres::PgStore;
 use sqlx::Row;
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::{TcpListener, TcpStream};
 
 const TTL: Duration = Duration::from_secs(30);
 
@@ -231,54 +228,6 @@ async fn refused_acquire_writes_no_wal() {
     schema.drop().await;
 }
 
-/// A TCP proxy to the test server that counts the client's flights: a write
-/// from the client after the server last spoke on that connection (or its
-/// first write) starts one round trip. Counted before forwarding, so the
-/// count is complete by the time the client sees the answer.
-async fn counting_proxy(target: String) -> (String, Arc<AtomicU64>) {
-    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let port = listener.local_addr().unwrap().port();
-    let flights = Arc::new(AtomicU64::new(0));
-    let counter = flights.clone();
-    tokio::spawn(async move {
-        loop {
-            let (client, _) = listener.accept().await.unwrap();
-            let server = TcpStream::connect(&target).await.unwrap();
-            let (mut cr, mut cw) = client.into_split();
-            let (mut sr, mut sw) = server.into_split();
-            let client_turn = Arc::new(std::sync::atomic::AtomicBool::new(false));
-            let (up_turn, up_count) = (client_turn.clone(), counter.clone());
-            tokio::spawn(async move {
-                let mut buf = vec![0u8; 65536];
-                while let Ok(n) = cr.read(&mut buf).await {
-                    if n == 0 {
-                        break;
-                    }
-                    if !up_turn.swap(true, Ordering::SeqCst) {
-                        up_count.fetch_add(1, Ordering::SeqCst);
-                    }
-                    if sw.write_all(&buf[..n]).await.is_err() {
-                        break;
-                    }
-                }
-            });
-            tokio::spawn(async move {
-                let mut buf = vec![0u8; 65536];
-                while let Ok(n) = sr.read(&mut buf).await {
-                    if n == 0 {
-                        break;
-                    }
-                    client_turn.store(false, Ordering::SeqCst);
-                    if cw.write_all(&buf[..n]).await.is_err() {
-                        break;
-                    }
-                }
-            });
-        }
-    });
-    (format!("127.0.0.1:{port}"), flights)
-}
-
 /// Acquire, renew, release, a refusal and holder are one round trip each,
 /// counted on the wire through a proxy (after a warm-up, so that statement
 /// preparation is cached as in steady state).
@@ -287,20 +236,10 @@ async fn one_round_trip_per_operation() {
     let Some(server) = alkstore_testkit::pg::server() else {
         return;
     };
-    let target = server
-        .url
-        .split('@')
-        .nth(1)
-        .unwrap()
-        .split('/')
-        .next()
-        .unwrap()
-        .to_owned();
-    let (proxy, flights) = counting_proxy(target.clone()).await;
-    let url = server.url.replace(&target, &proxy);
+    let (url, flights) = alkstore_testkit::wire::through_proxy(&server.url).await;
     let schema = alkstore_testkit::pg::unique_schema("trips");
     let store = PgStore::connect(&url, &schema).await.unwrap();
-    let measure = |f: &AtomicU64| f.load(Ordering::SeqCst);
+    let measure = |f: &alkstore_testkit::wire::Flights| f.count();
     // Warm-up: every statement prepared once on the pool's connection.
     for _ in 0..3 {
         let lock = store.try_lock("warm", "a", TTL).await.unwrap().unwrap();

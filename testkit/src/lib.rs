@@ -12,6 +12,7 @@
 pub mod mysql;
 pub mod pg;
 pub mod process;
+pub mod wire;
 
 /// Names the engines whose tests must not be skipped: comma-separated
 /// engine names (`postgres`), or `all`. CI sets it.

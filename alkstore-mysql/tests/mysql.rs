@@ -1,0 +1,248 @@
+//! What only the MariaDB/MySQL engine can show, against a real server: the
+//! database name as data, names compared as bytes, concurrent opens, fences
+//! across reconnects, and round trips per operation counted on the wire.
+
+mod common;
+
+use std::time::Duration;
+
+use alkstore_core::{Error, Field, Store};
+use alkstore_mysql::MySqlStore;
+use alkstore_testkit::mysql;
+
+const TTL: Duration = Duration::from_secs(30);
+
+/// A database name full of backticks, quotes and SQL works, and touches
+/// nothing outside itself.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn hostile_database_name_is_only_a_name() {
+    let Some((bystander, bystander_db)) = common::store("bystander").await else {
+        return;
+    };
+    let server = mysql::server().unwrap();
+    let kept = bystander.try_lock("x", "a", TTL).await.unwrap().unwrap();
+    for hostile in [
+        "a`; DROP TABLE x; --",
+        "it's \"quoted\" \\ spaced",
+        "x`; DROP DATABASE mysql; --",
+    ] {
+        let name = format!("{hostile}{}", std::process::id() % 1000);
+        let store = MySqlStore::connect(&server.url, &name).await.unwrap();
+        assert_eq!(store.database(), name);
+        let lock = store.try_lock("x", "b", TTL).await.unwrap().unwrap();
+        let (found,): (String,) = sqlx::query_as(
+            "SELECT CAST(SCHEMA_NAME AS CHAR) FROM information_schema.SCHEMATA WHERE SCHEMA_NAME = ?",
+        )
+        .bind(&name)
+        .fetch_one(store.pool())
+        .await
+        .unwrap();
+        assert_eq!(found, name);
+        assert!(lock.release().await.unwrap());
+        store.drop_database().await.unwrap();
+        let (left,): (i64,) =
+            sqlx::query_as("SELECT COUNT(*) FROM information_schema.SCHEMATA WHERE SCHEMA_NAME = ?")
+                .bind(&name)
+                .fetch_one(store.pool())
+                .await
+                .unwrap();
+        assert_eq!(left, 0, "the database alkstore created is dropped");
+        store.close().await.unwrap();
+    }
+    // The bystander and the server's own database are untouched.
+    let holder = bystander.holder("x").await.unwrap().unwrap();
+    assert_eq!(holder.fence, kept.fence());
+    let (mysql_db,): (i64,) = sqlx::query_as(
+        "SELECT COUNT(*) FROM information_schema.SCHEMATA WHERE SCHEMA_NAME = 'mysql'",
+    )
+    .fetch_one(bystander.pool())
+    .await
+    .unwrap();
+    assert_eq!(mysql_db, 1);
+    assert!(kept.release().await.unwrap());
+    bystander.close().await.unwrap();
+    bystander_db.drop().await;
+}
+
+/// Database names the server cannot hold as given are refused before
+/// connecting.
+#[tokio::test]
+async fn bad_database_names_are_refused_before_any_connection() {
+    // No server is contacted: the URL points nowhere.
+    let url = "mysql://nobody@127.0.0.1:1";
+    for database in ["", "a\0b", &"d".repeat(65), "trailing ", "   "] {
+        match MySqlStore::connect(url, database).await {
+            Err(Error::InvalidName { field, .. }) => assert_eq!(field, Field::Schema),
+            other => panic!("{database:?}: expected InvalidName, got {other:?}"),
+        }
+    }
+    for database in ["mysql", "information_schema", "SYS", "performance_schema"] {
+        assert!(
+            matches!(
+                MySqlStore::connect(url, database).await,
+                Err(Error::ReservedName { .. })
+            ),
+            "{database}"
+        );
+    }
+}
+
+/// Names and owners are bytes: names that a case-insensitive or
+/// space-padding collation would merge are different locks, and an owner
+/// differing only in case is another owner.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn names_and_owners_compare_as_bytes() {
+    let Some((store, db)) = common::store("bytes").await else {
+        return;
+    };
+    let upper = store.try_lock("Job", "a", TTL).await.unwrap().unwrap();
+    let lower = store.try_lock("job", "a", TTL).await.unwrap();
+    assert!(lower.is_some(), "`job` is not `Job`");
+    let padded = store.try_lock("job ", "a", TTL).await.unwrap();
+    assert!(padded.is_some(), "`job ` is not `job`");
+    let accent = store.try_lock("jöb", "a", TTL).await.unwrap();
+    assert!(accent.is_some(), "`jöb` is not `job`");
+    assert!(
+        store.try_lock("Job", "A", TTL).await.unwrap().is_none(),
+        "owner `A` is not owner `a`"
+    );
+    assert_eq!(store.holder("Job").await.unwrap().unwrap().owner, "a");
+    for lock in [Some(upper), lower, padded, accent].into_iter().flatten() {
+        assert!(lock.release().await.unwrap());
+    }
+    store.close().await.unwrap();
+    db.drop().await;
+}
+
+/// Several stores opening one new database at once all succeed, and share it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn concurrent_opens_of_one_database_succeed() {
+    let Some(server) = mysql::server() else {
+        return;
+    };
+    let database = alkstore_testkit::unique_name("opens");
+    let opens: Vec<_> = (0..8)
+        .map(|_| {
+            let (url, database) = (server.url.clone(), database.clone());
+            tokio::spawn(async move { MySqlStore::connect(&url, &database).await })
+        })
+        .collect();
+    let mut stores = Vec::new();
+    for open in opens {
+        stores.push(open.await.unwrap().expect("every concurrent open succeeds"));
+    }
+    let lock = stores[0]
+        .try_lock("shared", "a", TTL)
+        .await
+        .unwrap()
+        .unwrap();
+    for store in &stores[1..] {
+        assert!(store.try_lock("shared", "b", TTL).await.unwrap().is_none());
+    }
+    assert!(lock.release().await.unwrap());
+    stores[0].drop_database().await.unwrap();
+}
+
+/// Fences keep rising across stores and reconnects (a new pool each time).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn fences_rise_across_reconnects() {
+    let Some((store, db)) = common::store("reconnect").await else {
+        return;
+    };
+    store.close().await.unwrap();
+    let mut last = 0;
+    for _ in 0..5 {
+        let store = MySqlStore::connect(&db.url, &db.name).await.unwrap();
+        let lock = store.try_lock("n", "a", TTL).await.unwrap().unwrap();
+        assert!(lock.fence() > last, "{} after {last}", lock.fence());
+        last = lock.fence();
+        assert!(lock.release().await.unwrap());
+        store.close().await.unwrap();
+    }
+    db.drop().await;
+}
+
+/// A table named `locks` that alkstore did not make is refused and left as
+/// it was.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tables_alkstore_did_not_create_are_never_adopted() {
+    let Some((store, db)) = common::store("foreign").await else {
+        return;
+    };
+    let other = alkstore_testkit::unique_name("theirs");
+    let quoted = format!("`{other}`");
+    for statement in [
+        format!("CREATE DATABASE {quoted}"),
+        format!("CREATE TABLE {quoted}.locks (id INT PRIMARY KEY)"),
+        format!("INSERT INTO {quoted}.locks VALUES (7)"),
+    ] {
+        sqlx::raw_sql(sqlx::AssertSqlSafe(statement))
+            .execute(store.pool())
+            .await
+            .unwrap();
+    }
+    let refused = MySqlStore::connect(&db.url, &other).await.unwrap_err();
+    assert!(
+        refused
+            .find_source::<alkstore_mysql::ForeignObjectsError>()
+            .is_some(),
+        "{refused:?}"
+    );
+    let (kept,): (i64,) = sqlx::query_as(sqlx::AssertSqlSafe(format!(
+        "SELECT id FROM {quoted}.locks"
+    )))
+    .fetch_one(store.pool())
+    .await
+    .unwrap();
+    assert_eq!(kept, 7);
+    sqlx::raw_sql(sqlx::AssertSqlSafe(format!("DROP DATABASE {quoted}")))
+        .execute(store.pool())
+        .await
+        .unwrap();
+    store.close().await.unwrap();
+    db.drop().await;
+}
+
+/// Acquire, a refusal, renew, holder and release are one round trip each,
+/// counted on the wire through a proxy (after a warm-up, so that statement
+/// preparation is cached as in steady state).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_round_trip_per_operation() {
+    let Some(server) = mysql::server() else {
+        return;
+    };
+    let (url, flights) = alkstore_testkit::wire::through_proxy(&server.url).await;
+    let database = alkstore_testkit::unique_name("trips");
+    let store = MySqlStore::connect(&url, &database).await.unwrap();
+    for _ in 0..3 {
+        let lock = store.try_lock("warm", "a", TTL).await.unwrap().unwrap();
+        assert!(store.try_lock("warm", "b", TTL).await.unwrap().is_none());
+        assert!(lock.renew(TTL).await.unwrap());
+        store.holder("warm").await.unwrap();
+        assert!(lock.release().await.unwrap());
+    }
+    let mut trips = Vec::new();
+    for _ in 0..20 {
+        let t0 = flights.count();
+        let lock = store.try_lock("job", "a", TTL).await.unwrap().unwrap();
+        let t1 = flights.count();
+        assert!(store.try_lock("job", "b", TTL).await.unwrap().is_none());
+        let t2 = flights.count();
+        assert!(lock.renew(TTL).await.unwrap());
+        let t3 = flights.count();
+        store.holder("job").await.unwrap().unwrap();
+        let t4 = flights.count();
+        assert!(lock.release().await.unwrap());
+        let t5 = flights.count();
+        trips.push([t1 - t0, t2 - t1, t3 - t2, t4 - t3, t5 - t4]);
+    }
+    for t in &trips {
+        assert_eq!(
+            t,
+            &[1, 1, 1, 1, 1],
+            "round trips of [acquire, refused, renew, holder, release]: {trips:?}"
+        );
+    }
+    store.drop_database().await.unwrap();
+    store.close().await.unwrap();
+}
