@@ -1,0 +1,77 @@
+//! A refused acquire writes nothing, by the server's own counters. This test
+//! binary starts its own server and runs this one test, so the server-wide
+//! counters move only with what it does.
+
+mod common;
+
+use std::time::Duration;
+
+use alkstore_core::Store;
+
+const TTL: Duration = Duration::from_secs(30);
+
+/// The server's counters of rows written and of handler writes.
+async fn writes(pool: &sqlx::MySqlPool) -> Vec<(String, i64)> {
+    let rows: Vec<(String, String)> = sqlx::query_as(
+        "SELECT VARIABLE_NAME, VARIABLE_VALUE FROM information_schema.GLOBAL_STATUS
+         WHERE VARIABLE_NAME IN ('HANDLER_WRITE', 'HANDLER_UPDATE', 'HANDLER_DELETE',
+             'INNODB_LSN_CURRENT', 'COM_COMMIT', 'COM_ROLLBACK')
+         ORDER BY VARIABLE_NAME",
+    )
+    .fetch_all(pool)
+    .await
+    .unwrap();
+    rows.into_iter()
+        .map(|(k, v)| (k, v.parse().unwrap()))
+        .collect()
+}
+
+/// 1000 refused acquires move no write counter (handler writes, updates and
+/// deletes, the redo log's sequence number, commits and rollbacks); 1000
+/// grants, the control, move them.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn refused_acquires_write_nothing() {
+    let Some((store, db)) = common::store("refusal").await else {
+        return;
+    };
+    let held = store.try_lock("busy", "a", TTL).await.unwrap().unwrap();
+    // Warm: every statement prepared, the holder's row cached.
+    for _ in 0..10 {
+        assert!(store.try_lock("busy", "b", TTL).await.unwrap().is_none());
+    }
+    let before = writes(store.pool()).await;
+    for _ in 0..1000 {
+        assert!(store.try_lock("busy", "b", TTL).await.unwrap().is_none());
+    }
+    let after = writes(store.pool()).await;
+    let moved: Vec<_> = before
+        .iter()
+        .zip(&after)
+        .filter(|(b, a)| a.1 != b.1)
+        .map(|(b, a)| (b.0.clone(), a.1 - b.1))
+        .collect();
+    assert!(moved.is_empty(), "1000 refusals wrote: {moved:?}");
+    // The control: grants do move the counters, so the check can see writes.
+    let mut grants = Vec::new();
+    for i in 0..1000 {
+        let lock = store.try_lock(&format!("n{i}"), "a", TTL).await.unwrap();
+        grants.push(lock.unwrap());
+    }
+    let granted = writes(store.pool()).await;
+    let delta = |name: &str| {
+        let of = |v: &[(String, i64)]| v.iter().find(|(k, _)| k == name).map(|(_, n)| *n);
+        of(&granted).unwrap() - of(&after).unwrap()
+    };
+    assert!(
+        delta("HANDLER_WRITE") >= 1000 && delta("INNODB_LSN_CURRENT") > 0,
+        "1000 grants: {} handler writes, redo log moved {} bytes",
+        delta("HANDLER_WRITE"),
+        delta("INNODB_LSN_CURRENT")
+    );
+    for lock in grants {
+        assert!(lock.release().await.unwrap());
+    }
+    assert!(held.release().await.unwrap());
+    store.close().await.unwrap();
+    db.drop().await;
+}
