@@ -20,7 +20,9 @@ pub(crate) fn options(pool_options: MySqlConnectOptions) -> MySqlConnectOptions 
 /// The server's error number, when the error is the server's.
 pub(crate) fn error_number(error: &sqlx::Error) -> Option<u16> {
     match error {
-        sqlx::Error::Database(db) => db.try_downcast_ref::<MySqlDatabaseError>().map(|e| e.number()),
+        sqlx::Error::Database(db) => db
+            .try_downcast_ref::<MySqlDatabaseError>()
+            .map(|e| e.number()),
         _ => None,
     }
 }

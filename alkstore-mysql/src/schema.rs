@@ -258,10 +258,10 @@ pub(crate) async fn drop(
     }
     if created_database {
         let (others,): (i64,) = sqlx::query_as(sql::COUNT_OBJECTS)
-        .bind(database)
-        .bind(database)
-        .fetch_one(&mut *conn)
-        .await?;
+            .bind(database)
+            .bind(database)
+            .fetch_one(&mut *conn)
+            .await?;
         if others == 0 {
             sqlx::raw_sql(statements.drop_database.clone())
                 .execute(&mut *conn)

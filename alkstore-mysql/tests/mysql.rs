@@ -40,12 +40,13 @@ async fn hostile_database_name_is_only_a_name() {
         assert_eq!(found, name);
         assert!(lock.release().await.unwrap());
         store.drop_database().await.unwrap();
-        let (left,): (i64,) =
-            sqlx::query_as("SELECT COUNT(*) FROM information_schema.SCHEMATA WHERE SCHEMA_NAME = ?")
-                .bind(&name)
-                .fetch_one(store.pool())
-                .await
-                .unwrap();
+        let (left,): (i64,) = sqlx::query_as(
+            "SELECT COUNT(*) FROM information_schema.SCHEMATA WHERE SCHEMA_NAME = ?",
+        )
+        .bind(&name)
+        .fetch_one(store.pool())
+        .await
+        .unwrap();
         assert_eq!(left, 0, "the database alkstore created is dropped");
         store.close().await.unwrap();
     }

@@ -30,7 +30,10 @@ impl Dialect for Postgres {
     /// (admin shutdown, crash shutdown, `pg_terminate_backend`).
     fn connection_lost(error: &sqlx::Error) -> bool {
         matches!(error, sqlx::Error::Io(_))
-            || matches!(sqlstate(error).as_deref(), Some("57P01" | "57P02" | "57P03"))
+            || matches!(
+                sqlstate(error).as_deref(),
+                Some("57P01" | "57P02" | "57P03")
+            )
     }
 
     /// `deadlock_detected` and `serialization_failure`: the transaction was

@@ -8,17 +8,16 @@
 
 mod common;
 
-use std::process::Stdio;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
-use alkstore_contract_suite::safety::history::{Interval, check};
+use alkstore_contract_suite::load::{Load, start_load};
+use alkstore_contract_suite::safety::history::check;
 use alkstore_contract_suite::support::assert_dead_holder_blocks_until_ttl;
-use alkstore_core::{Error, KeepAlive, LeaseStatus, Store};
+use alkstore_core::{KeepAlive, LeaseStatus, Store};
 use alkstore_postgres::PgStore;
 use sqlx::postgres::PgPoolOptions;
-use tokio::io::{AsyncBufReadExt, BufReader};
 use tokio::sync::Mutex;
 
 static SERIAL: Mutex<()> = Mutex::const_new(());
@@ -38,8 +37,7 @@ async fn child_holds_until_killed() {
         .await
         .unwrap()
         .unwrap();
-    println!("HELD {}", lock.fence());
-    std::future::pending::<()>().await;
+    alkstore_testkit::child::report_held_and_hang(lock.fence()).await;
 }
 
 /// A holder process killed with SIGKILL: nobody gets the lock before its TTL
@@ -50,107 +48,17 @@ async fn killed_holder_blocks_until_its_ttl() {
     let Some((store, schema)) = common::store("sigkill").await else {
         return;
     };
-    let mut child = tokio::process::Command::new(std::env::current_exe().unwrap())
-        .args([
-            "--exact",
-            "child_holds_until_killed",
-            "--ignored",
-            "--nocapture",
-            "--quiet",
-        ])
-        .env(CHILD_SCHEMA, &schema.name)
-        .env(alkstore_testkit::pg::URL_VAR, &schema.url)
-        .stdout(Stdio::piped())
-        .kill_on_drop(true)
-        .spawn()
-        .unwrap();
-    let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
-    let fence: u64 = loop {
-        let line = lines
-            .next_line()
-            .await
-            .unwrap()
-            .expect("the child reports its grant");
-        if let Some(fence) = line.strip_prefix("HELD ") {
-            break fence.trim().parse().unwrap();
-        }
-    };
-    child.start_kill().unwrap();
-    child.wait().await.unwrap();
+    let fence = alkstore_testkit::child::hold_in_child_and_kill(
+        "child_holds_until_killed",
+        &[
+            (CHILD_SCHEMA, &schema.name),
+            (alkstore_testkit::pg::URL_VAR, &schema.url),
+        ],
+    );
     let (left, waited) = assert_dead_holder_blocks_until_ttl(&store, "job", "child", fence).await;
     eprintln!("sigkill: holder killed with {left:?} left; granted {waited:?} after asking");
     store.close().await.unwrap();
     schema.drop().await;
-}
-
-/// What a load run saw.
-#[derive(Default)]
-struct Load {
-    history: Mutex<Vec<Interval>>,
-    grants: AtomicU64,
-    errors: AtomicU64,
-    slowest_ms: AtomicU64,
-    stop: AtomicBool,
-}
-
-/// Workers taking one lock in turns until told to stop; every operation
-/// bounded in time, every error an `Error::Database`.
-fn start_load(
-    store: Arc<PgStore>,
-    workers: usize,
-    load: Arc<Load>,
-) -> Vec<tokio::task::JoinHandle<()>> {
-    (0..workers)
-        .map(|w| {
-            let (store, load) = (store.clone(), load.clone());
-            tokio::spawn(async move {
-                let owner = format!("worker-{w}");
-                while !load.stop.load(Ordering::SeqCst) {
-                    let began = Instant::now();
-                    let attempt = tokio::time::timeout(
-                        Duration::from_secs(20),
-                        store.lock(
-                            "loaded",
-                            &owner,
-                            Duration::from_millis(500),
-                            Duration::from_millis(300),
-                        ),
-                    )
-                    .await
-                    .expect("an operation hung past 20 s");
-                    load.slowest_ms
-                        .fetch_max(began.elapsed().as_millis() as u64, Ordering::SeqCst);
-                    match attempt {
-                        Ok(Some(lock)) => {
-                            let start = Instant::now();
-                            tokio::time::sleep(Duration::from_millis(2)).await;
-                            let end = Instant::now().min(lock.valid_until());
-                            let fence = lock.fence();
-                            load.grants.fetch_add(1, Ordering::SeqCst);
-                            if let Err(error) = lock.release().await {
-                                assert!(matches!(error, Error::Database { .. }), "{error:?}");
-                                load.errors.fetch_add(1, Ordering::SeqCst);
-                            }
-                            load.history.lock().await.push(Interval {
-                                owner: owner.clone(),
-                                fence,
-                                requested: began,
-                                start,
-                                end,
-                                released: Some(Instant::now()),
-                            });
-                        }
-                        Ok(None) => {}
-                        Err(error) => {
-                            assert!(matches!(error, Error::Database { .. }), "{error:?}");
-                            load.errors.fetch_add(1, Ordering::SeqCst);
-                            tokio::time::sleep(Duration::from_millis(20)).await;
-                        }
-                    }
-                }
-            })
-        })
-        .collect()
 }
 
 /// Median time from a release through another store to the grant of a
@@ -214,7 +122,7 @@ async fn server_restart_under_load() {
     // Start the listener before the outage.
     let before = cross_store_handoff(&store, &other, "before").await;
     let load = Arc::new(Load::default());
-    let workers = start_load(store.clone(), 8, load.clone());
+    let workers = start_load(store.clone() as Arc<dyn Store>, 8, load.clone());
     tokio::time::sleep(Duration::from_secs(1)).await;
     let grants_before = load.grants.load(Ordering::SeqCst);
     let stopped =
@@ -280,7 +188,7 @@ async fn connections_killed_mid_run() {
     let kept_fence = kept_lock.fence();
     let kept = KeepAlive::start(kept_lock, Duration::from_millis(900)).unwrap();
     let load = Arc::new(Load::default());
-    let workers = start_load(store.clone(), 6, load.clone());
+    let workers = start_load(store.clone() as Arc<dyn Store>, 6, load.clone());
     let mut killed = 0;
     for _ in 0..5 {
         tokio::time::sleep(Duration::from_millis(300)).await;

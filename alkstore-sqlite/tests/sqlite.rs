@@ -266,40 +266,19 @@ async fn child_holds_until_killed() {
         .await
         .unwrap()
         .unwrap();
-    println!("HELD {}", lock.fence());
-    std::future::pending::<()>().await;
+    alkstore_testkit::child::report_held_and_hang(lock.fence()).await;
 }
 
 /// A holder process killed with SIGKILL: nobody gets the lock before its TTL
 /// runs out, and a waiter gets it once it has.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn killed_holder_blocks_until_its_ttl() {
-    use std::io::BufRead;
     let dir = tempfile::tempdir().unwrap();
     let db = dir.path().join("locks.db");
-    let mut child = Command::new(std::env::current_exe().unwrap())
-        .args([
-            "--exact",
-            "child_holds_until_killed",
-            "--ignored",
-            "--nocapture",
-            "--quiet",
-        ])
-        .env(CHILD_HOLD_DB, &db)
-        .stdout(std::process::Stdio::piped())
-        .spawn()
-        .unwrap();
-    let stdout = std::io::BufReader::new(child.stdout.take().unwrap());
-    let fence: u64 = stdout
-        .lines()
-        .map(Result::unwrap)
-        .find_map(|line| {
-            line.strip_prefix("HELD ")
-                .map(|f| f.trim().parse().unwrap())
-        })
-        .expect("the child reports its grant");
-    child.kill().unwrap();
-    child.wait().unwrap();
+    let fence = alkstore_testkit::child::hold_in_child_and_kill(
+        "child_holds_until_killed",
+        &[(CHILD_HOLD_DB, db.to_str().unwrap())],
+    );
     let store = SqliteStore::open(&db).await.unwrap();
     let (left, waited) = assert_dead_holder_blocks_until_ttl(&store, "job", "child", fence).await;
     eprintln!("sigkill: holder killed with {left:?} left; granted {waited:?} after asking");

@@ -176,7 +176,11 @@ impl<D: Dialect> Connections<D> {
     }
 
     /// An idle connection (when `reuse`), or a new one.
-    async fn get(&self, reuse: bool, deadline: Option<Instant>) -> Result<Checkout<'_, D>, BoxError> {
+    async fn get(
+        &self,
+        reuse: bool,
+        deadline: Option<Instant>,
+    ) -> Result<Checkout<'_, D>, BoxError> {
         let permit = until(deadline, self.permits.clone().acquire_owned())
             .await?
             .map_err(|_| Closed)?;
@@ -233,7 +237,10 @@ pub type StatementFuture<'c, T> =
     std::pin::Pin<Box<dyn Future<Output = Result<T, sqlx::Error>> + Send + 'c>>;
 
 /// Runs `step` to the end, or until `deadline` when there is one.
-async fn until<T>(deadline: Option<Instant>, step: impl Future<Output = T>) -> Result<T, OutOfTime> {
+async fn until<T>(
+    deadline: Option<Instant>,
+    step: impl Future<Output = T>,
+) -> Result<T, OutOfTime> {
     match deadline {
         Some(deadline) => tokio::time::timeout_at(deadline.into(), step)
             .await

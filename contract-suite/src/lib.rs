@@ -25,6 +25,7 @@
 
 pub mod cases;
 mod fresh;
+pub mod load;
 pub mod safety;
 pub mod support;
 

@@ -9,6 +9,7 @@
 //! none, and the caller skips — unless the engine is required (see
 //! [`required`]), which turns the skip into a failure.
 
+pub mod child;
 pub mod mysql;
 pub mod pg;
 pub mod process;

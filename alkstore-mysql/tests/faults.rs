@@ -1,0 +1,191 @@
+//! Faults against a real server: a holder process killed with SIGKILL, the
+//! server stopped and restarted under load, and the store's sessions killed
+//! with `KILL CONNECTION`.
+//!
+//! This binary gets a throwaway server of its own (the harness starts one per
+//! test process), so restarting it disturbs no other test binary; the tests
+//! here take turns through `SERIAL`.
+
+mod common;
+
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+use std::time::{Duration, Instant};
+
+use alkstore_contract_suite::load::{Load, start_load};
+use alkstore_contract_suite::safety::history::check;
+use alkstore_contract_suite::support::assert_dead_holder_blocks_until_ttl;
+use alkstore_core::{KeepAlive, LeaseStatus, Store};
+use alkstore_mysql::MySqlStore;
+use alkstore_testkit::mysql;
+use tokio::sync::Mutex;
+
+static SERIAL: Mutex<()> = Mutex::const_new(());
+
+const CHILD_DATABASE: &str = "ALKSTORE_TEST_CHILD_DATABASE";
+
+/// The child side of `killed_holder_blocks_until_its_ttl`: takes the lock,
+/// says so, and hangs until killed.
+#[tokio::test]
+#[ignore = "run by killed_holder_blocks_until_its_ttl in a child process"]
+async fn child_holds_until_killed() {
+    let database = std::env::var(CHILD_DATABASE).expect("started by the parent test");
+    let url = std::env::var(mysql::URL_VAR).unwrap();
+    let store = MySqlStore::connect(&url, &database).await.unwrap();
+    let lock = store
+        .try_lock("job", "child", Duration::from_secs(2))
+        .await
+        .unwrap()
+        .unwrap();
+    alkstore_testkit::child::report_held_and_hang(lock.fence()).await;
+}
+
+/// A holder process killed with SIGKILL: nobody gets the lock before its TTL
+/// runs out, and a waiter gets it once it has.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn killed_holder_blocks_until_its_ttl() {
+    let _turn = SERIAL.lock().await;
+    let Some((store, db)) = common::store("sigkill").await else {
+        return;
+    };
+    let fence = alkstore_testkit::child::hold_in_child_and_kill(
+        "child_holds_until_killed",
+        &[(CHILD_DATABASE, &db.name), (mysql::URL_VAR, &db.url)],
+    );
+    let (left, waited) = assert_dead_holder_blocks_until_ttl(&store, "job", "child", fence).await;
+    eprintln!("sigkill: holder killed with {left:?} left; granted {waited:?} after asking");
+    store.close().await.unwrap();
+    db.drop().await;
+}
+
+/// The server stopped (cleanly, then by a crash) and restarted under load:
+/// operations fail with `Error::Database` (no panic, no hang), the same store
+/// works again afterwards without reopening, fences keep rising, and no two
+/// holders overlap across the outage.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn server_restart_under_load() {
+    let _turn = SERIAL.lock().await;
+    let Some(server) = mysql::server() else {
+        return;
+    };
+    let Some(instance) = &server.instance else {
+        eprintln!(
+            "SKIPPED: server_restart_under_load needs the harness's own server, not {}",
+            mysql::URL_VAR
+        );
+        return;
+    };
+    let database = alkstore_testkit::unique_name("restart");
+    let store = Arc::new(MySqlStore::connect(&server.url, &database).await.unwrap());
+    for signal in ["TERM", "KILL"] {
+        let load = Arc::new(Load::default());
+        let workers = start_load(store.clone() as Arc<dyn Store>, 8, load.clone());
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        let grants_before = load.grants.load(Ordering::SeqCst);
+        let stopped = tokio::task::spawn_blocking(move || instance.stop(signal));
+        stopped.await.unwrap().expect("stop the server");
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        let errors_during = load.errors.load(Ordering::SeqCst);
+        let started = tokio::task::spawn_blocking(move || instance.start());
+        started.await.unwrap().expect("start the server");
+        let restarted = Instant::now();
+        let grants_at_restart = load.grants.load(Ordering::SeqCst);
+        while load.grants.load(Ordering::SeqCst) < grants_at_restart + 20 {
+            assert!(
+                restarted.elapsed() < Duration::from_secs(30),
+                "the store did not recover"
+            );
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        let recovered_after = restarted.elapsed();
+        load.stop.store(true, Ordering::SeqCst);
+        for worker in workers {
+            worker.await.expect("a worker panicked");
+        }
+        let history = std::mem::take(&mut *load.history.lock().await);
+        assert_eq!(check(&history), Ok(()));
+        assert!(
+            grants_before > 0 && errors_during > 0,
+            "no load, or no outage seen"
+        );
+        eprintln!(
+            "restart (SIG{signal}): {} grants checked, {} errors (all Error::Database), \
+             slowest op {} ms, recovered {recovered_after:?} after start, violations: 0",
+            history.len(),
+            load.errors.load(Ordering::SeqCst),
+            load.slowest_ms.load(Ordering::SeqCst)
+        );
+    }
+    store.drop_database().await.unwrap();
+    store.close().await.unwrap();
+}
+
+/// The store's sessions killed mid-run with `KILL CONNECTION`: the store
+/// recovers, a kept lease survives (the failed renewal is retried), and
+/// nothing overlaps.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn connections_killed_mid_run() {
+    let _turn = SERIAL.lock().await;
+    let Some((store, db)) = common::store("kill").await else {
+        return;
+    };
+    let store = Arc::new(store);
+    let admin = MySqlStore::connect(&db.url, &db.name).await.unwrap();
+    let kept_lock = store
+        .try_lock("kept", "keeper", Duration::from_millis(900))
+        .await
+        .unwrap()
+        .unwrap();
+    let kept_fence = kept_lock.fence();
+    let kept = KeepAlive::start(kept_lock, Duration::from_millis(900)).unwrap();
+    let load = Arc::new(Load::default());
+    let workers = start_load(store.clone() as Arc<dyn Store>, 6, load.clone());
+    let mut killed = 0;
+    for _ in 0..5 {
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        let sessions: Vec<(i64,)> = sqlx::query_as(
+            "SELECT ID FROM information_schema.PROCESSLIST
+             WHERE ID <> CONNECTION_ID() AND USER = SUBSTRING_INDEX(CURRENT_USER(), '@', 1)
+               AND COMMAND <> 'Daemon'",
+        )
+        .fetch_all(admin.pool())
+        .await
+        .unwrap();
+        for (id,) in sessions {
+            // Gone already, or the admin pool's own other connection: fine.
+            if sqlx::raw_sql(sqlx::AssertSqlSafe(format!("KILL CONNECTION {id}")))
+                .execute(admin.pool())
+                .await
+                .is_ok()
+            {
+                killed += 1;
+            }
+        }
+    }
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    load.stop.store(true, Ordering::SeqCst);
+    for worker in workers {
+        worker.await.expect("a worker panicked");
+    }
+    assert!(
+        matches!(kept.status(), LeaseStatus::Held { .. }),
+        "kept lease lost: {:?}",
+        kept.status()
+    );
+    assert_eq!(
+        store.holder("kept").await.unwrap().unwrap().fence,
+        kept_fence
+    );
+    let history = std::mem::take(&mut *load.history.lock().await);
+    assert_eq!(check(&history), Ok(()));
+    assert!(killed > 0);
+    eprintln!(
+        "kill: {killed} sessions killed, {} grants checked, {} errors, kept lease held throughout, violations: 0",
+        history.len(),
+        load.errors.load(Ordering::SeqCst)
+    );
+    assert!(kept.release().await.unwrap());
+    store.close().await.unwrap();
+    admin.close().await.unwrap();
+    db.drop().await;
+}

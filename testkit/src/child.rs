@@ -1,0 +1,54 @@
+//! A holder in another process, killed with SIGKILL while it holds a lock:
+//! the test binary runs one of its own ignored tests as the child.
+//!
+//! ```no_run
+//! // In the parent test:
+//! let fence = alkstore_testkit::child::hold_in_child_and_kill(
+//!     "child_holds_until_killed",
+//!     &[("MY_TEST_DB", "/tmp/x.db")],
+//! );
+//! // In the child, an `#[ignore]`d test named `child_holds_until_killed`,
+//! // once its lock is granted with `fence`:
+//! # async fn child(fence: u64) {
+//! alkstore_testkit::child::report_held_and_hang(fence).await;
+//! # }
+//! ```
+
+use std::io::{BufRead, BufReader, Write};
+use std::process::{Command, Stdio};
+
+/// The line the child prints once it holds its lock.
+const HELD: &str = "HELD ";
+
+/// Runs this test binary's ignored test `test` in a child process with
+/// `env` added, waits until it reports its grant, kills it with SIGKILL and
+/// reaps it; the grant's fence.
+///
+/// # Panics
+/// When the child cannot be started or exits before it reports a grant.
+pub fn hold_in_child_and_kill(test: &str, env: &[(&str, &str)]) -> u64 {
+    let mut child = Command::new(std::env::current_exe().unwrap())
+        .args(["--exact", test, "--ignored", "--nocapture", "--quiet"])
+        .envs(env.iter().copied())
+        .stdout(Stdio::piped())
+        .spawn()
+        .expect("start the child test");
+    let stdout = child.stdout.take().unwrap();
+    let fence = BufReader::new(stdout)
+        .lines()
+        .map_while(Result::ok)
+        .find_map(|line| line.strip_prefix(HELD).map(|f| f.trim().parse().unwrap()));
+    let _ = child.kill();
+    let _ = child.wait();
+    fence.expect("the child reports its grant before it ends")
+}
+
+/// The child's side: says it holds the grant with `fence`, then hangs until
+/// the parent kills it.
+pub async fn report_held_and_hang(fence: u64) -> ! {
+    let mut stdout = std::io::stdout();
+    let _ = writeln!(stdout, "{HELD}{fence}");
+    let _ = stdout.flush();
+    std::future::pending::<()>().await;
+    unreachable!("pending never completes")
+}
