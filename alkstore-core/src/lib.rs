@@ -25,6 +25,7 @@ mod keepalive;
 mod name;
 mod owner;
 mod store;
+pub mod url;
 pub mod wait;
 mod wake;
 
@@ -38,6 +39,7 @@ pub use keepalive::{KeepAlive, KeepAliveOptions, KeepAliveOptionsError, LeaseSta
 pub use name::{MAX_NAME_BYTES, RESERVED_PREFIX, check_text, validate_name, validate_owner};
 pub use owner::unique_owner;
 pub use store::{Holder, Lock, Store};
+pub use url::{EngineDescriptor, UrlError};
 pub use wake::{ReleaseBus, Subscription};
 
 /// Re-exports for this crate's macros; not part of the public API.

@@ -37,6 +37,7 @@ mod connection;
 mod engine;
 mod schema;
 mod sql;
+mod url;
 
 use std::sync::Arc;
 
@@ -52,9 +53,13 @@ pub use alkstore_core::SchemaVersionError;
 pub use schema::{ForeignObjectsError, LostFencesError, MAX_DATABASE_BYTES};
 /// The connection pool type `MySqlStore::open` takes (sqlx's).
 pub use sqlx::MySqlPool as Pool;
+pub use url::ENGINE;
 
 /// The default database name.
 pub const DEFAULT_DATABASE: &str = "alkstore";
+
+/// How long `connect` keeps trying to reach the server.
+pub const CONNECT_TIMEOUT: std::time::Duration = alkstore_sqlx::CONNECT_TIMEOUT;
 
 /// The most connections the pool `MySqlStore::connect` makes holds.
 pub const DEFAULT_MAX_CONNECTIONS: u32 = 10;
@@ -79,6 +84,7 @@ impl MySqlStore {
             // serves opening and dropping, where a ping that weeds out a
             // connection the server dropped is worth its trip.
             .test_before_acquire(true)
+            .acquire_timeout(CONNECT_TIMEOUT)
             .connect(url)
             .await
             .map_err(|e| Error::database("connect", e))?;

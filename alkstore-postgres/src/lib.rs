@@ -32,6 +32,7 @@ mod engine;
 mod listener;
 mod schema;
 mod sql;
+mod url;
 
 use std::sync::Arc;
 
@@ -48,6 +49,7 @@ pub use alkstore_core::SchemaVersionError;
 pub use schema::{CannotCreateError, ForeignObjectsError, LostFencesError, MAX_SCHEMA_BYTES};
 /// The connection pool type `PgStore::open` takes (sqlx's).
 pub use sqlx::PgPool as Pool;
+pub use url::ENGINE;
 
 /// A tag no other store shares: process id, a counter, and the clock.
 fn store_tag() -> String {
@@ -62,6 +64,9 @@ fn store_tag() -> String {
 
 /// The default schema name.
 pub const DEFAULT_SCHEMA: &str = "alkstore";
+
+/// How long `connect` keeps trying to reach the server.
+pub const CONNECT_TIMEOUT: std::time::Duration = alkstore_sqlx::CONNECT_TIMEOUT;
 
 /// The most connections the pool `PgStore::connect` makes holds.
 pub const DEFAULT_MAX_CONNECTIONS: u32 = 10;
@@ -84,6 +89,7 @@ impl PgStore {
             // serves opening and dropping the schema, where a ping that
             // weeds out a connection the server dropped is worth its trip.
             .test_before_acquire(true)
+            .acquire_timeout(CONNECT_TIMEOUT)
             .connect(url)
             .await
             .map_err(|e| Error::database("connect", e))?;

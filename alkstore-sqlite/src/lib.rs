@@ -25,6 +25,7 @@ mod bus;
 mod engine;
 mod schema;
 mod sql;
+mod url;
 mod worker;
 
 use std::path::Path;
@@ -37,6 +38,7 @@ use crate::engine::SqliteEngine;
 use crate::worker::Worker;
 
 pub use alkstore_core::SchemaVersionError;
+pub use url::ENGINE;
 pub use worker::WorkerCrashed;
 
 /// [`SqliteStore::open`] was given an empty path; found in the source chain of

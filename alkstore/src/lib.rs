@@ -22,68 +22,67 @@
 //! ```
 //!
 //! Engines, chosen by feature flag: `sqlite` (default, embedded, bundled
-//! SQLite) and `postgres` (a server shared by a fleet of hosts). The engine
-//! crates can also be used directly: `alkstore_sqlite::SqliteStore`,
-//! `alkstore_postgres::PgStore`.
-
-mod url;
+//! SQLite), `postgres` and `mysql` (MariaDB/MySQL), the two servers a fleet
+//! of hosts can share. The engine crates can also be used directly:
+//! `alkstore_sqlite::SqliteStore`, `alkstore_postgres::PgStore`,
+//! `alkstore_mysql::MySqlStore`.
 
 // What a lock user needs, at the root.
 pub use alkstore_core::{
     BoxError, Closed, DurationError, Error, Field, Holder, KeepAlive, KeepAliveOptions,
     KeepAliveOptionsError, LeaseStatus, Lock, LostReason, MAX_LEASE_MILLIS, MAX_NAME_BYTES,
-    NameProblem, RESERVED_PREFIX, Result, Store, unique_owner, validate_name, validate_owner,
+    NameProblem, RESERVED_PREFIX, Result, Store, UrlError, unique_owner, validate_name,
+    validate_owner,
 };
 
 /// For engine authors: what an engine implements and what the core gives
 /// it. A lock user needs none of this (see `docs/writing-an-engine.md`).
 pub mod engine {
     pub use alkstore_core::{
-        Attempt, Engine, EngineStore, GrantKey, LeaseMillis, ReleaseBus, Subscription, check_text,
-        clock, delegate_store, fence_from_sql, fence_to_sql, lease_left, wait,
+        Attempt, Engine, EngineDescriptor, EngineStore, GrantKey, LeaseMillis, ReleaseBus,
+        SchemaVersionError, Subscription, check_text, clock, delegate_store, fence_from_sql,
+        fence_to_sql, lease_left, url, wait,
     };
 }
-pub use url::{DEFAULT_SCHEMA, UrlError};
 
-#[cfg(feature = "postgres")]
-pub use alkstore_postgres as postgres;
-#[cfg(feature = "sqlite")]
-pub use alkstore_sqlite as sqlite;
+/// Each engine once: its feature, the module it is re-exported as, its
+/// crate. The list `open` walks comes from here.
+macro_rules! engines {
+    ($($feature:literal => $module:ident = $krate:ident),* $(,)?) => {
+        $(
+            #[cfg(feature = $feature)]
+            pub use $krate as $module;
+        )*
 
-use crate::url::Target;
+        /// The engines this build opens, each by its URL schemes (each
+        /// engine behind its feature).
+        pub const ENGINES: &[&engine::EngineDescriptor] = &[
+            $(
+                #[cfg(feature = $feature)]
+                &$krate::ENGINE,
+            )*
+        ];
+    };
+}
 
-/// Opens the store a URL names:
+engines! {
+    "sqlite" => sqlite = alkstore_sqlite,
+    "postgres" => postgres = alkstore_postgres,
+    "mysql" => mysql = alkstore_mysql,
+}
+
+/// Opens the store a URL names, with the engine whose scheme it has:
 ///
 /// - `sqlite::memory:` — a private in-memory database;
 /// - `sqlite://locks.db` (relative path), `sqlite:///var/lib/app/locks.db` (absolute);
 /// - `postgres://user@host/db?schema=name` (or `postgresql://`); `schema` is
-///   alkstore's own parameter (default [`DEFAULT_SCHEMA`]) and is not passed to
-///   the driver.
+///   alkstore's own parameter (default `alkstore`) and is not passed to the
+///   driver;
+/// - `mysql://user:password@host:port/database` (or `mariadb://`); the path
+///   names the store's database (default `alkstore`), created if missing.
 ///
-/// An unknown or malformed URL, or one naming an engine this build leaves out,
+/// An unknown or malformed URL, or one of an engine this build leaves out,
 /// is an [`Error::Database`] whose source is a [`UrlError`]; nothing is opened.
 pub async fn open(url: &str) -> Result<Box<dyn Store>> {
-    let target = url::parse(url).map_err(|e| Error::database("open", e))?;
-    match target {
-        #[cfg(feature = "sqlite")]
-        Target::SqliteMemory => Ok(Box::new(
-            alkstore_sqlite::SqliteStore::open_in_memory().await?,
-        )),
-        #[cfg(feature = "sqlite")]
-        Target::SqliteFile(path) => Ok(Box::new(alkstore_sqlite::SqliteStore::open(path).await?)),
-        #[cfg(not(feature = "sqlite"))]
-        Target::SqliteMemory | Target::SqliteFile(_) => Err(Error::database(
-            "open",
-            UrlError::EngineNotEnabled { engine: "sqlite" },
-        )),
-        #[cfg(feature = "postgres")]
-        Target::Postgres { url, schema } => Ok(Box::new(
-            alkstore_postgres::PgStore::connect(&url, &schema).await?,
-        )),
-        #[cfg(not(feature = "postgres"))]
-        Target::Postgres { .. } => Err(Error::database(
-            "open",
-            UrlError::EngineNotEnabled { engine: "postgres" },
-        )),
-    }
+    alkstore_core::url::open_with(ENGINES, url).await
 }

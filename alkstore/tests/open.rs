@@ -30,7 +30,14 @@ async fn sqlite_urls_open_working_stores() {
 
 #[tokio::test]
 async fn bad_urls_are_refused_with_a_url_error() {
-    for url in ["", "locks.db", "mysql://db/app", "sqlite://", "postgres://"] {
+    for url in [
+        "",
+        "locks.db",
+        "redis://db/0",
+        "sqlite://",
+        "postgres://",
+        "mysql://",
+    ] {
         match alkstore::open(url).await {
             Err(err @ Error::Database { .. }) => {
                 assert!(err.find_source::<UrlError>().is_some(), "{url:?}: {err:?}");
@@ -65,6 +72,44 @@ async fn postgres_url_with_schema_opens_that_schema() {
     direct.drop_schema().await.unwrap();
 }
 
+#[cfg(feature = "mysql")]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn mysql_url_path_opens_that_database() {
+    use alkstore::Store;
+    let Some(server) = alkstore_testkit::mysql::server() else {
+        return;
+    };
+    let database = alkstore_testkit::unique_name("facade");
+    let url = format!("{}/{database}", server.url).replacen("mysql://", "mariadb://", 1);
+    let store = alkstore::open(&url).await.unwrap();
+    let lock = store.try_lock("job", "a", TTL).await.unwrap().unwrap();
+    let direct = alkstore::mysql::MySqlStore::connect(&server.url, &database)
+        .await
+        .unwrap();
+    assert_eq!(
+        direct.holder("job").await.unwrap().unwrap().fence,
+        lock.fence()
+    );
+    assert!(lock.release().await.unwrap());
+    direct.drop_database().await.unwrap();
+}
+
+/// A URL of an engine this build leaves out names the forms it does open.
+#[tokio::test]
+async fn unknown_schemes_name_what_this_build_opens() {
+    let err = match alkstore::open("redis://db/0").await {
+        Err(err) => err,
+        Ok(_) => panic!("opened"),
+    };
+    let url_error = err.find_source::<UrlError>().expect("a UrlError");
+    let text = url_error.to_string();
+    for engine in alkstore::ENGINES {
+        for scheme in engine.schemes {
+            assert!(text.contains(scheme), "{scheme} missing from {text}");
+        }
+    }
+}
+
 /// No error of `open`, in its message chain or its `Debug`, holds the
 /// password of the URL it was given: unparsable URLs, unknown schemes, a
 /// password as a query parameter, and a server that cannot be reached.
@@ -77,12 +122,22 @@ async fn no_error_of_open_holds_the_password() {
         "postgres://db/app?password=s3cret&schema=a&schema=b",
         "sqlite://locks.db?password=s3cret",
     ];
+    // Nothing listens on port 1: the driver's own error.
     if cfg!(feature = "postgres") {
-        // Nothing listens on port 1: the driver's own error.
         urls.push("postgres://app:s3cret@127.0.0.1:1/app");
     }
+    if cfg!(feature = "mysql") {
+        urls.push("mysql://app:s3cret@127.0.0.1:1/app");
+        urls.push("mysql://app:s3cret@db:x/app");
+    }
+    let mut opens = Vec::new();
     for url in urls {
-        let err = match alkstore::open(url).await {
+        opens.push((url, tokio::spawn(alkstore::open(url))));
+    }
+    // At once: a server that refuses connections is retried until the
+    // connect timeout.
+    for (url, open) in opens {
+        let err = match open.await.unwrap() {
             Err(err) => err,
             Ok(_) => panic!("{url}: opened"),
         };

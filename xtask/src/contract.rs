@@ -4,11 +4,35 @@ use std::process::Command;
 
 use crate::{Outcome, Table};
 
-/// The engines and the test target that runs the suite on each.
-const ENGINES: &[(&str, &str)] = &[
-    ("sqlite", "alkstore-sqlite"),
-    ("postgres", "alkstore-postgres"),
-];
+/// The engines of the workspace and the package that runs the suite on
+/// each: every `alkstore-<engine>` package with a `tests/contract.rs`, found
+/// on disk, so that a new engine crate needs no line here.
+pub(crate) fn engines() -> Result<Vec<(String, String)>, String> {
+    let root = crate::workspace_root();
+    let mut found = Vec::new();
+    let dirs =
+        std::fs::read_dir(&root).map_err(|e| format!("cannot list {}: {e}", root.display()))?;
+    for dir in dirs.flatten() {
+        let manifest = std::fs::read_to_string(dir.path().join("Cargo.toml")).unwrap_or_default();
+        let package = manifest
+            .lines()
+            .find_map(|l| l.strip_prefix("name = \""))
+            .and_then(|rest| rest.strip_suffix('"'));
+        let (Some(package), true) = (package, dir.path().join("tests/contract.rs").is_file())
+        else {
+            continue;
+        };
+        if let Some(engine) = package.strip_prefix("alkstore-") {
+            found.push((engine.to_owned(), package.to_owned()));
+        }
+    }
+    // The embedded default first, then the servers by name.
+    found.sort_by_key(|(engine, _)| (engine != "sqlite", engine.clone()));
+    if found.is_empty() {
+        return Err("no engine package with tests/contract.rs found".into());
+    }
+    Ok(found)
+}
 
 /// As `alkstore_testkit::required` (xtask stays free of the workspace's
 /// dependencies): named in `ALKSTORE_REQUIRE` or `all`; for `postgres`,
@@ -22,15 +46,17 @@ fn required(engine: &str) -> bool {
 }
 
 pub(crate) fn run() -> Result<(), String> {
+    let engines = engines()?;
     let mut table = Table::new();
     let mut problems = Vec::new();
-    for &(engine, package) in ENGINES {
+    for (engine, package) in &engines {
+        let engine = engine.as_str();
         eprintln!("xtask: contract suite on {engine}");
         let output = Command::new(env!("CARGO"))
             .args([
                 "test",
                 "-p",
-                package,
+                package.as_str(),
                 "--test",
                 "contract",
                 "--",
@@ -60,7 +86,7 @@ pub(crate) fn run() -> Result<(), String> {
             table
                 .entry(case.to_owned())
                 .or_default()
-                .insert(engine, outcome);
+                .insert(engine.to_owned(), outcome);
         }
         if !output.status.success() {
             // Show why: the failing cases' own output.
@@ -92,17 +118,17 @@ pub(crate) fn run() -> Result<(), String> {
             ));
         }
     }
-    print_table(&table);
+    print_table(&table, &engines);
     for (case, results) in &table {
         let failed: Vec<_> = results
             .iter()
             .filter(|(_, o)| **o == Outcome::Fail)
-            .map(|(e, _)| *e)
+            .map(|(e, _)| e.as_str())
             .collect();
         if !failed.is_empty() {
             problems.push(format!("{case} fails on {}", failed.join(", ")));
         }
-        if results.len() != ENGINES.len() {
+        if results.len() != engines.len() {
             problems.push(format!("{case} did not run on every engine"));
         }
     }
@@ -113,17 +139,17 @@ pub(crate) fn run() -> Result<(), String> {
     }
 }
 
-fn print_table(table: &Table) {
+fn print_table(table: &Table, engines: &[(String, String)]) {
     let width = table.keys().map(String::len).max().unwrap_or(4).max(4);
     print!("{:width$}", "case");
-    for (engine, _) in ENGINES {
+    for (engine, _) in engines {
         print!("  {engine:>8}");
     }
     println!();
-    let mut totals = vec![0usize; ENGINES.len()];
+    let mut totals = vec![0usize; engines.len()];
     for (case, results) in table {
         print!("{case:width$}");
-        for (i, (engine, _)) in ENGINES.iter().enumerate() {
+        for (i, (engine, _)) in engines.iter().enumerate() {
             let cell = match results.get(engine) {
                 Some(Outcome::Pass) => {
                     totals[i] += 1;

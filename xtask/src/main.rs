@@ -3,7 +3,9 @@
 //! - `cargo xtask contract` — runs the contract suite on every engine and
 //!   prints a table of cases × engines; fails if any case fails, if the
 //!   engines disagree, or if an engine was skipped while required
-//!   (`ALKSTORE_REQUIRE=postgres`, or the older `ALKSTORE_REQUIRE_PG=1`).
+//!   (`ALKSTORE_REQUIRE=postgres,mysql` or `all`; the older
+//!   `ALKSTORE_REQUIRE_PG=1` still counts for PostgreSQL). The engines are
+//!   the workspace's `alkstore-<engine>` packages with a `tests/contract.rs`.
 //! - `cargo xtask ci` — fmt check, clippy `-D warnings`, the full test run,
 //!   the quickstart example, and the contract table.
 //! - `cargo xtask bench` — the benchmark (`bench/`), built with optimizations:
@@ -97,4 +99,12 @@ pub(crate) enum Outcome {
 }
 
 /// Cases × engines.
-pub(crate) type Table = BTreeMap<String, BTreeMap<&'static str, Outcome>>;
+pub(crate) type Table = BTreeMap<String, BTreeMap<String, Outcome>>;
+
+/// The workspace's root directory (xtask lives one level below it).
+pub(crate) fn workspace_root() -> std::path::PathBuf {
+    std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .expect("xtask lives in the workspace")
+        .to_path_buf()
+}

@@ -1,0 +1,169 @@
+//! Store URLs: the error every engine reports for one it cannot use, the
+//! password masking those errors go through, and the descriptor by which an
+//! engine tells `alkstore::open` which URLs are its own.
+
+use std::future::Future;
+use std::pin::Pin;
+
+use crate::error::Result;
+use crate::store::Store;
+
+/// A store URL that could not be used; found in the source chain of the
+/// [`Error::Database`](crate::Error::Database) `open` returns. Every URL in
+/// it is [masked](masked).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum UrlError {
+    /// No engine of this build opens URLs of this form.
+    #[error(
+        "unsupported store URL {url:?}: this build opens {known} \
+         (other engines need their feature of the alkstore crate turned on)"
+    )]
+    UnknownScheme {
+        /// The URL as given, with any password masked.
+        url: String,
+        /// The URL forms this build opens.
+        known: String,
+    },
+    /// The form is known but malformed.
+    #[error("malformed store URL {url:?}: {problem}")]
+    Malformed {
+        /// The URL as given, with any password masked.
+        url: String,
+        /// What is wrong with it.
+        problem: String,
+    },
+}
+
+impl UrlError {
+    /// `url` (masked here) is malformed because of `problem`.
+    pub fn malformed(url: &str, problem: impl Into<String>) -> Self {
+        UrlError::Malformed {
+            url: masked(url),
+            problem: problem.into(),
+        }
+    }
+}
+
+/// The future of [`EngineDescriptor::open`].
+pub type OpenFuture<'a> = Pin<Box<dyn Future<Output = Result<Box<dyn Store>>> + Send + 'a>>;
+
+/// What `alkstore::open` knows of an engine: its name (its feature and
+/// its name in `ALKSTORE_REQUIRE`), the URL prefixes it owns, and how it
+/// opens a store from such a URL. Each engine crate exports one as `ENGINE`.
+#[derive(Clone, Copy)]
+pub struct EngineDescriptor {
+    /// The engine's name: `sqlite`, `postgres`, `mysql`.
+    pub name: &'static str,
+    /// The URL prefixes this engine opens, such as `"postgres://"`.
+    pub schemes: &'static [&'static str],
+    /// Opens the store `url` names. A URL this engine cannot use is an
+    /// [`Error::Database`](crate::Error::Database) with a [`UrlError`]
+    /// source, and nothing is opened.
+    pub open: for<'a> fn(&'a str) -> OpenFuture<'a>,
+}
+
+impl EngineDescriptor {
+    /// Whether `url` starts with one of this engine's schemes.
+    pub fn handles(&self, url: &str) -> bool {
+        self.schemes.iter().any(|scheme| url.starts_with(scheme))
+    }
+}
+
+impl std::fmt::Debug for EngineDescriptor {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("EngineDescriptor")
+            .field("name", &self.name)
+            .field("schemes", &self.schemes)
+            .finish_non_exhaustive()
+    }
+}
+
+/// Opens `url` with the first of `engines` that handles it; an
+/// [`UrlError::UnknownScheme`] naming every form they know when none does.
+pub async fn open_with(engines: &[&EngineDescriptor], url: &str) -> Result<Box<dyn Store>> {
+    match engines.iter().find(|engine| engine.handles(url)) {
+        Some(engine) => (engine.open)(url).await,
+        None => {
+            let known: Vec<String> = engines
+                .iter()
+                .flat_map(|e| e.schemes.iter().map(|s| format!("{s}…")))
+                .collect();
+            Err(crate::Error::database(
+                "open",
+                UrlError::UnknownScheme {
+                    url: masked(url),
+                    known: if known.is_empty() {
+                        "no URLs".to_owned()
+                    } else {
+                        known.join(", ")
+                    },
+                },
+            ))
+        }
+    }
+}
+
+/// Query parameters whose value is a secret.
+const SECRET_KEYS: [&str; 4] = ["password", "passwd", "pwd", "sslpassword"];
+
+/// The URL with every secret replaced by `****`, parsed or not: the
+/// password of the user-info (everything between the first `:` after the
+/// scheme and the last `@` before the path or query, so that a password
+/// holding `/`, `@` or `:` is masked whole) and the value of every query
+/// parameter named like a password.
+pub fn masked(url: &str) -> String {
+    let (before_query, query) = match url.split_once('?') {
+        Some((head, query)) => (head, Some(query)),
+        None => (url, None),
+    };
+    let (prefix, rest) = match before_query.split_once("://") {
+        Some((scheme, rest)) => (format!("{scheme}://"), rest),
+        None => (String::new(), before_query),
+    };
+    let mut out = match rest.rfind('@') {
+        Some(at) => {
+            let userinfo = &rest[..at];
+            let user = userinfo.split(':').next().unwrap_or_default();
+            let password = if userinfo.contains(':') { ":****" } else { "" };
+            format!("{prefix}{user}{password}@{}", &rest[at + 1..])
+        }
+        None => before_query.to_owned(),
+    };
+    if let Some(query) = query {
+        let pairs: Vec<String> = query
+            .split('&')
+            .map(|pair| match pair.split_once('=') {
+                Some((key, _)) if SECRET_KEYS.iter().any(|s| key.eq_ignore_ascii_case(s)) => {
+                    format!("{key}=****")
+                }
+                _ => pair.to_owned(),
+            })
+            .collect();
+        out.push('?');
+        out.push_str(&pairs.join("&"));
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn masking_hides_every_password() {
+        assert_eq!(
+            masked("postgres://u:p@h/db?sslmode=disable&password=x"),
+            "postgres://u:****@h/db?sslmode=disable&password=****"
+        );
+        for url in [
+            "redis://user:secret@host/0",
+            "postgres://user:sec/ret@host/db?port=x",
+            "postgres://user:se@cret@/db",
+            "postgres://host/db?PassWord=secret",
+            "mysql://u:secret@h?pwd=secret",
+        ] {
+            assert!(!masked(url).contains("secret"), "{url}: {}", masked(url));
+        }
+    }
+}
