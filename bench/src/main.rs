@@ -3,6 +3,7 @@
 
 mod contention;
 mod measure;
+mod mysql;
 mod ops;
 mod pg;
 mod report;
@@ -34,6 +35,13 @@ async fn main() {
             pg::run(&server.url, &mut rows, &mut contended).await,
         )),
         None => eprintln!("bench: PostgreSQL figures skipped (no server)"),
+    }
+    match alkstore_testkit::mysql::server() {
+        Some(server) => curves.push((
+            "mysql",
+            mysql::run(&server.url, &mut rows, &mut contended).await,
+        )),
+        None => eprintln!("bench: MariaDB/MySQL figures skipped (no server)"),
     }
     report::print_table(&rows);
     report::write_json(&out.join("results.json"), &rows, &contended).unwrap();

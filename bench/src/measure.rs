@@ -23,6 +23,18 @@ macro_rules! timed {
 }
 pub(crate) use timed;
 
+/// The mean time per pass of `$body` over `$iterations` passes: one run, for
+/// figures measured in alternation (A B A B …) and compared by their medians.
+macro_rules! once {
+    ($iterations:expr, $body:block) => {{
+        let iterations: u32 = $iterations;
+        let start = std::time::Instant::now();
+        for _ in 0..iterations $body
+        start.elapsed() / iterations
+    }};
+}
+pub(crate) use once;
+
 pub fn median(values: &mut [Duration]) -> Duration {
     values.sort();
     values[values.len() / 2]

@@ -1,0 +1,190 @@
+//! The MariaDB/MySQL figures and their floors, measured in alternation.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use alkstore_core::Store;
+use alkstore_mysql::MySqlStore;
+use sqlx::Connection;
+use sqlx::mysql::MySqlConnection;
+
+use crate::contention::{self, Contended};
+use crate::measure::{RUNS, median, once, percentile};
+use crate::report::Row;
+
+const ENGINE: &str = "mysql";
+const TTL: Duration = Duration::from_secs(60);
+const ITERATIONS: u32 = 500;
+/// Handoffs timed per kind (same store, another store).
+const HANDOFFS: usize = 60;
+
+/// Release on `holder` → grant on `waiter`, `HANDOFFS` times: the waiter
+/// waits from 20 to 69 ms before the release (so it is at every phase of its
+/// back-off), and the time from the release's start to its grant is one sample.
+async fn handoffs(holder: &Arc<dyn Store>, waiter: &Arc<dyn Store>, tag: &str) -> Vec<Duration> {
+    let mut samples = Vec::with_capacity(HANDOFFS);
+    for i in 0..HANDOFFS {
+        let name = format!("handoff-{tag}-{i}");
+        let lock = holder.try_lock(&name, "a", TTL).await.unwrap().unwrap();
+        let (waiter, wait_name) = (waiter.clone(), name.clone());
+        let waiting = tokio::spawn(async move {
+            let lock = waiter
+                .lock(&wait_name, "b", TTL, Duration::from_secs(5))
+                .await
+                .unwrap()
+                .expect("granted after the release");
+            let granted = Instant::now();
+            lock.release().await.unwrap();
+            granted
+        });
+        tokio::time::sleep(Duration::from_millis(20 + (i as u64 * 7) % 50)).await;
+        let released = Instant::now();
+        assert!(lock.release().await.unwrap());
+        samples.push(waiting.await.unwrap() - released);
+    }
+    samples
+}
+
+pub async fn run(
+    url: &str,
+    rows: &mut Vec<Row>,
+    contended: &mut Vec<(&'static str, Contended)>,
+) -> Vec<(usize, f64)> {
+    let database = format!("bench_{}", std::process::id());
+    let store = Arc::new(MySqlStore::connect(url, &database).await.unwrap());
+    let mut bare = MySqlConnection::connect(url).await.unwrap();
+    sqlx::raw_sql(sqlx::AssertSqlSafe(format!(
+        "CREATE TABLE `{database}`.bench_raw (name VARBINARY(255) PRIMARY KEY) ENGINE = InnoDB"
+    )))
+    .execute(&mut bare)
+    .await
+    .unwrap();
+    let insert = format!("INSERT IGNORE INTO `{database}`.bench_raw (name) VALUES (?)");
+    let delete = format!("DELETE FROM `{database}`.bench_raw WHERE name = ?");
+    let dyn_store: Arc<dyn Store> = store.clone();
+    let held = dyn_store
+        .try_lock("held", "holder", TTL)
+        .await
+        .unwrap()
+        .unwrap();
+
+    eprintln!("bench: mysql floors and operations, alternating");
+    let (mut select, mut pair, mut cycle, mut refused, mut renew, mut holder) =
+        (vec![], vec![], vec![], vec![], vec![], vec![]);
+    // The first round warms every statement up and is not counted.
+    for round in 0..=RUNS {
+        let s = once!(ITERATIONS, {
+            sqlx::query("SELECT 1").execute(&mut bare).await.unwrap();
+        });
+        let r = once!(ITERATIONS, {
+            assert!(
+                dyn_store
+                    .try_lock("held", "other", TTL)
+                    .await
+                    .unwrap()
+                    .is_none()
+            );
+        });
+        let p = once!(ITERATIONS, {
+            sqlx::query(sqlx::AssertSqlSafe(insert.clone()))
+                .bind(&b"x"[..])
+                .execute(&mut bare)
+                .await
+                .unwrap();
+            sqlx::query(sqlx::AssertSqlSafe(delete.clone()))
+                .bind(&b"x"[..])
+                .execute(&mut bare)
+                .await
+                .unwrap();
+        });
+        let c = once!(ITERATIONS, {
+            let lock = dyn_store
+                .try_lock("cycle", "me", TTL)
+                .await
+                .unwrap()
+                .unwrap();
+            lock.release().await.unwrap();
+        });
+        let n = once!(ITERATIONS, {
+            assert!(held.renew(TTL).await.unwrap());
+        });
+        let h = once!(ITERATIONS, {
+            assert!(dyn_store.holder("held").await.unwrap().is_some());
+        });
+        if round > 0 {
+            select.push(s);
+            refused.push(r);
+            pair.push(p);
+            cycle.push(c);
+            renew.push(n);
+            holder.push(h);
+        }
+    }
+    let select = Row::time(ENGINE, "SELECT 1 (bare connection)", median(&mut select));
+    let pair = Row::time(
+        ENGINE,
+        "raw insert+delete (bare connection)",
+        median(&mut pair),
+    );
+    let cycle =
+        Row::time(ENGINE, "try_lock+release cycle", median(&mut cycle)).against(&pair, None);
+    rows.extend([select.clone(), pair.clone(), cycle.clone()]);
+    rows.push(Row::time(ENGINE, "refused try_lock", median(&mut refused)).against(&select, None));
+    rows.push(Row::time(ENGINE, "renew", median(&mut renew)).against(&pair, None));
+    rows.push(Row::time(ENGINE, "holder", median(&mut holder)).against(&select, None));
+    held.release().await.unwrap();
+
+    eprintln!("bench: mysql handoffs (same store, another store)");
+    let other: Arc<dyn Store> = Arc::new(MySqlStore::connect(url, &database).await.unwrap());
+    let mut same = handoffs(&dyn_store, &dyn_store, "same").await;
+    let mut across = handoffs(&dyn_store, &other, "across").await;
+    for (label, samples) in [
+        ("same store", &mut same),
+        ("another store (poll)", &mut across),
+    ] {
+        rows.push(
+            Row::time(
+                ENGINE,
+                format!("handoff to a waiter on {label}: p50"),
+                percentile(samples, 50.0),
+            )
+            .against(&pair, None),
+        );
+        rows.push(Row::time(
+            ENGINE,
+            format!("handoff to a waiter on {label}: p99"),
+            percentile(samples, 99.0),
+        ));
+    }
+
+    eprintln!("bench: mysql contention");
+    let uncontended = Row::rate(ENGINE, "uncontended cycle rate (1 task)", 1e6 / cycle.value);
+    rows.push(uncontended.clone());
+    let mut curve = vec![(1, uncontended.value)];
+    let run = contention::one_name(
+        dyn_store.clone(),
+        "contended-16",
+        16,
+        Duration::from_secs(3),
+    )
+    .await;
+    rows.push(
+        Row::rate(ENGINE, "16 waiters on one name: grants", run.grants_per_sec)
+            .against(&uncontended, None),
+    );
+    let [p50, p99] = Row::handoffs(ENGINE, &run);
+    rows.push(p50.against(&pair, None));
+    rows.push(p99);
+    curve.push((16, run.grants_per_sec));
+    contended.push((ENGINE, run));
+
+    other.close().await.unwrap();
+    store.drop_database().await.unwrap();
+    let _ = sqlx::raw_sql(sqlx::AssertSqlSafe(format!(
+        "DROP DATABASE IF EXISTS `{database}`"
+    )))
+    .execute(&mut bare)
+    .await;
+    store.close().await.unwrap();
+    curve
+}
