@@ -24,19 +24,30 @@ async fn main() {
             .unwrap_or_else(|| "target/bench".into()),
     );
     std::fs::create_dir_all(&out).unwrap();
+    // Engines to measure: those named after the output directory, or all.
+    let wanted = |engine: &str| args.len() < 2 || args[1..].iter().any(|a| a == engine);
     let mut rows = Vec::new();
     let mut contended = Vec::new();
     let dir = tempfile::tempdir().unwrap();
-    let sqlite_curve = sqlite::run(dir.path(), &mut rows, &mut contended).await;
-    let mut curves = vec![("sqlite", sqlite_curve)];
-    match alkstore_testkit::pg::server() {
+    let mut curves = Vec::new();
+    if wanted("sqlite") {
+        let sqlite_curve = sqlite::run(dir.path(), &mut rows, &mut contended).await;
+        curves.push(("sqlite", sqlite_curve));
+    }
+    match wanted("postgres")
+        .then(alkstore_testkit::pg::server)
+        .flatten()
+    {
         Some(server) => curves.push((
             "postgres",
             pg::run(&server.url, &mut rows, &mut contended).await,
         )),
         None => eprintln!("bench: PostgreSQL figures skipped (no server)"),
     }
-    match alkstore_testkit::mysql::server() {
+    match wanted("mysql")
+        .then(alkstore_testkit::mysql::server)
+        .flatten()
+    {
         Some(server) => curves.push((
             "mysql",
             mysql::run(&server.url, &mut rows, &mut contended).await,

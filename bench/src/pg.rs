@@ -194,8 +194,9 @@ pub async fn run(
     for size in [100_000i64, 1_000_000] {
         eprintln!("bench: postgres table of {size} rows");
         sqlx::query(sqlx::AssertSqlSafe(format!(
-            "INSERT INTO \"{schema}\".locks (name, owner, expires_at) \
-             SELECT 'fill-' || g, 'filler', 9000000000000000 FROM generate_series($1::bigint, $2::bigint) g"
+            "INSERT INTO \"{schema}\".locks (name, owner, fence, expires_at) \
+             SELECT 'fill-' || g, 'filler', nextval('\"{schema}\".fences'), 9000000000000000 \
+             FROM generate_series($1::bigint, $2::bigint) g"
         )))
         .bind(filled)
         .bind(size - 1)

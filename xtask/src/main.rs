@@ -6,9 +6,13 @@
 //!   (`ALKSTORE_REQUIRE=postgres,mysql` or `all`; the older
 //!   `ALKSTORE_REQUIRE_PG=1` still counts for PostgreSQL). The engines are
 //!   the workspace's `alkstore-<engine>` packages with a `tests/contract.rs`.
+//! - `cargo xtask tidy` — what the compiler cannot check: every contract case
+//!   listed and documented, case counts in the docs, the docs' SQL against
+//!   each engine's `sql.rs`, no unused dependencies.
 //! - `cargo xtask ci` — fmt check, clippy `-D warnings`, the full test run,
-//!   the quickstart example, and the contract table.
-//! - `cargo xtask bench` — the benchmark (`bench/`), built with optimizations:
+//!   the quickstart example, the contract table and tidy.
+//! - `cargo xtask bench [engine…]` — the benchmark (`bench/`; every engine,
+//!   or those named), built with optimizations:
 //!   a table of figures next to floors measured in the same run, JSON and
 //!   SVG plots under `target/bench/`.
 //! - `cargo xtask soak [minutes]` — a mixed workload per engine (4 minutes
@@ -19,20 +23,26 @@ use std::collections::BTreeMap;
 use std::process::{Command, ExitCode};
 
 mod contract;
+mod tidy;
 
 fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().skip(1).collect();
     let result = match args.first().map(String::as_str) {
         Some("contract") => contract::run(),
+        Some("tidy") => tidy::run(),
         Some("ci") => ci(),
-        Some("bench") => cargo(&[
-            "run",
-            "--release",
-            "-p",
-            "alkstore-bench",
-            "--",
-            "target/bench",
-        ]),
+        Some("bench") => {
+            let mut command = vec![
+                "run",
+                "--release",
+                "-p",
+                "alkstore-bench",
+                "--",
+                "target/bench",
+            ];
+            command.extend(args[1..].iter().map(String::as_str));
+            cargo(&command)
+        }
         Some("soak") => {
             let minutes = args.get(1).map(String::as_str).unwrap_or("4");
             cargo(&[
@@ -47,7 +57,9 @@ fn main() -> ExitCode {
             ])
         }
         _ => {
-            eprintln!("usage: cargo xtask <contract | ci | bench | soak [minutes]>");
+            eprintln!(
+                "usage: cargo xtask <contract | tidy | ci | bench [engine…] | soak [minutes]>"
+            );
             return ExitCode::from(2);
         }
     };
@@ -87,7 +99,8 @@ fn ci() -> Result<(), String> {
     ])?;
     cargo(&["test", "--workspace", "--all-features"])?;
     cargo(&["run", "--quiet", "--example", "quickstart"])?;
-    contract::run()
+    contract::run()?;
+    tidy::run()
 }
 
 /// Outcome of one case on one engine.
