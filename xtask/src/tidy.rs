@@ -145,7 +145,9 @@ fn normalized(sql: &str) -> String {
         .replace("{NOW_MS}", "now_ms")
         .replace("{locks}", "locks")
         .replace("{meta}", "meta")
-        .replace("{fences}", "fences");
+        .replace("{fences}", "fences")
+        .replace("{acquire_proc}", "acquire")
+        .replace("{acquire_fn}", "acquire");
     replaced.split_whitespace().collect::<Vec<_>>().join(" ")
 }
 
@@ -156,8 +158,15 @@ fn docs_sql(root: &Path, problems: &mut Vec<String>) -> Result<(), String> {
         let doc = read(&doc_path)?;
         let sql = normalized(&read(&root.join(format!("alkstore-{engine}/src/sql.rs")))?);
         let mut checked = 0;
-        // Inline code spans: between single backticks, outside fenced blocks.
-        let prose: String = doc.split("```").step_by(2).collect::<Vec<_>>().join(" ");
+        // Inline code spans: between single backticks, outside fenced
+        // blocks and outside double-backtick spans (which may hold a `).
+        let mut prose: String = doc.split("```").step_by(2).collect::<Vec<_>>().join(" ");
+        while let Some(open) = prose.find("``") {
+            let close = prose[open + 2..]
+                .find("``")
+                .map_or(prose.len(), |c| open + 2 + c + 2);
+            prose.replace_range(open..close, " ");
+        }
         for (i, span) in prose.split('`').enumerate() {
             let statement = normalized(span);
             let is_statement = i % 2 == 1
