@@ -144,6 +144,13 @@ pub enum NameProblem {
     /// names) cannot hold.
     #[error("it ends with a space")]
     TrailingSpace,
+    /// Holds, at byte offset `at`, a character the engine's namespace cannot
+    /// hold (MySQL database names: nothing beyond U+FFFF).
+    #[error("it holds a character the engine cannot store at byte {at}")]
+    Unsupported {
+        /// Byte offset of the first such character.
+        at: usize,
+    },
 }
 
 /// A lease duration (ttl) that alkstore refuses; found in the source chain of

@@ -10,9 +10,9 @@ pub(crate) struct MySql;
 /// The store's own connections.
 pub(crate) type Connections = alkstore_sqlx::Connections<MySql>;
 
-/// The pool's connect options with the session time zone pinned to UTC: the
-/// statements turn `NOW(3)` into Unix milliseconds, which is exact only
-/// in a zone without daylight-saving gaps.
+/// The pool's connect options with the session time zone pinned to UTC (the
+/// statements read `UTC_TIMESTAMP`, which needs none; a user's own reads of
+/// the table are then in UTC too).
 pub(crate) fn options(pool_options: MySqlConnectOptions) -> MySqlConnectOptions {
     pool_options.timezone(Some(String::from("+00:00")))
 }
@@ -49,9 +49,10 @@ impl Dialect for MySql {
         error_number(error) == Some(DEADLOCK)
     }
 
-    async fn prepare(_: &mut MySqlConnection) -> Result<(), sqlx::Error> {
-        // The options already pinned the time zone; the acquire procedure
-        // sets its own isolation level.
-        Ok(())
+    async fn prepare(conn: &mut MySqlConnection) -> Result<(), sqlx::Error> {
+        sqlx::raw_sql(crate::sql::SESSION_SETTINGS)
+            .execute(conn)
+            .await
+            .map(drop)
     }
 }

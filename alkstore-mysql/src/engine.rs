@@ -38,11 +38,15 @@ impl MySqlEngine {
     }
 }
 
+/// The longest wait the procedure is given: a year (the server's
+/// `lock_wait_timeout` goes no higher).
+const MAX_WAIT_MS: u128 = 365 * 24 * 3600 * 1000;
+
 /// The acquire procedure's bound on lock waits: the wait left, in whole
 /// milliseconds (the procedure takes whole seconds of it).
 fn lock_wait_ms(deadline: Instant) -> i64 {
     let left = deadline.saturating_duration_since(Instant::now());
-    i64::try_from(left.as_millis()).unwrap_or(i64::MAX)
+    left.as_millis().min(MAX_WAIT_MS) as i64
 }
 
 /// True when the attempt ran out of its wait before it could decide: no
@@ -79,13 +83,15 @@ impl Engine for MySqlEngine {
     ) -> Result<Attempt, BoxError> {
         let row: Result<Option<(i64, i64, i64)>, BoxError> = self
             .connections
-            .run(true, deadline, |conn| {
+            .run(true, deadline, |conn, may_have_committed| {
                 Box::pin(
                     sqlx::query(self.sql.acquire.clone())
                         .bind(name.as_bytes())
                         .bind(owner.as_bytes())
                         .bind(ttl.as_i64())
-                        .bind(deadline.map(lock_wait_ms))
+                        // A retry after a lost connection waits for the first try's
+                        // locks, so as to learn whether it committed.
+                        .bind(deadline.filter(|_| !may_have_committed).map(lock_wait_ms))
                         .fetch_optional(conn),
                 )
             })
@@ -110,7 +116,7 @@ impl Engine for MySqlEngine {
     async fn renew(&self, grant: &GrantKey, ttl: LeaseMillis) -> Result<bool, BoxError> {
         let done = self
             .connections
-            .run(true, None, |conn| {
+            .run(true, None, |conn, _| {
                 Box::pin(
                     sqlx::query(self.sql.renew.clone())
                         .bind(ttl.as_i64())
@@ -127,7 +133,7 @@ impl Engine for MySqlEngine {
     async fn release(&self, grant: &GrantKey) -> Result<bool, BoxError> {
         let done = self
             .connections
-            .run(false, None, |conn| {
+            .run(false, None, |conn, _| {
                 Box::pin(
                     sqlx::query(self.sql.release.clone())
                         .bind(grant.name.as_bytes())
@@ -143,7 +149,7 @@ impl Engine for MySqlEngine {
     async fn holder(&self, name: &str) -> Result<Option<Holder>, BoxError> {
         let row: Option<(Vec<u8>, i64, i64)> = self
             .connections
-            .run(true, None, |conn| {
+            .run(true, None, |conn, _| {
                 Box::pin(
                     sqlx::query(self.sql.holder.clone())
                         .bind(name.as_bytes())
@@ -165,7 +171,9 @@ impl Engine for MySqlEngine {
     async fn purge_expired(&self) -> Result<u64, BoxError> {
         let done = self
             .connections
-            .run(true, None, |conn| {
+            // Not retried after a lost connection: the first try may have
+            // deleted rows, and a second would count fewer.
+            .run(false, None, |conn, _| {
                 Box::pin(sqlx::query(self.sql.purge.clone()).execute(conn))
             })
             .await?;

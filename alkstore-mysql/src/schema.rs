@@ -12,7 +12,7 @@
 use std::collections::HashMap;
 
 use alkstore_core::{BoxError, Error, Field, NameProblem, SchemaVersionError, check_text};
-use sqlx::{MySqlConnection, MySqlPool};
+use sqlx::{ConnectOptions, Connection, MySqlConnection, MySqlPool};
 
 use crate::sql::{self, Objects, Statements};
 
@@ -51,7 +51,9 @@ pub struct LostFencesError {
 }
 
 /// 1 to 64 bytes, not whitespace only, no control characters, no trailing
-/// space (the server refuses one), and not one of the server's own databases.
+/// space (the server refuses one), no character beyond U+FFFF (server
+/// identifiers are utf8mb3), and not one of the server's own databases (nor
+/// a `#mysql50#` raw directory name).
 pub(crate) fn validate(database: &str) -> Result<(), Error> {
     let invalid = |problem| Error::InvalidName {
         field: Field::Schema,
@@ -61,9 +63,18 @@ pub(crate) fn validate(database: &str) -> Result<(), Error> {
     if database.ends_with(' ') {
         return Err(invalid(NameProblem::TrailingSpace));
     }
+    // Identifiers are utf8mb3 on the server: no character beyond U+FFFF.
+    if let Some((at, _)) = database
+        .char_indices()
+        .find(|(_, c)| u32::from(*c) > 0xFFFF)
+    {
+        return Err(invalid(NameProblem::Unsupported { at }));
+    }
+    // `#mysql50#` names a database by its raw directory name.
     if SERVER_DATABASES
         .iter()
         .any(|d| d.eq_ignore_ascii_case(database))
+        || database.starts_with("#mysql50#")
     {
         return Err(Error::ReservedName {
             field: Field::Schema,
@@ -151,40 +162,53 @@ fn refuse_unmarked(database: &str, objects: Objects) -> Result<(), BoxError> {
     Ok(())
 }
 
-/// Finds or creates the store's objects in `database`.
+/// Finds or creates the store's objects in `database`. Reads only, when
+/// everything is there; otherwise decides and creates under the database's
+/// creation lock, on a connection of its own that is closed afterwards (a
+/// dropped future closes it too, and the server lets go of the lock).
 pub(crate) async fn open(
     pool: &MySqlPool,
     database: &str,
     statements: &Statements,
 ) -> Result<(), BoxError> {
-    let mut conn = pool.acquire().await?;
-    let (exists, objects) = inspect(&mut conn, database).await?;
-    if exists {
-        refuse_unmarked(database, objects)?;
-        if objects.all() {
+    {
+        let mut conn = pool.acquire().await?;
+        let (exists, objects) = inspect(&mut conn, database).await?;
+        if exists && objects.all() {
             read_meta(&mut conn, database, statements).await?;
             return Ok(());
         }
     }
-    // DDL commits on its own in MySQL: a named lock, held by this session,
-    // keeps other openers out until everything is made.
-    let (locked,): (Option<i64>,) = sqlx::query_as(sql::LOCK_CREATION)
-        .bind(database)
-        .fetch_one(&mut *conn)
-        .await?;
-    if locked != Some(1) {
-        return Err("timed out waiting for another process creating the store's objects".into());
+    let mut conn = pool.connect_options().connect().await?;
+    let made = async {
+        // DDL commits on its own in MySQL: a named lock, held by this
+        // session, keeps other openers out until everything is made.
+        let (locked,): (Option<i64>,) = sqlx::query_as(sql::LOCK_CREATION)
+            .bind(database)
+            .fetch_one(&mut conn)
+            .await?;
+        if locked != Some(1) {
+            return Err(
+                "timed out waiting for another process creating the store's objects".into(),
+            );
+        }
+        create_missing(&mut conn, database, statements).await?;
+        sqlx::query(sql::UNLOCK_CREATION)
+            .bind(database)
+            .execute(&mut conn)
+            .await?;
+        Ok::<_, BoxError>(())
     }
-    let made = create_missing(&mut conn, database, statements).await;
-    let unlocked = sqlx::query(sql::UNLOCK_CREATION)
-        .bind(database)
-        .execute(&mut *conn)
-        .await;
-    made?;
-    unlocked?;
-    Ok(())
+    .await;
+    let _ = conn.close().await;
+    made
 }
 
+/// Under the creation lock: looks again, refuses what is not alkstore's,
+/// and creates what is missing — `meta` (with its marker) first, so that
+/// every other object alkstore makes is found next to it, and the
+/// `fences_created` mark right after the sequence, so that a missing
+/// sequence is told apart from one never made.
 async fn create_missing(
     conn: &mut MySqlConnection,
     database: &str,
@@ -200,31 +224,35 @@ async fn create_missing(
     refuse_unmarked(database, objects)?;
     if objects.meta {
         read_meta(conn, database, statements).await?;
-        // `meta` is made last: with it there, a missing sequence was
-        // dropped after fences were drawn.
-        if !objects.fences {
+        let (fences_created,): (i64,) = sqlx::query_as(statements.fences_created.clone())
+            .fetch_one(&mut *conn)
+            .await?;
+        if fences_created != 0 && !objects.fences {
             return Err(LostFencesError {
                 database: database.to_owned(),
             }
             .into());
         }
-    }
-    for (present, create) in [
-        (objects.locks, &statements.create_locks),
-        (objects.fences, &statements.create_fences),
-        (objects.acquire, &statements.create_acquire),
-    ] {
-        if !present {
-            sqlx::raw_sql(create.clone()).execute(&mut *conn).await?;
-        }
-    }
-    if !objects.meta {
-        sqlx::raw_sql(statements.create_meta.clone())
+    } else {
+        sqlx::raw_sql(statements.create_meta[usize::from(created_database)].clone())
             .execute(&mut *conn)
             .await?;
-        sqlx::query(statements.record_meta.clone())
-            .bind(sql::SCHEMA_VERSION)
-            .bind(i64::from(created_database))
+    }
+    if !objects.locks {
+        sqlx::raw_sql(statements.create_locks.clone())
+            .execute(&mut *conn)
+            .await?;
+    }
+    if !objects.fences {
+        sqlx::raw_sql(statements.create_fences.clone())
+            .execute(&mut *conn)
+            .await?;
+    }
+    sqlx::query(statements.record_fences.clone())
+        .execute(&mut *conn)
+        .await?;
+    if !objects.acquire {
+        sqlx::raw_sql(statements.create_acquire.clone())
             .execute(&mut *conn)
             .await?;
     }

@@ -17,14 +17,45 @@ pub(crate) const MARKER_KEY: &str = "made_by_alkstore";
 /// (1) or found it (0): only a database it created is ever dropped.
 pub(crate) const CREATED_DATABASE_KEY: &str = "created_database";
 
+/// The `meta` key recorded once the `fences` sequence exists: from then on,
+/// a missing sequence was dropped after fences were handed out.
+pub(crate) const FENCES_CREATED_KEY: &str = "fences_created";
+
 /// The widest name or owner, in bytes (`alkstore_core::MAX_NAME_BYTES`).
 const TEXT_BYTES: usize = alkstore_core::MAX_NAME_BYTES;
 
-/// The server's clock in whole Unix milliseconds, truncated (floor). `NOW(3)`
-/// is fixed for the statement: every decision in one statement sees one
-/// instant, no earlier than the request's arrival. The store's connections
-/// pin `time_zone = '+00:00'`, so the conversion has no daylight-saving gap.
-const NOW_MS: &str = "CAST(FLOOR(UNIX_TIMESTAMP(NOW(3)) * 1000) AS SIGNED)";
+/// The server's clock in whole Unix milliseconds, truncated (floor).
+/// `UTC_TIMESTAMP(3)` is fixed for the statement (every decision in one
+/// statement sees one instant, no earlier than the request's arrival) and
+/// depends on no session time zone; counting from the epoch with
+/// `TIMESTAMPDIFF` has no 2038 limit (`UNIX_TIMESTAMP(datetime)` answers
+/// NULL past 2038-01-19 before MariaDB 11.5).
+const NOW_MS: &str =
+    "(TIMESTAMPDIFF(MICROSECOND, '1970-01-01 00:00:00', UTC_TIMESTAMP(3)) DIV 1000)";
+
+/// Run once on each new connection of the store: what the statements rely
+/// on, whatever the server's or the role's defaults say. Autocommit on and
+/// no chained transactions, so that a renewal or a release answered is a
+/// renewal or a release committed; READ COMMITTED, so that the plain reads
+/// never see another transaction's uncommitted row.
+pub(crate) const SESSION_SETTINGS: &str =
+    "SET SESSION autocommit = 1, SESSION completion_type = 'NO_CHAIN';
+     SET SESSION TRANSACTION ISOLATION LEVEL READ COMMITTED";
+
+/// Inside the acquire procedure, before each statement that may wait for
+/// a lock: with a wait, bound InnoDB's row-lock waits and the server's
+/// metadata-lock waits to the whole seconds left until `wait_until` (under
+/// one second, no wait at all). Past it the server raises 1205.
+const BOUND_WAITS: &str = "IF wait_until IS NOT NULL THEN
+            SET SESSION innodb_lock_wait_timeout =
+                    GREATEST(0, TIMESTAMPDIFF(SECOND, SYSDATE(6), wait_until)),
+                SESSION lock_wait_timeout =
+                    GREATEST(0, TIMESTAMPDIFF(SECOND, SYSDATE(6), wait_until));
+        END IF;";
+
+/// Inside the acquire procedure: the session's own lock-wait settings back.
+const RESTORE_WAITS: &str = "SET SESSION innodb_lock_wait_timeout = saved_row_wait,
+            SESSION lock_wait_timeout = saved_metadata_wait;";
 
 /// Quotes an identifier: wrapped in backticks, inner backticks doubled. Safe
 /// for any text without NUL (validated before).
@@ -71,11 +102,13 @@ SELECT (SELECT COUNT(*) FROM information_schema.TABLES WHERE TABLE_SCHEMA = ?)
 
 /// Takes the creation lock of the database named `?` (a session-level named
 /// lock, released by [`UNLOCK_CREATION`] or when the session ends; the name
-/// is hashed, as MySQL limits lock names to 64 characters). Answers 1 when held.
-pub(crate) const LOCK_CREATION: &str = "SELECT GET_LOCK(CONCAT('alkstore:', MD5(?)), 60)";
+/// is lowercased, as servers with `lower_case_table_names` fold database
+/// names, and hashed, as MySQL limits lock names to 64 characters). Answers
+/// 1 when held.
+pub(crate) const LOCK_CREATION: &str = "SELECT GET_LOCK(CONCAT('alkstore:', MD5(LOWER(?))), 60)";
 
 /// Lets go of the creation lock of the database named `?`.
-pub(crate) const UNLOCK_CREATION: &str = "SELECT RELEASE_LOCK(CONCAT('alkstore:', MD5(?)))";
+pub(crate) const UNLOCK_CREATION: &str = "SELECT RELEASE_LOCK(CONCAT('alkstore:', MD5(LOWER(?))))";
 
 /// Marks composed text as audited: the only spliced text is the database
 /// name, through [`quote_ident`].
@@ -88,12 +121,14 @@ fn audited(text: String) -> SqlStr {
 #[derive(Debug, Clone)]
 pub(crate) struct Statements {
     pub(crate) create_database: SqlStr,
-    pub(crate) create_meta: SqlStr,
+    /// Without and with `created_database` set.
+    pub(crate) create_meta: [SqlStr; 2],
     pub(crate) create_locks: SqlStr,
     pub(crate) create_fences: SqlStr,
     pub(crate) create_acquire: SqlStr,
-    pub(crate) record_meta: SqlStr,
+    pub(crate) record_fences: SqlStr,
     pub(crate) read_meta: SqlStr,
+    pub(crate) fences_created: SqlStr,
     pub(crate) drop_objects: [SqlStr; 4],
     pub(crate) drop_database: SqlStr,
     pub(crate) acquire: SqlStr,
@@ -128,18 +163,24 @@ impl Statements {
         //    lock the duplicate check took, so two losers cannot deadlock
         //    upgrading it — and looks again from 1.
         //
-        // `p_wait_ms`, when given, bounds each lock wait to the whole seconds
-        // left of it (InnoDB counts whole seconds; under one second, it does
-        // not wait at all), restored afterwards; past it the server raises
-        // 1205, the transaction rolls back, and a waiting acquire reports
-        // "held" having drawn no fence.
+        // `p_wait_ms`, when given, fixes `wait_until` once; before each
+        // statement that may wait for a lock (row locks, and metadata locks
+        // behind DDL or LOCK TABLES), the waits are bounded by the whole
+        // seconds left until it (both settings count whole seconds; under one
+        // second, no wait at all), and the session's settings are restored
+        // afterwards. Past it the server raises 1205, the transaction rolls
+        // back, and a waiting acquire reports "held" having drawn no fence.
+        // The procedure refuses to run inside an open transaction, whose
+        // COMMIT would be the caller's.
         let create_acquire = format!(
             "CREATE PROCEDURE {acquire_proc}(p_name VARBINARY({TEXT_BYTES}), \
                  p_owner VARBINARY({TEXT_BYTES}), p_ttl BIGINT, p_wait_ms BIGINT)
 MODIFIES SQL DATA
 BEGIN
     DECLARE now_ms BIGINT DEFAULT {NOW_MS};
-    DECLARE saved_wait BIGINT DEFAULT @@SESSION.innodb_lock_wait_timeout;
+    DECLARE wait_until DATETIME(6) DEFAULT SYSDATE(6) + INTERVAL p_wait_ms * 1000 MICROSECOND;
+    DECLARE saved_row_wait BIGINT DEFAULT @@SESSION.innodb_lock_wait_timeout;
+    DECLARE saved_metadata_wait BIGINT DEFAULT @@SESSION.lock_wait_timeout;
     DECLARE found INT;
     DECLARE held_owner VARBINARY({TEXT_BYTES});
     DECLARE held_fence BIGINT;
@@ -149,28 +190,32 @@ BEGIN
     DECLARE EXIT HANDLER FOR SQLEXCEPTION
     BEGIN
         ROLLBACK;
-        SET SESSION innodb_lock_wait_timeout = saved_wait;
+        {RESTORE_WAITS}
         RESIGNAL;
     END;
+    IF @@in_transaction THEN
+        SIGNAL SQLSTATE '25000'
+            SET MESSAGE_TEXT = 'alkstore: acquire called inside an open transaction';
+    END IF;
     look: LOOP
+        {BOUND_WAITS}
         SELECT COUNT(*), MAX(owner), MAX(fence), MAX(expires_at)
           INTO found, held_owner, held_fence, held_until
           FROM {locks} WHERE name = p_name;
         IF found = 1 AND held_until > now_ms THEN
+            {RESTORE_WAITS}
             SELECT held_owner = p_owner, held_fence, held_until - now_ms;
             LEAVE look;
         END IF;
-        IF p_wait_ms IS NOT NULL THEN
-            SET SESSION innodb_lock_wait_timeout = GREATEST(0, p_wait_ms DIV 1000);
-        END IF;
         SET TRANSACTION ISOLATION LEVEL READ COMMITTED;
         START TRANSACTION;
+        {BOUND_WAITS}
         SELECT COUNT(*), MAX(owner), MAX(fence), MAX(expires_at)
           INTO found, held_owner, held_fence, held_until
           FROM {locks} WHERE name = p_name FOR UPDATE;
         IF found = 1 AND held_until > now_ms THEN
             COMMIT;
-            SET SESSION innodb_lock_wait_timeout = saved_wait;
+            {RESTORE_WAITS}
             SELECT held_owner = p_owner, held_fence, held_until - now_ms;
             LEAVE look;
         END IF;
@@ -180,6 +225,7 @@ BEGIN
                    expires_at = now_ms + p_ttl
              WHERE name = p_name;
         ELSE
+            {BOUND_WAITS}
             INSERT INTO {locks} (name, owner, fence, expires_at)
             VALUES (p_name, p_owner, 0, now_ms + p_ttl);
             IF NOT duplicate THEN
@@ -188,10 +234,9 @@ BEGIN
         END IF;
         IF duplicate THEN
             ROLLBACK;
-            SET SESSION innodb_lock_wait_timeout = saved_wait;
         ELSE
             COMMIT;
-            SET SESSION innodb_lock_wait_timeout = saved_wait;
+            {RESTORE_WAITS}
             SELECT TRUE, LASTVAL({fences}), p_ttl;
             LEAVE look;
         END IF;
@@ -202,12 +247,20 @@ END"
             create_database: audited(format!(
                 "CREATE DATABASE {db} CHARACTER SET utf8mb4 COLLATE utf8mb4_bin"
             )),
-            create_meta: audited(format!(
-                "CREATE TABLE {meta} (
-                     `key` VARCHAR(64) CHARACTER SET ascii COLLATE ascii_bin PRIMARY KEY,
-                     value BIGINT NOT NULL
-                 ) ENGINE = InnoDB"
-            )),
+            // With its marker rows, in one statement: a `meta` without the
+            // marker is never alkstore's half-made one.
+            create_meta: [false, true].map(|created_database| {
+                audited(format!(
+                    "CREATE TABLE {meta} (
+                         `key` VARCHAR(64) CHARACTER SET ascii COLLATE ascii_bin PRIMARY KEY,
+                         value BIGINT NOT NULL
+                     ) ENGINE = InnoDB
+                     SELECT 'schema_version' AS `key`, {SCHEMA_VERSION} AS value
+                     UNION ALL SELECT '{MARKER_KEY}', 1
+                     UNION ALL SELECT '{CREATED_DATABASE_KEY}', {}",
+                    i64::from(created_database)
+                ))
+            }),
             // Names and owners are bytes, compared as bytes: no collation
             // may fold case or trailing spaces into one name.
             create_locks: audited(format!(
@@ -224,11 +277,13 @@ END"
                 "CREATE SEQUENCE {fences} START WITH 1 INCREMENT BY 1 NOCYCLE ENGINE = InnoDB"
             )),
             create_acquire: audited(create_acquire),
-            record_meta: audited(format!(
-                "INSERT INTO {meta} (`key`, value) VALUES
-                     ('schema_version', ?), ('{MARKER_KEY}', 1), ('{CREATED_DATABASE_KEY}', ?)"
+            record_fences: audited(format!(
+                "INSERT IGNORE INTO {meta} (`key`, value) VALUES ('{FENCES_CREATED_KEY}', 1)"
             )),
             read_meta: audited(format!("SELECT `key`, value FROM {meta}")),
+            fences_created: audited(format!(
+                "SELECT COUNT(*) FROM {meta} WHERE `key` = '{FENCES_CREATED_KEY}'"
+            )),
             drop_objects: [
                 audited(format!("DROP PROCEDURE IF EXISTS {acquire_proc}")),
                 audited(format!("DROP TABLE IF EXISTS {locks}")),

@@ -31,7 +31,8 @@ fn parse(url: &str) -> Result<(String, String), UrlError> {
     let database = if path.is_empty() {
         DEFAULT_DATABASE.to_owned()
     } else {
-        ::url::form_urlencoded::parse(format!("d={path}").as_bytes())
+        // Percent-decoding only: a `+` in a path is a plus, not a space.
+        ::url::form_urlencoded::parse(format!("d={}", path.replace('+', "%2B")).as_bytes())
             .next()
             .map(|(_, d)| d.into_owned())
             .unwrap_or_default()
@@ -64,6 +65,10 @@ mod tests {
         assert_eq!(
             parse("mariadb://db"),
             Ok(("mysql://db".into(), DEFAULT_DATABASE.into()))
+        );
+        assert_eq!(
+            parse("mysql://db/a+b"),
+            Ok(("mysql://db".into(), "a+b".into()))
         );
         assert_eq!(
             parse("mysql://db/a%60%3B%20DROP"),

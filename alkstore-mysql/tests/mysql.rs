@@ -77,7 +77,17 @@ async fn bad_database_names_are_refused_before_any_connection() {
             other => panic!("{database:?}: expected InvalidName, got {other:?}"),
         }
     }
-    for database in ["mysql", "information_schema", "SYS", "performance_schema"] {
+    match MySqlStore::connect(url, "locks\u{1F512}").await {
+        Err(Error::InvalidName { field, .. }) => assert_eq!(field, Field::Schema),
+        other => panic!("a character beyond U+FFFF: expected InvalidName, got {other:?}"),
+    }
+    for database in [
+        "mysql",
+        "information_schema",
+        "SYS",
+        "performance_schema",
+        "#mysql50#x",
+    ] {
         assert!(
             matches!(
                 MySqlStore::connect(url, database).await,
@@ -246,4 +256,46 @@ async fn one_round_trip_per_operation() {
     }
     store.drop_database().await.unwrap();
     store.close().await.unwrap();
+}
+
+/// A waiting acquire behind a table lock (`LOCK TABLES … WRITE`, as DDL or
+/// a backup takes) keeps to its wait: the metadata-lock wait is bounded
+/// like the row-lock waits, and it answers `None` at its deadline.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_waiting_acquire_behind_a_table_lock_keeps_to_its_wait() {
+    let Some((store, db)) = common::store("mdl").await else {
+        return;
+    };
+    use sqlx::Connection;
+    let mut blocker = sqlx::mysql::MySqlConnection::connect(&db.url)
+        .await
+        .unwrap();
+    sqlx::raw_sql(sqlx::AssertSqlSafe(format!(
+        "LOCK TABLES `{}`.locks WRITE",
+        db.name
+    )))
+    .execute(&mut blocker)
+    .await
+    .unwrap();
+    let wait = Duration::from_millis(1500);
+    let asked = std::time::Instant::now();
+    let got = tokio::time::timeout(Duration::from_secs(20), store.lock("job", "a", TTL, wait))
+        .await
+        .expect("the waiting acquire hung behind the table lock")
+        .unwrap();
+    let waited = asked.elapsed();
+    assert!(got.is_none());
+    assert!(
+        waited >= wait && waited < wait + Duration::from_millis(700),
+        "waited {waited:?} for a wait of {wait:?}"
+    );
+    sqlx::raw_sql("UNLOCK TABLES")
+        .execute(&mut blocker)
+        .await
+        .unwrap();
+    let lock = store.try_lock("job", "a", TTL).await.unwrap().unwrap();
+    assert!(lock.release().await.unwrap());
+    blocker.close().await.unwrap();
+    store.close().await.unwrap();
+    db.drop().await;
 }

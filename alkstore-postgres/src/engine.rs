@@ -86,13 +86,15 @@ impl Engine for PgEngine {
     ) -> Result<Attempt, BoxError> {
         let row: Result<Option<(bool, i64, i64)>, BoxError> = self
             .connections
-            .run(true, deadline, |conn| {
+            .run(true, deadline, |conn, may_have_committed| {
                 Box::pin(
                     sqlx::query(self.sql.acquire.clone())
                         .bind(name)
                         .bind(owner)
                         .bind(ttl.as_i64())
-                        .bind(deadline.map(lock_wait_ms))
+                        // A retry after a lost connection waits for the first try's
+                        // locks, so as to learn whether it committed.
+                        .bind(deadline.filter(|_| !may_have_committed).map(lock_wait_ms))
                         .fetch_optional(conn),
                 )
             })
@@ -118,7 +120,7 @@ impl Engine for PgEngine {
     async fn renew(&self, grant: &GrantKey, ttl: LeaseMillis) -> Result<bool, BoxError> {
         let done = self
             .connections
-            .run(true, None, |conn| {
+            .run(true, None, |conn, _| {
                 Box::pin(
                     sqlx::query(self.sql.renew.clone())
                         .bind(&grant.name)
@@ -135,7 +137,7 @@ impl Engine for PgEngine {
     async fn release(&self, grant: &GrantKey) -> Result<bool, BoxError> {
         let (deleted,): (i64,) = self
             .connections
-            .run(false, None, |conn| {
+            .run(false, None, |conn, _| {
                 Box::pin(
                     sqlx::query(self.sql.release.clone())
                         .bind(&grant.name)
@@ -155,7 +157,7 @@ impl Engine for PgEngine {
     async fn holder(&self, name: &str) -> Result<Option<Holder>, BoxError> {
         let row: Option<(String, i64, i64)> = self
             .connections
-            .run(true, None, |conn| {
+            .run(true, None, |conn, _| {
                 Box::pin(
                     sqlx::query(self.sql.holder.clone())
                         .bind(name)
@@ -174,7 +176,9 @@ impl Engine for PgEngine {
     async fn purge_expired(&self) -> Result<u64, BoxError> {
         let done = self
             .connections
-            .run(true, None, |conn| {
+            // Not retried after a lost connection: the first try may have
+            // deleted rows, and a second would count fewer.
+            .run(false, None, |conn, _| {
                 Box::pin(sqlx::query(self.sql.purge.clone()).execute(conn))
             })
             .await?;

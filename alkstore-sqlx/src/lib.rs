@@ -36,7 +36,7 @@
 //! let connections = Connections::<Postgres>::new(PgConnectOptions::new(), 4);
 //! // One statement; an idempotent one, with no deadline.
 //! let (one,): (i32,) = connections
-//!     .run(true, None, |conn| Box::pin(sqlx::query_as("SELECT 1").fetch_one(conn)))
+//!     .run(true, None, |conn, _| Box::pin(sqlx::query_as("SELECT 1").fetch_one(conn)))
 //!     .await?;
 //! # Ok(())
 //! # }
@@ -133,10 +133,12 @@ impl<D: Dialect> Connections<D> {
     ///   connection. Another is not: a lost connection does not prove the
     ///   statement never committed, and a release that committed and ran
     ///   again would answer `false`.
-    /// - With a `deadline`, the first try fails with [`OutOfTime`] when it
-    ///   passes while waiting for a free connection. A retry is not cut
-    ///   short: the first try may have committed, and only its answer can
-    ///   tell.
+    /// - With a `deadline`, a try fails with [`OutOfTime`] when it passes
+    ///   while waiting for a free connection — except a try after a lost
+    ///   connection, which is not cut short: the try before may have
+    ///   committed, and only this one's answer can tell. `statement` is told
+    ///   which kind of try it runs in (`true`: an earlier try may have
+    ///   committed), so that it can drop its own bounds too.
     ///
     /// Fails with [`Closed`] once the set closed, also for a call that was
     /// waiting for a connection when it did.
@@ -147,14 +149,15 @@ impl<D: Dialect> Connections<D> {
         mut statement: F,
     ) -> Result<T, BoxError>
     where
-        F: for<'c> FnMut(&'c mut Conn<D>) -> StatementFuture<'c, T>,
+        F: for<'c> FnMut(&'c mut Conn<D>, bool) -> StatementFuture<'c, T>,
     {
         let mut reuse = true;
         let mut rolled_back = 0;
         loop {
-            let first = reuse && rolled_back == 0;
-            let mut checkout = self.get(reuse, if first { deadline } else { None }).await?;
-            let result = statement(checkout.conn()).await;
+            let may_have_committed = !reuse;
+            let bound = if may_have_committed { None } else { deadline };
+            let mut checkout = self.get(reuse, bound).await?;
+            let result = statement(checkout.conn(), may_have_committed).await;
             checkout.clean = result.is_ok();
             match result {
                 Ok(value) => return Ok(value),
