@@ -53,9 +53,12 @@ const BOUND_WAITS: &str = "IF wait_until IS NOT NULL THEN
                     GREATEST(0, TIMESTAMPDIFF(SECOND, SYSDATE(6), wait_until));
         END IF;";
 
-/// Inside the acquire procedure: the session's own lock-wait settings back.
-const RESTORE_WAITS: &str = "SET SESSION innodb_lock_wait_timeout = saved_row_wait,
-            SESSION lock_wait_timeout = saved_metadata_wait;";
+/// Inside the acquire procedure: the session's own lock-wait settings back
+/// (only [`BOUND_WAITS`] changed them, and only with a wait).
+const RESTORE_WAITS: &str = "IF wait_until IS NOT NULL THEN
+            SET SESSION innodb_lock_wait_timeout = saved_row_wait,
+                SESSION lock_wait_timeout = saved_metadata_wait;
+        END IF;";
 
 /// Quotes an identifier: wrapped in backticks, inner backticks doubled. Safe
 /// for any text without NUL (validated before).
