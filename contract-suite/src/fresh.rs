@@ -142,3 +142,24 @@ where
         }
     });
 }
+
+/// Runs `case` as [`run`] does and says how it ended instead of failing the
+/// caller: `Err` holds the case's panic message. For runners that expect
+/// some cases to fail (the gallery of broken engines).
+pub fn verdict<F, FFut>(fresh: F, case: crate::Case) -> Result<(), String>
+where
+    F: FnOnce() -> FFut,
+    FFut: Future<Output = Option<Fresh>>,
+{
+    let ran = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| match case.run {
+        crate::CaseFn::Single(f) => run(fresh, f),
+        crate::CaseFn::Peers(f) => run_with_peers(fresh, f),
+    }));
+    ran.map_err(|payload| {
+        payload
+            .downcast_ref::<String>()
+            .cloned()
+            .or_else(|| payload.downcast_ref::<&str>().map(|s| (*s).to_owned()))
+            .unwrap_or_else(|| "a panic without a message".to_owned())
+    })
+}

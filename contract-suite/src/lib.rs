@@ -25,21 +25,23 @@
 
 pub mod cases;
 mod fresh;
+pub mod gallery;
 pub mod load;
+pub mod reference;
 pub mod safety;
 pub mod support;
 
-pub use fresh::{Fresh, Stores, run, run_with_peers};
+pub use fresh::{Fresh, Stores, run, run_with_peers, verdict};
 
-/// Expands to one `#[test]` per contract case, each running the case against
-/// a store made by `$fresh` (an `async fn() -> Option<Fresh>`).
-///
-/// The calling crate needs no tokio dependency: each test builds its own
-/// multi-threaded runtime.
+/// Hands the list of every contract case to `$callback!`, after `$extra`:
+/// the one place a case is listed (`cargo xtask tidy` checks that every case
+/// is here, and named in docs/contract.md). Cases taking one store come
+/// first; those taking the store and its independent peers after `peers:`.
+#[doc(hidden)]
 #[macro_export]
-macro_rules! contract_tests {
-    ($fresh:path) => {
-        $crate::contract_tests!(@cases $fresh;
+macro_rules! __with_cases {
+    ($callback:path; $($extra:tt)*) => {
+        $callback!($($extra)*;
             exclusion_two_owners,
             exclusion_many_contenders,
             reacquire_same_owner_keeps_grant,
@@ -65,7 +67,10 @@ macro_rules! contract_tests {
             lock_woken_by_release,
             lock_granted_after_expiry,
             holder_reports_live_holder,
+            holder_reports_time_left_not_the_ttl,
             purge_removes_only_expired_rows,
+            expired_rows_stay_until_purged,
+            valid_until_never_outlasts_the_lease,
             keepalive_holds_past_ttl,
             keepalive_signals_revoked,
             keepalive_signals_lost_before_valid_until,
@@ -77,6 +82,18 @@ macro_rules! contract_tests {
             peers: fences_in_commit_order_across_stores,
             renew_false_ends_valid_until
         );
+    };
+}
+
+/// Expands to one `#[test]` per contract case, each running the case against
+/// a store made by `$fresh` (an `async fn() -> Option<Fresh>`).
+///
+/// The calling crate needs no tokio dependency: each test builds its own
+/// multi-threaded runtime.
+#[macro_export]
+macro_rules! contract_tests {
+    ($fresh:path) => {
+        $crate::__with_cases!($crate::contract_tests; @cases $fresh);
     };
     (@cases $fresh:path; $($case:ident),* $(,)?; peers: $($peer_case:ident),* $(,)?) => {
         $(
@@ -92,4 +109,58 @@ macro_rules! contract_tests {
             }
         )*
     };
+}
+
+/// The list of cases as data, from the same list as [`contract_tests!`].
+macro_rules! case_list {
+    (; $($case:ident),* $(,)?; peers: $($peer_case:ident),* $(,)?) => {
+        /// Every contract case, by name, in the order `contract_tests!` runs
+        /// them: for runners that need the cases as data (the gallery).
+        pub fn all() -> Vec<Case> {
+            vec![
+                $(Case {
+                    name: stringify!($case),
+                    run: CaseFn::Single(|store| Box::pin(cases::$case(store))),
+                },)*
+                $(Case {
+                    name: stringify!($peer_case),
+                    run: CaseFn::Peers(|stores| Box::pin(cases::$peer_case(stores))),
+                },)*
+            ]
+        }
+    };
+}
+
+/// One contract case as data.
+#[derive(Clone, Copy)]
+pub struct Case {
+    /// The case's name (its `async fn` in [`cases`]).
+    pub name: &'static str,
+    /// The case.
+    pub run: CaseFn,
+}
+
+impl std::fmt::Debug for Case {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.name)
+    }
+}
+
+/// The future of a case.
+pub type CaseFuture = std::pin::Pin<Box<dyn std::future::Future<Output = ()> + Send>>;
+
+/// A case taking one store, or the store and its peers.
+#[derive(Clone, Copy)]
+pub enum CaseFn {
+    /// Takes the store under test.
+    Single(fn(std::sync::Arc<dyn alkstore_core::Store>) -> CaseFuture),
+    /// Takes the store under test and its independent peers.
+    Peers(fn(Stores) -> CaseFuture),
+}
+
+/// The cases as data.
+pub mod list {
+    use super::{Case, CaseFn, cases};
+
+    crate::__with_cases!(case_list;);
 }

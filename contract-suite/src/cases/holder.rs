@@ -58,3 +58,53 @@ pub async fn purge_removes_only_expired_rows(store: Arc<dyn Store>) {
     }
     assert!(live.release().await.unwrap());
 }
+
+/// `holder`'s `expires_in` is the lease time *left*, not the ttl: 400 ms
+/// into a 1 s lease, at most 600 ms are left (and some are).
+pub async fn holder_reports_time_left_not_the_ttl(store: Arc<dyn Store>) {
+    let ttl = Duration::from_secs(1);
+    let lock = granted(store.try_lock("job", "a", ttl).await);
+    let waited = Duration::from_millis(400);
+    tokio::time::sleep(waited).await;
+    let holder = store.holder("job").await.unwrap().unwrap();
+    assert!(
+        holder.expires_in <= ttl - waited,
+        "rule: holder reports the lease time left; saw {:?} left {waited:?} into a {ttl:?} lease \
+         (expected at most {:?})",
+        holder.expires_in,
+        ttl - waited
+    );
+    assert!(
+        holder.expires_in >= Duration::from_millis(100),
+        "rule: holder reports the lease time left; saw {:?}, expected about 600 ms",
+        holder.expires_in
+    );
+    assert!(lock.release().await.unwrap());
+}
+
+/// Expiry is silent: an expired row stays until its name is acquired again,
+/// its own release, or `purge_expired` — acquiring, reading and renewing
+/// *other* names sweeps nothing. The stale holder's release of its own row
+/// still answers `true`, and a purge counts it.
+pub async fn expired_rows_stay_until_purged(store: Arc<dyn Store>) {
+    let short = Duration::from_millis(100);
+    let stale = granted(store.try_lock("stale", "a", short).await);
+    let counted = granted(store.try_lock("counted", "a", short).await);
+    outlive(short).await;
+    let other = granted(store.try_lock("other", "b", Duration::from_secs(30)).await);
+    assert!(other.renew(Duration::from_secs(30)).await.unwrap());
+    assert!(store.holder("other").await.unwrap().is_some());
+    assert!(store.holder("stale").await.unwrap().is_none());
+    assert!(
+        stale.release().await.unwrap(),
+        "rule: an expired row stays until reacquired, released or purged; \
+         its own release found it gone"
+    );
+    assert_eq!(
+        store.purge_expired().await.unwrap(),
+        1,
+        "rule: an expired row stays until purged; purge found a different count"
+    );
+    assert!(!counted.release().await.unwrap());
+    assert!(other.release().await.unwrap());
+}

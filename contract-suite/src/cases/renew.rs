@@ -96,3 +96,38 @@ pub async fn renew_false_ends_valid_until(stores: crate::Stores) {
         "valid_until left in the future after a renewal answered false"
     );
 }
+
+/// `valid_until` never promises more than the engine holds: another owner
+/// polling the name (every millisecond) is never granted it before the first
+/// holder's `valid_until`, after a grant and after a renewal.
+pub async fn valid_until_never_outlasts_the_lease(store: Arc<dyn Store>) {
+    let ttl = Duration::from_millis(150);
+    for round in 0..4 {
+        let name = format!("job-{round}");
+        let lock = granted(store.try_lock(&name, "a", ttl).await);
+        if round % 2 == 1 {
+            assert!(lock.renew(ttl).await.unwrap());
+        }
+        let valid_until = lock.valid_until();
+        let give_up = Instant::now() + ttl + Duration::from_secs(2);
+        let taken_at = loop {
+            assert!(
+                Instant::now() < give_up,
+                "rule: after the TTL another owner gets the name; round {round}: not granted"
+            );
+            let got = store.try_lock(&name, "b", ttl).await.unwrap();
+            let answered = Instant::now();
+            if let Some(taken) = got {
+                assert!(taken.release().await.unwrap());
+                break answered;
+            }
+            tokio::time::sleep(Duration::from_millis(1)).await;
+        };
+        assert!(
+            valid_until <= taken_at,
+            "rule: valid_until is the send time plus the lease left; round {round}: another \
+             owner was granted the name {:?} before the holder's valid_until",
+            valid_until - taken_at
+        );
+    }
+}

@@ -156,7 +156,7 @@ pub struct Race {
 }
 
 /// The most grants one [`race`] records.
-pub const MAX_RACE_GRANTS: usize = 20_000;
+pub const MAX_RACE_GRANTS: usize = 5_000;
 
 /// Races tasks on independent stores (each with its own connections) for
 /// one name: each task loops `try_lock` with a long lease, and when granted

@@ -1,0 +1,409 @@
+//! A gallery of broken engines: each breaks exactly one rule of
+//! docs/contract.md, wrapped around the correct [reference
+//! engine](crate::reference), and names the cases that must reject it. The
+//! suite is only as strong as the broken engines it rejects;
+//! `tests/gallery.rs` runs every case on every flaw in CI and checks that
+//! exactly the named cases fail — so each case is shown to catch its rule,
+//! and each flaw to break one rule only.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use alkstore_core::{Attempt, BoxError, Engine, GrantKey, Holder, LeaseMillis, ReleaseBus};
+use async_trait::async_trait;
+
+use crate::reference::{MemoryEngine, Rows};
+
+/// One way to break one rule.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum Flaw {
+    /// Grants a name whose live row belongs to another owner.
+    GrantsOverALiveRow,
+    /// Never lets a row expire: a lapsed lease still blocks others.
+    NeverExpires,
+    /// Takes over an expired row keeping its old fence.
+    KeepsTheFenceOnTakeover,
+    /// Gives the same owner's live re-acquire a new grant (a new fence).
+    RegrantsTheSameOwner,
+    /// Refreshes the expiry on the same owner's re-acquire.
+    RefreshesOnReacquire,
+    /// Renews matching name and owner, not the fence.
+    RenewIgnoresTheFence,
+    /// Releases matching name and owner, not the fence.
+    ReleaseIgnoresTheFence,
+    /// Renews by adding the ttl to the old expiry.
+    RenewAddsToTheOldWindow,
+    /// Renews a row that expired (when nobody took it).
+    RenewsALapsedRow,
+    /// Refuses to release the holder's own expired row.
+    KeepsStaleRowsOnRelease,
+    /// Reports an expired row as the holder.
+    ReportsExpiredHolders,
+    /// Reports the full ttl as the holder's time left.
+    HolderReportsTheTtl,
+    /// Reports 60 ms more lease than its clock holds.
+    OverstatesTheLease,
+    /// Purges every expired row on every acquire.
+    SweepsOnAcquire,
+    /// Purges live rows too.
+    PurgesLiveRows,
+    /// Says it purged nothing.
+    PurgeCountsNothing,
+}
+
+impl Flaw {
+    /// Every flaw in the gallery.
+    pub const ALL: [Flaw; 16] = [
+        Flaw::GrantsOverALiveRow,
+        Flaw::NeverExpires,
+        Flaw::KeepsTheFenceOnTakeover,
+        Flaw::RegrantsTheSameOwner,
+        Flaw::RefreshesOnReacquire,
+        Flaw::RenewIgnoresTheFence,
+        Flaw::ReleaseIgnoresTheFence,
+        Flaw::RenewAddsToTheOldWindow,
+        Flaw::RenewsALapsedRow,
+        Flaw::KeepsStaleRowsOnRelease,
+        Flaw::ReportsExpiredHolders,
+        Flaw::HolderReportsTheTtl,
+        Flaw::OverstatesTheLease,
+        Flaw::SweepsOnAcquire,
+        Flaw::PurgesLiveRows,
+        Flaw::PurgeCountsNothing,
+    ];
+
+    /// The rule of docs/contract.md it breaks.
+    pub fn rule(self) -> &'static str {
+        match self {
+            Flaw::GrantsOverALiveRow => "exclusion: one owner holds a name at a time",
+            Flaw::NeverExpires => "expiry: after the TTL another owner gets the name",
+            Flaw::KeepsTheFenceOnTakeover => "fences: a takeover carries a higher fence",
+            Flaw::RegrantsTheSameOwner => "same owner again gets the same grant (same fence)",
+            Flaw::RefreshesOnReacquire => "same owner again: expiry not refreshed",
+            Flaw::RenewIgnoresTheFence => "renew acts on exactly its grant",
+            Flaw::ReleaseIgnoresTheFence => "release acts on exactly its grant",
+            Flaw::RenewAddsToTheOldWindow => "renew sets a full window from now",
+            Flaw::RenewsALapsedRow => "renew answers false once the lease lapsed",
+            Flaw::KeepsStaleRowsOnRelease => "release deletes the holder's own expired row",
+            Flaw::ReportsExpiredHolders => "holder reports only a live holder",
+            Flaw::HolderReportsTheTtl => "holder reports the lease time left",
+            Flaw::OverstatesTheLease => "valid_until never promises more than the engine holds",
+            Flaw::SweepsOnAcquire => "expiry is silent: no sweeper, rows stay until purged",
+            Flaw::PurgesLiveRows => "purge_expired deletes expired rows only",
+            Flaw::PurgeCountsNothing => "purge_expired says how many it deleted",
+        }
+    }
+
+    /// The cases that must fail on it. Every other case must pass, except
+    /// those in [`Flaw::also_probed_by`].
+    pub fn rejected_by(self) -> &'static [&'static str] {
+        match self {
+            Flaw::GrantsOverALiveRow => &[
+                "calls_racing_close_finish_or_fail_closed",
+                "exclusion_two_owners",
+                "exclusion_many_contenders",
+                "expiry_lets_another_owner_in",
+                "fences_in_commit_order_across_stores",
+                "keepalive_holds_past_ttl",
+                "lock_granted_after_expiry",
+                "lock_times_out_with_none",
+                "lock_woken_by_release",
+                "model_based_sequences",
+                "per_holder_owners_count_exactly",
+                "reacquire_same_owner_keeps_grant",
+                "safety_many_holders_one_name",
+                "valid_until_never_outlasts_the_lease",
+            ],
+            Flaw::NeverExpires => &[
+                "expiry_lets_another_owner_in",
+                "expired_rows_stay_until_purged",
+                "fences_strictly_increase",
+                "handle_never_touches_later_grant",
+                "holder_reports_live_holder",
+                "lock_granted_after_expiry",
+                "purge_removes_only_expired_rows",
+                "reacquire_same_owner_keeps_grant",
+                "release_false_after_takeover",
+                "renew_false_after_lapse",
+                "renew_false_after_takeover",
+                "sub_millisecond_ttl_rounds_up",
+                "valid_until_never_outlasts_the_lease",
+            ],
+            Flaw::KeepsTheFenceOnTakeover => &[
+                "expiry_lets_another_owner_in",
+                "fences_in_commit_order_across_stores",
+                "fences_strictly_increase",
+                "handle_never_touches_later_grant",
+                "lock_granted_after_expiry",
+                "renew_false_after_lapse",
+                "safety_many_holders_one_name",
+                "sub_millisecond_ttl_rounds_up",
+            ],
+            Flaw::RegrantsTheSameOwner => &[
+                "fences_strictly_increase",
+                "handles_of_one_grant_are_one_grant",
+                "model_based_sequences",
+                "reacquire_same_owner_keeps_grant",
+                "release_false_second_time",
+                "renew_false_ends_valid_until",
+            ],
+            Flaw::RefreshesOnReacquire => &[
+                "fences_strictly_increase",
+                "reacquire_same_owner_keeps_grant",
+            ],
+            Flaw::RenewIgnoresTheFence => &["handle_never_touches_later_grant"],
+            Flaw::ReleaseIgnoresTheFence => &["handle_never_touches_later_grant"],
+            Flaw::RenewAddsToTheOldWindow => &[
+                "renew_is_a_full_window_from_now",
+                "sub_millisecond_ttl_rounds_up",
+            ],
+            Flaw::RenewsALapsedRow => &["renew_false_after_lapse"],
+            Flaw::KeepsStaleRowsOnRelease => &[
+                "expired_rows_stay_until_purged",
+                "release_own_stale_row",
+                "sub_millisecond_ttl_rounds_up",
+            ],
+            Flaw::ReportsExpiredHolders => &[
+                "expired_rows_stay_until_purged",
+                "holder_reports_live_holder",
+                "renew_false_after_lapse",
+                "sub_millisecond_ttl_rounds_up",
+            ],
+            Flaw::HolderReportsTheTtl => &[
+                "holder_reports_time_left_not_the_ttl",
+                "reacquire_same_owner_keeps_grant",
+            ],
+            Flaw::OverstatesTheLease => &[
+                "fences_strictly_increase",
+                "handles_of_one_grant_are_one_grant",
+                "lock_granted_after_expiry",
+                "safety_many_holders_one_name",
+                "valid_until_never_outlasts_the_lease",
+            ],
+            Flaw::SweepsOnAcquire => &["expired_rows_stay_until_purged"],
+            Flaw::PurgesLiveRows => &[
+                "expired_rows_stay_until_purged",
+                "purge_removes_only_expired_rows",
+            ],
+            Flaw::PurgeCountsNothing => &[
+                "expired_rows_stay_until_purged",
+                "fences_strictly_increase",
+                "purge_removes_only_expired_rows",
+            ],
+        }
+    }
+
+    /// Cases that draw their operations at random and may or may not run
+    /// into this flaw in one run: allowed to fail on it, not required to.
+    pub fn also_probed_by(self) -> &'static [&'static str] {
+        const RANDOM: &[&str] = &[
+            "cancellation_leaves_no_trace",
+            "model_based_sequences",
+            "per_holder_owners_count_exactly",
+            "safety_many_holders_one_name",
+        ];
+        RANDOM
+    }
+}
+
+/// The reference engine with one flaw. Stores made from clones share rows.
+#[derive(Debug, Clone)]
+pub struct Broken {
+    inner: MemoryEngine,
+    flaw: Flaw,
+    /// The ttl of each name's last grant (for flaws that need it).
+    ttls: Arc<Mutex<HashMap<String, Duration>>>,
+}
+
+impl Broken {
+    /// A fresh, empty engine with `flaw`.
+    pub fn new(flaw: Flaw) -> Self {
+        Broken {
+            inner: MemoryEngine::default(),
+            flaw,
+            ttls: Arc::default(),
+        }
+    }
+
+    /// Runs `f` on the inner rows (the reference engine's shared state).
+    fn with_rows<T>(&self, f: impl FnOnce(&mut Rows) -> T) -> T {
+        self.inner.with_rows(f)
+    }
+}
+
+#[async_trait]
+impl Engine for Broken {
+    async fn acquire(
+        &self,
+        name: &str,
+        owner: &str,
+        ttl: LeaseMillis,
+        deadline: Option<Instant>,
+    ) -> Result<Attempt, BoxError> {
+        let now = Instant::now();
+        match self.flaw {
+            Flaw::SweepsOnAcquire => {
+                self.with_rows(|rows| rows.rows.retain(|n, row| n == name || row.expires_at > now));
+            }
+            Flaw::NeverExpires => {
+                // Every row looks live for an hour more.
+                self.with_rows(|rows| {
+                    for row in rows.rows.values_mut() {
+                        row.expires_at = row.expires_at.max(now + Duration::from_secs(3600));
+                    }
+                });
+            }
+            _ => {}
+        }
+        let live = self.with_rows(|rows| {
+            rows.rows
+                .get(name)
+                .filter(|row| row.expires_at > now)
+                .cloned()
+        });
+        match (self.flaw, live) {
+            (Flaw::GrantsOverALiveRow, Some(row)) if row.owner != owner => {
+                return Ok(self.with_rows(|rows| rows.grant(name, owner, ttl.as_duration(), now)));
+            }
+            (Flaw::RegrantsTheSameOwner, Some(row)) if row.owner == owner => {
+                return Ok(self.with_rows(|rows| rows.grant(name, owner, ttl.as_duration(), now)));
+            }
+            (Flaw::RefreshesOnReacquire, Some(row)) if row.owner == owner => {
+                return Ok(self.with_rows(|rows| {
+                    let row = rows.rows.get_mut(name).expect("live");
+                    row.expires_at = now + ttl.as_duration();
+                    Attempt::Granted {
+                        fence: row.fence,
+                        expires_in: ttl.as_duration(),
+                    }
+                }));
+            }
+            (Flaw::KeepsTheFenceOnTakeover, None) => {
+                let old = self.with_rows(|rows| rows.rows.get(name).map(|r| r.fence));
+                if let Some(fence) = old {
+                    return Ok(self.with_rows(|rows| {
+                        let row = rows.rows.get_mut(name).expect("expired");
+                        row.owner = owner.to_owned();
+                        row.expires_at = now + ttl.as_duration();
+                        Attempt::Granted {
+                            fence,
+                            expires_in: ttl.as_duration(),
+                        }
+                    }));
+                }
+            }
+            _ => {}
+        }
+        let attempt = self.inner.acquire(name, owner, ttl, deadline).await?;
+        self.ttls
+            .lock()
+            .unwrap()
+            .insert(name.to_owned(), ttl.as_duration());
+        Ok(match (self.flaw, attempt) {
+            (Flaw::OverstatesTheLease, Attempt::Granted { fence, expires_in }) => {
+                // The row's lease is 60 ms shorter than the one reported.
+                self.with_rows(|rows| {
+                    if let Some(row) = rows.rows.get_mut(name) {
+                        row.expires_at -= Duration::from_millis(60).min(expires_in);
+                    }
+                });
+                Attempt::Granted { fence, expires_in }
+            }
+            (_, attempt) => attempt,
+        })
+    }
+
+    async fn renew(&self, grant: &GrantKey, ttl: LeaseMillis) -> Result<bool, BoxError> {
+        let now = Instant::now();
+        let ttl = ttl.as_duration();
+        let renewed = self.with_rows(|rows| {
+            let row = rows.rows.get_mut(&grant.name)?;
+            let ours = row.owner == grant.owner
+                && (row.fence == grant.fence || self.flaw == Flaw::RenewIgnoresTheFence);
+            let live = row.expires_at > now || self.flaw == Flaw::RenewsALapsedRow;
+            if !(ours && live) {
+                return Some(false);
+            }
+            row.expires_at = match self.flaw {
+                Flaw::RenewAddsToTheOldWindow => row.expires_at + ttl,
+                Flaw::OverstatesTheLease => now + ttl - Duration::from_millis(60).min(ttl),
+                _ => now + ttl,
+            };
+            Some(true)
+        });
+        self.ttls.lock().unwrap().insert(grant.name.clone(), ttl);
+        Ok(renewed.unwrap_or(false))
+    }
+
+    async fn release(&self, grant: &GrantKey) -> Result<bool, BoxError> {
+        let now = Instant::now();
+        Ok(self.with_rows(|rows| {
+            let Some(row) = rows.rows.get(&grant.name) else {
+                return false;
+            };
+            let ours = row.owner == grant.owner
+                && (row.fence == grant.fence || self.flaw == Flaw::ReleaseIgnoresTheFence);
+            if !ours || (self.flaw == Flaw::KeepsStaleRowsOnRelease && row.expires_at <= now) {
+                return false;
+            }
+            rows.rows.remove(&grant.name);
+            true
+        }))
+    }
+
+    async fn holder(&self, name: &str) -> Result<Option<Holder>, BoxError> {
+        let now = Instant::now();
+        let row = self.with_rows(|rows| rows.rows.get(name).cloned());
+        let Some(row) = row else { return Ok(None) };
+        if row.expires_at <= now && self.flaw != Flaw::ReportsExpiredHolders {
+            return Ok(None);
+        }
+        let expires_in = match self.flaw {
+            Flaw::HolderReportsTheTtl => self
+                .ttls
+                .lock()
+                .unwrap()
+                .get(name)
+                .copied()
+                .unwrap_or_default(),
+            _ => row.expires_at.saturating_duration_since(now),
+        };
+        Ok(Some(Holder {
+            owner: row.owner,
+            fence: row.fence,
+            expires_in,
+        }))
+    }
+
+    async fn purge_expired(&self) -> Result<u64, BoxError> {
+        let now = Instant::now();
+        let purged = self.with_rows(|rows| {
+            let before = rows.rows.len();
+            if self.flaw == Flaw::PurgesLiveRows {
+                rows.rows.clear();
+            } else {
+                rows.rows.retain(|_, row| row.expires_at > now);
+            }
+            (before - rows.rows.len()) as u64
+        });
+        Ok(if self.flaw == Flaw::PurgeCountsNothing {
+            0
+        } else {
+            purged
+        })
+    }
+
+    async fn close(&self) -> Result<(), BoxError> {
+        self.inner.close().await
+    }
+
+    fn releases(&self) -> &ReleaseBus {
+        self.inner.releases()
+    }
+
+    fn poll_ceiling(&self) -> Duration {
+        self.inner.poll_ceiling()
+    }
+}
