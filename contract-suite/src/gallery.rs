@@ -33,6 +33,10 @@ pub enum Flaw {
     RenewIgnoresTheFence,
     /// Releases matching name and owner, not the fence.
     ReleaseIgnoresTheFence,
+    /// Renews whatever row holds the name: another owner's too.
+    RenewMatchesTheNameOnly,
+    /// Answers `true` to every release, whether it deleted a row or not.
+    ReleaseAlwaysAnswersTrue,
     /// Renews by adding the ttl to the old expiry.
     RenewAddsToTheOldWindow,
     /// Renews a row that expired (when nobody took it).
@@ -55,7 +59,7 @@ pub enum Flaw {
 
 impl Flaw {
     /// Every flaw in the gallery.
-    pub const ALL: [Flaw; 16] = [
+    pub const ALL: [Flaw; 18] = [
         Flaw::GrantsOverALiveRow,
         Flaw::NeverExpires,
         Flaw::KeepsTheFenceOnTakeover,
@@ -63,6 +67,8 @@ impl Flaw {
         Flaw::RefreshesOnReacquire,
         Flaw::RenewIgnoresTheFence,
         Flaw::ReleaseIgnoresTheFence,
+        Flaw::RenewMatchesTheNameOnly,
+        Flaw::ReleaseAlwaysAnswersTrue,
         Flaw::RenewAddsToTheOldWindow,
         Flaw::RenewsALapsedRow,
         Flaw::KeepsStaleRowsOnRelease,
@@ -84,6 +90,10 @@ impl Flaw {
             Flaw::RefreshesOnReacquire => "same owner again: expiry not refreshed",
             Flaw::RenewIgnoresTheFence => "renew acts on exactly its grant",
             Flaw::ReleaseIgnoresTheFence => "release acts on exactly its grant",
+            Flaw::RenewMatchesTheNameOnly => "renew answers false after a takeover",
+            Flaw::ReleaseAlwaysAnswersTrue => {
+                "release answers true only when it deleted the grant's row"
+            }
             Flaw::RenewAddsToTheOldWindow => "renew sets a full window from now",
             Flaw::RenewsALapsedRow => "renew answers false once the lease lapsed",
             Flaw::KeepsStaleRowsOnRelease => "release deletes the holder's own expired row",
@@ -155,6 +165,19 @@ impl Flaw {
             ],
             Flaw::RenewIgnoresTheFence => &["handle_never_touches_later_grant"],
             Flaw::ReleaseIgnoresTheFence => &["handle_never_touches_later_grant"],
+            Flaw::RenewMatchesTheNameOnly => &[
+                "handle_never_touches_later_grant",
+                "renew_false_after_takeover",
+            ],
+            Flaw::ReleaseAlwaysAnswersTrue => &[
+                "expired_rows_stay_until_purged",
+                "handle_never_touches_later_grant",
+                "handles_of_one_grant_are_one_grant",
+                "purge_removes_only_expired_rows",
+                "reacquire_same_owner_keeps_grant",
+                "release_false_after_takeover",
+                "release_false_second_time",
+            ],
             Flaw::RenewAddsToTheOldWindow => &[
                 "renew_is_a_full_window_from_now",
                 "sub_millisecond_ttl_rounds_up",
@@ -320,8 +343,9 @@ impl Engine for Broken {
         let ttl = ttl.as_duration();
         let renewed = self.with_rows(|rows| {
             let row = rows.rows.get_mut(&grant.name)?;
-            let ours = row.owner == grant.owner
-                && (row.fence == grant.fence || self.flaw == Flaw::RenewIgnoresTheFence);
+            let ours = self.flaw == Flaw::RenewMatchesTheNameOnly
+                || (row.owner == grant.owner
+                    && (row.fence == grant.fence || self.flaw == Flaw::RenewIgnoresTheFence));
             let live = row.expires_at > now || self.flaw == Flaw::RenewsALapsedRow;
             if !(ours && live) {
                 return Some(false);
@@ -339,18 +363,20 @@ impl Engine for Broken {
 
     async fn release(&self, grant: &GrantKey) -> Result<bool, BoxError> {
         let now = Instant::now();
-        Ok(self.with_rows(|rows| {
-            let Some(row) = rows.rows.get(&grant.name) else {
-                return false;
-            };
-            let ours = row.owner == grant.owner
-                && (row.fence == grant.fence || self.flaw == Flaw::ReleaseIgnoresTheFence);
-            if !ours || (self.flaw == Flaw::KeepsStaleRowsOnRelease && row.expires_at <= now) {
-                return false;
-            }
-            rows.rows.remove(&grant.name);
-            true
-        }))
+        let always = self.flaw == Flaw::ReleaseAlwaysAnswersTrue;
+        Ok(always
+            | self.with_rows(|rows| {
+                let Some(row) = rows.rows.get(&grant.name) else {
+                    return false;
+                };
+                let ours = row.owner == grant.owner
+                    && (row.fence == grant.fence || self.flaw == Flaw::ReleaseIgnoresTheFence);
+                if !ours || (self.flaw == Flaw::KeepsStaleRowsOnRelease && row.expires_at <= now) {
+                    return false;
+                }
+                rows.rows.remove(&grant.name);
+                true
+            }))
     }
 
     async fn holder(&self, name: &str) -> Result<Option<Holder>, BoxError> {

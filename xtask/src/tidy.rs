@@ -75,14 +75,13 @@ fn contract_cases(root: &Path, problems: &mut Vec<String>) -> Result<BTreeSet<St
         }
     }
     let lib = read(&root.join("contract-suite/src/lib.rs"))?;
-    let start = lib
-        .find("(@cases $fresh;")
-        .ok_or("contract_tests! has no case list")?;
+    const LIST: &str = "$callback!($($extra)*;";
+    let start = lib.find(LIST).ok_or("__with_cases! has no case list")?;
     let end = lib[start..]
         .find(");")
         .map(|e| start + e)
-        .ok_or("contract_tests!'s case list does not end")?;
-    let listed: BTreeSet<String> = lib[start + "(@cases $fresh;".len()..end]
+        .ok_or("__with_cases!'s case list does not end")?;
+    let listed: BTreeSet<String> = lib[start + LIST.len()..end]
         .split([',', ';', ':', '\n', ' '])
         .map(str::trim)
         .filter(|w| !w.is_empty() && *w != "peers")
@@ -90,12 +89,12 @@ fn contract_cases(root: &Path, problems: &mut Vec<String>) -> Result<BTreeSet<St
         .collect();
     for case in defined.difference(&listed) {
         problems.push(format!(
-            "contract case `{case}` is not listed in contract_tests!"
+            "contract case `{case}` is not listed in __with_cases! (contract-suite/src/lib.rs)"
         ));
     }
     for case in listed.difference(&defined) {
         problems.push(format!(
-            "contract_tests! lists `{case}`, which no cases module defines"
+            "__with_cases! lists `{case}`, which no cases module defines"
         ));
     }
     let doc = read(&root.join("docs/contract.md"))?;
