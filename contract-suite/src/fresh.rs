@@ -19,6 +19,7 @@ pub struct Fresh {
     pub store: Arc<dyn Store>,
     cleanup: Option<Cleanup>,
     opener: Option<Opener>,
+    opt_outs: Vec<(&'static str, String)>,
 }
 
 impl Fresh {
@@ -29,7 +30,24 @@ impl Fresh {
             store,
             cleanup: None,
             opener: None,
+            opt_outs: Vec::new(),
         }
+    }
+
+    /// Skips the case named `case` on this engine, for `why` (an engine
+    /// without a capability the case needs). Only by name, and visibly: the
+    /// test prints `OPTED OUT: <case>: <why>` and `cargo xtask contract`
+    /// shows `opt-out` in the engine's column.
+    ///
+    /// # Panics
+    /// When no contract case has that name.
+    pub fn opting_out(mut self, case: &'static str, why: impl Into<String>) -> Self {
+        assert!(
+            crate::list::all().iter().any(|c| c.name == case),
+            "no contract case is named {case:?}"
+        );
+        self.opt_outs.push((case, why.into()));
+        self
     }
 
     /// Runs `cleanup` after the case, whether it passed or failed (drop a
@@ -110,6 +128,29 @@ where
     C: FnOnce(Stores) -> CFut,
     CFut: Future<Output = ()> + Send + 'static,
 {
+    run_named(None, fresh, case);
+}
+
+/// Runs the contract case `case` as [`run`] does, unless the engine's
+/// fixture opted out of it by name ([`Fresh::opting_out`]).
+pub fn run_case<F, FFut>(fresh: F, case: crate::Case)
+where
+    F: FnOnce() -> FFut,
+    FFut: Future<Output = Option<Fresh>>,
+{
+    match case.run {
+        crate::CaseFn::Single(f) => run_named(Some(case.name), fresh, move |s: Stores| f(s.store)),
+        crate::CaseFn::Peers(f) => run_named(Some(case.name), fresh, f),
+    }
+}
+
+fn run_named<F, FFut, C, CFut>(name: Option<&str>, fresh: F, case: C)
+where
+    F: FnOnce() -> FFut,
+    FFut: Future<Output = Option<Fresh>>,
+    C: FnOnce(Stores) -> CFut,
+    CFut: Future<Output = ()> + Send + 'static,
+{
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
@@ -119,6 +160,14 @@ where
         let Some(fresh) = fresh().await else {
             return;
         };
+        if let Some((case, why)) = fresh.opt_outs.iter().find(|(case, _)| Some(*case) == name) {
+            println!("OPTED OUT: {case}: {why}");
+            let _ = fresh.store.close().await;
+            if let Some(cleanup) = fresh.cleanup {
+                cleanup.await;
+            }
+            return;
+        }
         let opened = Arc::new(Mutex::new(Vec::new()));
         let stores = Stores {
             store: fresh.store.clone(),

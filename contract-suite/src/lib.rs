@@ -31,7 +31,7 @@ pub mod reference;
 pub mod safety;
 pub mod support;
 
-pub use fresh::{Fresh, Stores, run, run_with_peers, verdict};
+pub use fresh::{Fresh, Stores, run, run_case, run_with_peers, verdict};
 
 /// Hands the list of every contract case to `$callback!`, after `$extra`:
 /// the one place a case is listed (`cargo xtask tidy` checks that every case
@@ -99,13 +99,19 @@ macro_rules! contract_tests {
         $(
             #[test]
             fn $case() {
-                $crate::run($fresh, $crate::cases::$case);
+                $crate::run_case($fresh, $crate::Case {
+                    name: stringify!($case),
+                    run: $crate::CaseFn::Single(|store| Box::pin($crate::cases::$case(store))),
+                });
             }
         )*
         $(
             #[test]
             fn $peer_case() {
-                $crate::run_with_peers($fresh, $crate::cases::$peer_case);
+                $crate::run_case($fresh, $crate::Case {
+                    name: stringify!($peer_case),
+                    run: $crate::CaseFn::Peers(|stores| Box::pin($crate::cases::$peer_case(stores))),
+                });
             }
         )*
     };

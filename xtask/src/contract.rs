@@ -49,6 +49,7 @@ pub(crate) fn run() -> Result<(), String> {
     let engines = engines()?;
     let mut table = Table::new();
     let mut problems = Vec::new();
+    let mut opt_outs = Vec::new();
     for (engine, package) in &engines {
         let engine = engine.as_str();
         eprintln!("xtask: contract suite on {engine}");
@@ -65,6 +66,12 @@ pub(crate) fn run() -> Result<(), String> {
             .output()
             .map_err(|e| format!("could not run cargo: {e}"))?;
         let stdout = String::from_utf8_lossy(&output.stdout);
+        opt_outs.extend(
+            stdout
+                .lines()
+                .filter(|l| l.starts_with("OPTED OUT: "))
+                .map(|l| format!("{engine}: {l}")),
+        );
         let stderr = String::from_utf8_lossy(&output.stderr);
         // The harness says SKIPPED once, on stderr, past the output capture.
         let skipped = stderr.contains("SKIPPED:") || stdout.contains("SKIPPED:");
@@ -76,8 +83,10 @@ pub(crate) fn run() -> Result<(), String> {
             let Some((case, verdict)) = rest.split_once(" ... ") else {
                 continue;
             };
+            let opted_out = stdout.contains(&format!("OPTED OUT: {case}: "));
             let outcome = match verdict.trim() {
                 "ok" if skipped => Outcome::Skipped,
+                "ok" if opted_out => Outcome::OptedOut,
                 "ok" => Outcome::Pass,
                 v if v.starts_with("ignored") => continue,
                 _ => Outcome::Fail,
@@ -119,6 +128,9 @@ pub(crate) fn run() -> Result<(), String> {
         }
     }
     print_table(&table, &engines);
+    for line in &opt_outs {
+        println!("{line}");
+    }
     for (case, results) in &table {
         let failed: Vec<_> = results
             .iter()
@@ -157,6 +169,7 @@ fn print_table(table: &Table, engines: &[(String, String)]) {
                 }
                 Some(Outcome::Fail) => "FAIL",
                 Some(Outcome::Skipped) => "skipped",
+                Some(Outcome::OptedOut) => "opt-out",
                 None => "-",
             };
             print!("  {cell:>8}");

@@ -109,6 +109,8 @@ pub(crate) enum Outcome {
     Pass,
     Fail,
     Skipped,
+    /// The engine's fixture opted out of the case by name (`Fresh::opting_out`).
+    OptedOut,
 }
 
 /// Cases × engines.
