@@ -12,7 +12,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
-use alkstore_contract_suite::load::{Load, start_load};
+use alkstore_contract_suite::load::{Load, start_load, through_an_outage};
 use alkstore_contract_suite::safety::history::check;
 use alkstore_contract_suite::support::assert_dead_holder_blocks_until_ttl;
 use alkstore_core::{KeepAlive, LeaseStatus, Store};
@@ -121,37 +121,24 @@ async fn server_restart_under_load() {
     let other = PgStore::connect(&server.url, &schema).await.unwrap();
     // Start the listener before the outage.
     let before = cross_store_handoff(&store, &other, "before").await;
-    let load = Arc::new(Load::default());
-    let workers = start_load(store.clone() as Arc<dyn Store>, 8, load.clone());
-    tokio::time::sleep(Duration::from_secs(1)).await;
-    let grants_before = load.grants.load(Ordering::SeqCst);
-    let stopped =
-        tokio::task::spawn_blocking(move || cluster.pg_ctl(&["stop", "-m", "fast", "-w"]));
-    assert!(stopped.await.unwrap(), "pg_ctl stop");
-    tokio::time::sleep(Duration::from_secs(1)).await;
-    let errors_during = load.errors.load(Ordering::SeqCst);
-    let started = tokio::task::spawn_blocking(move || cluster.pg_ctl(&["start"]));
-    assert!(started.await.unwrap(), "pg_ctl start");
-    let restarted = Instant::now();
-    // Wait for the load to get grants again, through the same store.
-    let grants_at_restart = load.grants.load(Ordering::SeqCst);
-    while load.grants.load(Ordering::SeqCst) < grants_at_restart + 20 {
-        assert!(
-            restarted.elapsed() < Duration::from_secs(30),
-            "the store did not recover"
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-    let recovered_after = restarted.elapsed();
-    load.stop.store(true, Ordering::SeqCst);
-    for worker in workers {
-        worker.await.expect("a worker panicked");
-    }
+    let outage = through_an_outage(
+        store.clone() as Arc<dyn Store>,
+        8,
+        async {
+            let stopped =
+                tokio::task::spawn_blocking(move || cluster.pg_ctl(&["stop", "-m", "fast", "-w"]));
+            assert!(stopped.await.unwrap(), "pg_ctl stop");
+        },
+        async {
+            let started = tokio::task::spawn_blocking(move || cluster.pg_ctl(&["start"]));
+            assert!(started.await.unwrap(), "pg_ctl start");
+        },
+    )
+    .await;
     let after = cross_store_handoff(&store, &other, "after").await;
-    let history = std::mem::take(&mut *load.history.lock().await);
-    assert_eq!(check(&history), Ok(()));
+    assert_eq!(check(&outage.history), Ok(()));
     assert!(
-        grants_before > 0 && errors_during > 0,
+        outage.grants_before > 0 && outage.errors_during > 0,
         "no load, or no outage seen"
     );
     assert!(
@@ -160,10 +147,11 @@ async fn server_restart_under_load() {
     );
     eprintln!(
         "restart: {} grants checked, {} errors (all Error::Database), slowest op {} ms, \
-         recovered {recovered_after:?} after start, handoff before {before:?} after {after:?}, violations: 0",
-        history.len(),
-        load.errors.load(Ordering::SeqCst),
-        load.slowest_ms.load(Ordering::SeqCst)
+         recovered {:?} after start, handoff before {before:?} after {after:?}, violations: 0",
+        outage.history.len(),
+        outage.errors,
+        outage.slowest_ms,
+        outage.recovered_after
     );
     other.drop_schema().await.unwrap();
     store.close().await.unwrap();

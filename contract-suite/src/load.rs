@@ -87,3 +87,63 @@ pub fn start_load(
         })
         .collect()
 }
+
+/// What a load saw through an outage ([`through_an_outage`]).
+#[derive(Debug)]
+pub struct Outage {
+    /// Every grant of the run, for the history checker.
+    pub history: Vec<Interval>,
+    /// Grants before the server was stopped.
+    pub grants_before: u64,
+    /// Failed operations while it was down.
+    pub errors_during: u64,
+    /// Failed operations in all.
+    pub errors: u64,
+    /// The slowest lock call, in milliseconds.
+    pub slowest_ms: u64,
+    /// From the server's start to the 20th grant after it.
+    pub recovered_after: Duration,
+}
+
+/// `workers` tasks of [`start_load`] on `store` for a second, then `stop`
+/// (the server goes down), a second of outage, `start` (it comes back), and
+/// the load again until 20 more grants — within 30 s, or the store did not
+/// recover (a panic). The workers are stopped and joined (a worker's panic
+/// fails the caller) before the figures come back.
+pub async fn through_an_outage(
+    store: Arc<dyn Store>,
+    workers: usize,
+    stop: impl std::future::Future<Output = ()>,
+    start: impl std::future::Future<Output = ()>,
+) -> Outage {
+    let load = Arc::new(Load::default());
+    let tasks = start_load(store, workers, load.clone());
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let grants_before = load.grants.load(Ordering::SeqCst);
+    stop.await;
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let errors_during = load.errors.load(Ordering::SeqCst);
+    start.await;
+    let restarted = Instant::now();
+    let grants_at_restart = load.grants.load(Ordering::SeqCst);
+    while load.grants.load(Ordering::SeqCst) < grants_at_restart + 20 {
+        assert!(
+            restarted.elapsed() < Duration::from_secs(30),
+            "the store did not recover"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let recovered_after = restarted.elapsed();
+    load.stop.store(true, Ordering::SeqCst);
+    for task in tasks {
+        task.await.expect("a worker panicked");
+    }
+    Outage {
+        history: std::mem::take(&mut *load.history.lock().await),
+        grants_before,
+        errors_during,
+        errors: load.errors.load(Ordering::SeqCst),
+        slowest_ms: load.slowest_ms.load(Ordering::SeqCst),
+        recovered_after,
+    }
+}
