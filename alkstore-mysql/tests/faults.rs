@@ -10,7 +10,7 @@ mod common;
 
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use alkstore_contract_suite::load::{Load, start_load, through_an_outage};
 use alkstore_contract_suite::safety::history::check;
