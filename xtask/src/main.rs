@@ -15,6 +15,10 @@
 //!   or those named), built with optimizations:
 //!   a table of figures next to floors measured in the same run, JSON and
 //!   SVG plots under `target/bench/`.
+//! - `cargo xtask mutants [args]` — mutation testing of `alkstore-core` with
+//!   `cargo-mutants` (installed with `cargo install cargo-mutants`), judged
+//!   by the core's unit tests and the contract suite on the reference engine;
+//!   not in CI (about 40 s per mutant on 2 cores). Results in `target/mutants/`.
 //! - `cargo xtask soak [minutes]` — a mixed workload per engine (4 minutes
 //!   each by default): errors, failed opens, checker violations, how long a
 //!   lease outlives `KeepAlive`'s loss signal, `lock(wait)` overshoot.
@@ -41,6 +45,33 @@ fn main() -> ExitCode {
                 "target/bench",
             ];
             command.extend(args[1..].iter().map(String::as_str));
+            cargo(&command)
+        }
+        Some("mutants") => {
+            // The core, mutated; its unit tests and the contract suite on the
+            // in-memory reference engine judge each mutant (the gallery is
+            // left out: it tests the suite, not the core). Extra arguments
+            // (`-f FILE`, `--list`, `-j N`) go to cargo-mutants.
+            let mut command = vec![
+                "mutants",
+                "--package",
+                "alkstore-core",
+                "--test-package",
+                "alkstore-core",
+                "--test-package",
+                "alkstore-contract-suite",
+                "--timeout",
+                "300",
+                "--output",
+                "target/mutants",
+            ];
+            command.extend(args[1..].iter().map(String::as_str));
+            command.extend([
+                "--",
+                "--",
+                "--skip",
+                "every_flaw_is_rejected_by_exactly_its_cases",
+            ]);
             cargo(&command)
         }
         Some("soak") => {
