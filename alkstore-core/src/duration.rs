@@ -69,6 +69,13 @@ mod tests {
     use proptest::prelude::*;
 
     #[test]
+    fn sql_sees_the_milliseconds() {
+        let ttl = LeaseMillis::new(Duration::from_millis(1500)).unwrap();
+        assert_eq!(ttl.as_i64(), 1500);
+        assert_eq!(ttl.get(), 1500);
+    }
+
+    #[test]
     fn rounds_up_to_whole_milliseconds() {
         assert_eq!(LeaseMillis::new(Duration::from_nanos(1)).unwrap().get(), 1);
         assert_eq!(LeaseMillis::new(Duration::from_millis(7)).unwrap().get(), 7);

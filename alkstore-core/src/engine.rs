@@ -170,4 +170,15 @@ mod tests {
         assert_eq!(fence_to_sql(42), 42);
         assert_eq!(fence_to_sql(u64::MAX), i64::MAX);
     }
+
+    #[test]
+    fn only_this_builds_schema_version_is_accepted() {
+        assert_eq!(SchemaVersionError::check(3, 3), Ok(()));
+        for found in [0, 2, 4] {
+            assert_eq!(
+                SchemaVersionError::check(found, 3),
+                Err(SchemaVersionError { found, known: 3 })
+            );
+        }
+    }
 }

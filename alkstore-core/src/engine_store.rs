@@ -398,6 +398,14 @@ mod tests {
         }
     }
 
+    /// An engine that says nothing of its poll ceiling polls at most every
+    /// 250 ms: never busily, never rarely enough to miss a lease.
+    #[test]
+    fn the_default_poll_ceiling_is_a_quarter_second() {
+        let engine = TestEngine::new(Script::default());
+        assert_eq!(engine.poll_ceiling(), Duration::from_millis(250));
+    }
+
     #[async_trait]
     impl Engine for TestEngine {
         async fn acquire(
