@@ -398,6 +398,16 @@ mod tests {
         }
     }
 
+    /// `is_closed` (which engine stores check before their own extras, such
+    /// as dropping a schema) answers `true` from `close()` on, not before.
+    #[tokio::test]
+    async fn is_closed_from_close_on() {
+        let store = EngineStore::new(TestEngine::new(Script::default()));
+        assert!(!store.is_closed());
+        store.close().await.unwrap();
+        assert!(store.is_closed());
+    }
+
     /// An engine that says nothing of its poll ceiling polls at most every
     /// 250 ms: never busily, never rarely enough to miss a lease.
     #[test]
