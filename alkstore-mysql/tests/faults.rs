@@ -9,13 +9,12 @@
 mod common;
 
 use std::sync::Arc;
-use std::sync::atomic::Ordering;
 use std::time::Duration;
 
-use alkstore_contract_suite::load::{Load, start_load, through_an_outage};
+use alkstore_contract_suite::load::{through_an_outage, through_killed_sessions};
 use alkstore_contract_suite::safety::history::check;
 use alkstore_contract_suite::support::assert_dead_holder_blocks_until_ttl;
-use alkstore_core::{KeepAlive, LeaseStatus, Store};
+use alkstore_core::Store;
 use alkstore_mysql::MySqlStore;
 use alkstore_testkit::mysql;
 use tokio::sync::Mutex;
@@ -120,60 +119,34 @@ async fn connections_killed_mid_run() {
     };
     let store = Arc::new(store);
     let admin = MySqlStore::connect(&db.url, &db.name).await.unwrap();
-    let kept_lock = store
-        .try_lock("kept", "keeper", Duration::from_millis(900))
-        .await
-        .unwrap()
-        .unwrap();
-    let kept_fence = kept_lock.fence();
-    let kept = KeepAlive::start(kept_lock, Duration::from_millis(900)).unwrap();
-    let load = Arc::new(Load::default());
-    let workers = start_load(store.clone() as Arc<dyn Store>, 6, load.clone());
-    let mut killed = 0;
-    for _ in 0..5 {
-        tokio::time::sleep(Duration::from_millis(300)).await;
-        let sessions: Vec<(i64,)> = sqlx::query_as(
-            "SELECT ID FROM information_schema.PROCESSLIST
-             WHERE ID <> CONNECTION_ID() AND USER = SUBSTRING_INDEX(CURRENT_USER(), '@', 1)
-               AND COMMAND <> 'Daemon'",
-        )
-        .fetch_all(admin.pool())
-        .await
-        .unwrap();
-        for (id,) in sessions {
-            // Gone already, or the admin pool's own other connection: fine.
-            if sqlx::raw_sql(sqlx::AssertSqlSafe(format!("KILL CONNECTION {id}")))
-                .execute(admin.pool())
-                .await
-                .is_ok()
-            {
-                killed += 1;
+    let (killed, grants, errors) =
+        through_killed_sessions(store.clone() as Arc<dyn Store>, 6, || async {
+            let sessions: Vec<(i64,)> = sqlx::query_as(
+                "SELECT ID FROM information_schema.PROCESSLIST
+                 WHERE ID <> CONNECTION_ID() AND USER = SUBSTRING_INDEX(CURRENT_USER(), '@', 1)
+                   AND COMMAND <> 'Daemon'",
+            )
+            .fetch_all(admin.pool())
+            .await
+            .unwrap();
+            let mut killed = 0;
+            for (id,) in sessions {
+                // Gone already, or the admin pool's own other connection: fine.
+                if sqlx::raw_sql(sqlx::AssertSqlSafe(format!("KILL CONNECTION {id}")))
+                    .execute(admin.pool())
+                    .await
+                    .is_ok()
+                {
+                    killed += 1;
+                }
             }
-        }
-    }
-    tokio::time::sleep(Duration::from_millis(500)).await;
-    load.stop.store(true, Ordering::SeqCst);
-    for worker in workers {
-        worker.await.expect("a worker panicked");
-    }
-    assert!(
-        matches!(kept.status(), LeaseStatus::Held { .. }),
-        "kept lease lost: {:?}",
-        kept.status()
-    );
-    assert_eq!(
-        store.holder("kept").await.unwrap().unwrap().fence,
-        kept_fence
-    );
-    let history = std::mem::take(&mut *load.history.lock().await);
-    assert_eq!(check(&history), Ok(()));
-    assert!(killed > 0);
+            killed
+        })
+        .await;
     eprintln!(
-        "kill: {killed} sessions killed, {} grants checked, {} errors, kept lease held throughout, violations: 0",
-        history.len(),
-        load.errors.load(Ordering::SeqCst)
+        "kill: {killed} sessions killed, {grants} grants checked, {errors} errors, \
+         kept lease held throughout, violations: 0"
     );
-    assert!(kept.release().await.unwrap());
     store.close().await.unwrap();
     admin.close().await.unwrap();
     db.drop().await;

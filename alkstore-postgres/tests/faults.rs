@@ -12,10 +12,10 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
-use alkstore_contract_suite::load::{Load, start_load, through_an_outage};
+use alkstore_contract_suite::load::{through_an_outage, through_killed_sessions};
 use alkstore_contract_suite::safety::history::check;
 use alkstore_contract_suite::support::assert_dead_holder_blocks_until_ttl;
-use alkstore_core::{KeepAlive, LeaseStatus, Store};
+use alkstore_core::Store;
 use alkstore_postgres::PgStore;
 use sqlx::postgres::PgPoolOptions;
 use tokio::sync::Mutex;
@@ -168,51 +168,23 @@ async fn connections_killed_mid_run() {
     };
     let store = Arc::new(store);
     let admin = PgStore::connect(&schema.url, &schema.name).await.unwrap();
-    let kept_lock = store
-        .try_lock("kept", "keeper", Duration::from_millis(900))
-        .await
-        .unwrap()
-        .unwrap();
-    let kept_fence = kept_lock.fence();
-    let kept = KeepAlive::start(kept_lock, Duration::from_millis(900)).unwrap();
-    let load = Arc::new(Load::default());
-    let workers = start_load(store.clone() as Arc<dyn Store>, 6, load.clone());
-    let mut killed = 0;
-    for _ in 0..5 {
-        tokio::time::sleep(Duration::from_millis(300)).await;
-        let (n,): (i64,) = sqlx::query_as(
-            "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity
-             WHERE backend_type = 'client backend' AND pid <> pg_backend_pid()
-               AND datname = current_database() AND query NOT LIKE '%pg_stat_activity%'",
-        )
-        .fetch_one(admin.pool())
-        .await
-        .unwrap();
-        killed += n;
-    }
-    tokio::time::sleep(Duration::from_millis(500)).await;
-    load.stop.store(true, Ordering::SeqCst);
-    for worker in workers {
-        worker.await.expect("a worker panicked");
-    }
-    assert!(
-        matches!(kept.status(), LeaseStatus::Held { .. }),
-        "kept lease lost: {:?}",
-        kept.status()
-    );
-    assert_eq!(
-        store.holder("kept").await.unwrap().unwrap().fence,
-        kept_fence
-    );
-    let history = std::mem::take(&mut *load.history.lock().await);
-    assert_eq!(check(&history), Ok(()));
-    assert!(killed > 0);
+    let (killed, grants, errors) =
+        through_killed_sessions(store.clone() as Arc<dyn Store>, 6, || async {
+            let (n,): (i64,) = sqlx::query_as(
+                "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity
+                 WHERE backend_type = 'client backend' AND pid <> pg_backend_pid()
+                   AND datname = current_database() AND query NOT LIKE '%pg_stat_activity%'",
+            )
+            .fetch_one(admin.pool())
+            .await
+            .unwrap();
+            n as u64
+        })
+        .await;
     eprintln!(
-        "terminate: {killed} backends killed, {} grants checked, {} errors, kept lease held throughout, violations: 0",
-        history.len(),
-        load.errors.load(Ordering::SeqCst)
+        "terminate: {killed} backends killed, {grants} grants checked, {errors} errors, \
+         kept lease held throughout, violations: 0"
     );
-    assert!(kept.release().await.unwrap());
     store.close().await.unwrap();
     admin.close().await.unwrap();
     schema.drop().await;

@@ -147,3 +147,53 @@ pub async fn through_an_outage(
         recovered_after,
     }
 }
+
+/// `workers` tasks of [`start_load`] on `store` while `kill` — called five
+/// times, 300 ms apart — ends the store's server sessions (returning how many
+/// it ended), and a [`KeepAlive`](alkstore_core::KeepAlive) holds the name
+/// `kept` (900 ms leases) throughout. Then checks, panicking otherwise: the
+/// kept lease was never lost and still has its fence, the history checker
+/// finds nothing, and something was killed. Returns (sessions killed, grants
+/// checked, failed operations).
+pub async fn through_killed_sessions<K, KF>(
+    store: Arc<dyn Store>,
+    workers: usize,
+    mut kill: K,
+) -> (u64, usize, u64)
+where
+    K: FnMut() -> KF,
+    KF: std::future::Future<Output = u64>,
+{
+    let ttl = Duration::from_millis(900);
+    let kept_lock = store
+        .try_lock("kept", "keeper", ttl)
+        .await
+        .expect("take the kept lock")
+        .expect("the kept name is free");
+    let kept_fence = kept_lock.fence();
+    let kept = alkstore_core::KeepAlive::start(kept_lock, ttl).expect("keep the lease");
+    let load = Arc::new(Load::default());
+    let tasks = start_load(store.clone(), workers, load.clone());
+    let mut killed = 0;
+    for _ in 0..5 {
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        killed += kill().await;
+    }
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    load.stop.store(true, Ordering::SeqCst);
+    for task in tasks {
+        task.await.expect("a worker panicked");
+    }
+    assert!(
+        matches!(kept.status(), alkstore_core::LeaseStatus::Held { .. }),
+        "kept lease lost: {:?}",
+        kept.status()
+    );
+    let holder = store.holder("kept").await.expect("read the kept name");
+    assert_eq!(holder.map(|h| h.fence), Some(kept_fence));
+    let history = std::mem::take(&mut *load.history.lock().await);
+    assert_eq!(crate::safety::history::check(&history), Ok(()));
+    assert!(killed > 0, "no session was killed");
+    assert!(kept.release().await.expect("release the kept lease"));
+    (killed, history.len(), load.errors.load(Ordering::SeqCst))
+}
