@@ -8,10 +8,9 @@ use alkstore_core::{
     Attempt, BoxError, Engine, GrantKey, Holder, LeaseMillis, ReleaseBus, fence_from_sql,
     fence_to_sql, lease_left,
 };
-use alkstore_sqlx::OutOfTime;
+use alkstore_sqlx::{OutOfTime, decoded};
 use async_trait::async_trait;
 use sqlx::MySqlPool;
-use sqlx::mysql::MySqlRow;
 
 use crate::connection::{Connections, LOCK_WAIT_TIMEOUT, error_number};
 use crate::sql::Statements;
@@ -57,14 +56,6 @@ fn ran_out_of_time(error: &BoxError) -> bool {
         || error
             .downcast_ref::<sqlx::Error>()
             .is_some_and(|e| error_number(e) == Some(LOCK_WAIT_TIMEOUT))
-}
-
-/// A row as the tuple a statement returns.
-fn decoded<T>(row: Option<MySqlRow>) -> Result<Option<T>, BoxError>
-where
-    T: for<'r> sqlx::FromRow<'r, MySqlRow>,
-{
-    Ok(row.map(|row| T::from_row(&row)).transpose()?)
 }
 
 /// Names and owners are stored as bytes; alkstore wrote them from `&str`.

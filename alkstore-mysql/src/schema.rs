@@ -14,7 +14,9 @@ use std::collections::HashMap;
 use alkstore_core::{BoxError, Error, Field, NameProblem, SchemaVersionError, check_text};
 use sqlx::{ConnectOptions, Connection, MySqlConnection, MySqlPool};
 
-use crate::sql::{self, Objects, Statements};
+use alkstore_sqlx::Objects;
+
+use crate::sql::{self, Statements};
 
 /// MariaDB and MySQL refuse database names longer than 64 characters; alkstore
 /// takes 64 bytes of UTF-8 at most.
@@ -149,17 +151,10 @@ fn foreign(database: &str, what: &'static str) -> ForeignObjectsError {
 
 /// The objects found without `meta` are someone else's.
 fn refuse_unmarked(database: &str, objects: Objects) -> Result<(), BoxError> {
-    if !objects.meta && objects.any() {
-        let what = if objects.locks {
-            "a table named locks"
-        } else if objects.fences {
-            "a table named fences"
-        } else {
-            "a procedure named acquire"
-        };
-        return Err(foreign(database, what).into());
+    match objects.unmarked() {
+        Some(what) => Err(foreign(database, what).into()),
+        None => Ok(()),
     }
-    Ok(())
 }
 
 /// Finds or creates the store's objects in `database`. Reads only, when

@@ -66,25 +66,6 @@ pub(crate) fn quote_ident(ident: &str) -> String {
     format!("`{}`", ident.replace('`', "``"))
 }
 
-/// The objects of one store's database, as `information_schema` shows them.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub(crate) struct Objects {
-    pub(crate) meta: bool,
-    pub(crate) locks: bool,
-    pub(crate) fences: bool,
-    pub(crate) acquire: bool,
-}
-
-impl Objects {
-    pub(crate) fn all(self) -> bool {
-        self.meta && self.locks && self.fences && self.acquire
-    }
-
-    pub(crate) fn any(self) -> bool {
-        self.meta || self.locks || self.fences || self.acquire
-    }
-}
-
 /// Whether the database exists and which of alkstore's objects it holds
 /// (bind the database name to each of the five `?`).
 pub(crate) const INSPECT: &str = "

@@ -10,10 +10,9 @@ use alkstore_core::{
 };
 use async_trait::async_trait;
 use sqlx::PgPool;
-use sqlx::postgres::PgRow;
 use tokio::sync::OnceCell;
 
-use alkstore_sqlx::OutOfTime;
+use alkstore_sqlx::{OutOfTime, decoded};
 
 use crate::connection::Connections;
 use crate::listener::Listener;
@@ -65,14 +64,6 @@ fn ran_out_of_time(error: &BoxError) -> bool {
         || error.downcast_ref::<sqlx::Error>().is_some_and(|e| {
             matches!(e, sqlx::Error::Database(db) if db.code().as_deref() == Some(LOCK_NOT_AVAILABLE))
         })
-}
-
-/// A row as the tuple a statement returns.
-fn decoded<T>(row: Option<PgRow>) -> Result<Option<T>, BoxError>
-where
-    T: for<'r> sqlx::FromRow<'r, PgRow>,
-{
-    Ok(row.map(|row| T::from_row(&row)).transpose()?)
 }
 
 #[async_trait]

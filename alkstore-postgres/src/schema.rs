@@ -14,7 +14,9 @@ use std::collections::HashMap;
 use alkstore_core::{BoxError, Error, Field, SchemaVersionError, check_text};
 use sqlx::{PgConnection, PgPool};
 
-use crate::sql::{self, Objects, Statements};
+use alkstore_sqlx::Objects;
+
+use crate::sql::{self, Statements};
 
 /// PostgreSQL keeps at most 63 bytes of an identifier and silently truncates
 /// longer ones, which would make two long names one schema: refuse them.
@@ -148,17 +150,10 @@ fn foreign(schema: &str, what: &'static str) -> ForeignObjectsError {
 
 /// The objects found without `meta` are someone else's.
 fn refuse_unmarked(schema: &str, objects: Objects) -> Result<(), BoxError> {
-    if !objects.meta && objects.any() {
-        let what = if objects.locks {
-            "a table named locks"
-        } else if objects.fences {
-            "a relation named fences"
-        } else {
-            "a function named acquire"
-        };
-        return Err(foreign(schema, what).into());
+    match objects.unmarked() {
+        Some(what) => Err(foreign(schema, what).into()),
+        None => Ok(()),
     }
-    Ok(())
 }
 
 /// Finds or creates the store's objects in `schema` and returns the schema's

@@ -62,25 +62,6 @@ fn dollar_tag(body: &str) -> String {
     tag
 }
 
-/// The objects of one store's schema, as the catalog shows them.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub(crate) struct Objects {
-    pub(crate) meta: bool,
-    pub(crate) locks: bool,
-    pub(crate) fences: bool,
-    pub(crate) acquire: bool,
-}
-
-impl Objects {
-    pub(crate) fn all(self) -> bool {
-        self.meta && self.locks && self.fences && self.acquire
-    }
-
-    pub(crate) fn any(self) -> bool {
-        self.meta || self.locks || self.fences || self.acquire
-    }
-}
-
 /// The schema's OID and which of alkstore's objects exist in it; no row when
 /// the schema does not exist. Catalog reads need no privilege.
 pub(crate) const INSPECT: &str = "
