@@ -143,7 +143,6 @@ impl Flaw {
             ],
             Flaw::KeepsTheFenceOnTakeover => &[
                 "expiry_lets_another_owner_in",
-                "fences_in_commit_order_across_stores",
                 "fences_strictly_increase",
                 "handle_never_touches_later_grant",
                 "lock_granted_after_expiry",
@@ -280,44 +279,40 @@ impl Engine for Broken {
             }
             _ => {}
         }
-        let live = self.with_rows(|rows| {
-            rows.rows
-                .get(name)
-                .filter(|row| row.expires_at > now)
-                .cloned()
-        });
-        match (self.flaw, live) {
-            (Flaw::GrantsOverALiveRow, Some(row)) if row.owner != owner => {
-                return Ok(self.with_rows(|rows| rows.grant(name, owner, ttl.as_duration(), now)));
-            }
-            (Flaw::RegrantsTheSameOwner, Some(row)) if row.owner == owner => {
-                return Ok(self.with_rows(|rows| rows.grant(name, owner, ttl.as_duration(), now)));
-            }
-            (Flaw::RefreshesOnReacquire, Some(row)) if row.owner == owner => {
-                return Ok(self.with_rows(|rows| {
-                    let row = rows.rows.get_mut(name).expect("live");
-                    row.expires_at = now + ttl.as_duration();
-                    Attempt::Granted {
-                        fence: row.fence,
-                        expires_in: ttl.as_duration(),
-                    }
-                }));
-            }
-            (Flaw::KeepsTheFenceOnTakeover, None) => {
-                let old = self.with_rows(|rows| rows.rows.get(name).map(|r| r.fence));
-                if let Some(fence) = old {
-                    return Ok(self.with_rows(|rows| {
-                        let row = rows.rows.get_mut(name).expect("expired");
-                        row.owner = owner.to_owned();
-                        row.expires_at = now + ttl.as_duration();
-                        Attempt::Granted {
-                            fence,
-                            expires_in: ttl.as_duration(),
-                        }
-                    }));
+        // Decided and done under one hold of the rows, as a real engine's
+        // transaction would: a flaw must break its one rule, not also open a
+        // window between a look and a write that breaks another.
+        let flawed = self.with_rows(|rows| {
+            let ttl = ttl.as_duration();
+            let row = rows.rows.get_mut(name)?;
+            let live = row.expires_at > now;
+            match self.flaw {
+                Flaw::GrantsOverALiveRow if live && row.owner != owner => {
+                    Some(rows.grant(name, owner, ttl, now))
                 }
+                Flaw::RegrantsTheSameOwner if live && row.owner == owner => {
+                    Some(rows.grant(name, owner, ttl, now))
+                }
+                Flaw::RefreshesOnReacquire if live && row.owner == owner => {
+                    row.expires_at = now + ttl;
+                    Some(Attempt::Granted {
+                        fence: row.fence,
+                        expires_in: ttl,
+                    })
+                }
+                Flaw::KeepsTheFenceOnTakeover if !live => {
+                    row.owner = owner.to_owned();
+                    row.expires_at = now + ttl;
+                    Some(Attempt::Granted {
+                        fence: row.fence,
+                        expires_in: ttl,
+                    })
+                }
+                _ => None,
             }
-            _ => {}
+        });
+        if let Some(attempt) = flawed {
+            return Ok(attempt);
         }
         let attempt = self.inner.acquire(name, owner, ttl, deadline).await?;
         self.ttls
@@ -328,7 +323,7 @@ impl Engine for Broken {
             (Flaw::OverstatesTheLease, Attempt::Granted { fence, expires_in }) => {
                 // The row's lease is 60 ms shorter than the one reported.
                 self.with_rows(|rows| {
-                    if let Some(row) = rows.rows.get_mut(name) {
+                    if let Some(row) = rows.rows.get_mut(name).filter(|row| row.fence == fence) {
                         row.expires_at -= Duration::from_millis(60).min(expires_in);
                     }
                 });
