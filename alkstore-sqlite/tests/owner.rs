@@ -50,6 +50,11 @@ fn with_warnings<F: std::future::Future<Output = ()>>(
 ) -> SharedGrantWarnings {
     let warnings = SharedGrantWarnings::default();
     let _guard = tracing::subscriber::set_default(Registry::default().with(warnings.clone()));
+    // Callsite interest is cached process-wide and, with one dispatcher
+    // registered, taken from the registering thread's: a second live one
+    // makes every registration ask all (tokio-rs/tracing#3611).
+    let _second = tracing::Dispatch::new(tracing::subscriber::NoSubscriber::default());
+    tracing::callsite::rebuild_interest_cache();
     tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()

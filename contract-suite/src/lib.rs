@@ -78,7 +78,8 @@ macro_rules! __with_cases {
             per_holder_owners_count_exactly,
             cancellation_leaves_no_trace,
             model_based_sequences,
-            bad_input_is_refused_and_writes_nothing;
+            bad_input_is_refused_and_writes_nothing,
+            operations_are_traced_with_their_outcome;
             peers: fences_in_commit_order_across_stores,
             renew_false_ends_valid_until
         );

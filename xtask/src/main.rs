@@ -149,7 +149,13 @@ pub(crate) type Table = BTreeMap<String, BTreeMap<String, Outcome>>;
 
 /// The workspace's root directory (xtask lives one level below it).
 pub(crate) fn workspace_root() -> std::path::PathBuf {
-    std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+    // Read at run time (`cargo run` sets it): the compile-time value names
+    // whichever checkout built this binary, and a target directory shared
+    // between checkouts keeps that binary for the other.
+    let manifest_dir = std::env::var_os("CARGO_MANIFEST_DIR")
+        .map(std::path::PathBuf::from)
+        .unwrap_or_else(|| env!("CARGO_MANIFEST_DIR").into());
+    manifest_dir
         .parent()
         .expect("xtask lives in the workspace")
         .to_path_buf()
