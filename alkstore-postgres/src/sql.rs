@@ -83,14 +83,29 @@ pub(crate) const READ_COMMITTED: &str = "SET TRANSACTION ISOLATION LEVEL READ CO
 pub(crate) const ISOLATION_OPTION: (&str, &str) =
     ("default_transaction_isolation", "read committed");
 
-/// Run once on each new connection of the store: a grant, renewal or
-/// release is answered only once durable, whatever `synchronous_commit` the
-/// role or database sets. `off` would let a grant (and its fence) or a
+/// Run once on each new connection of the store: a grant or renewal is
+/// answered only once durable, whatever `synchronous_commit` the role or
+/// database sets (releases and purges opt out per statement:
+/// `ASYNC_COMMIT_CTE`). `off` would let a grant (and its fence) or a
 /// renewal be lost in a crash after being answered: a fence handed out
 /// again, a lease shorter than its holder was told. Stronger settings
 /// (`on`, `remote_write`, `remote_apply`) are kept.
 pub(crate) const DURABLE_COMMITS: &str = "SELECT set_config('synchronous_commit', 'local', false)
      WHERE current_setting('synchronous_commit') = 'off'";
+
+/// A CTE that turns `synchronous_commit` off for the statement's own
+/// transaction (`set_config(…, true)`: local, gone at its end), referenced by
+/// a one-time `EXISTS` so that it runs before any row is deleted. Only
+/// releases and purges use it. A release or purge lost in a crash after its
+/// answer is harmless: the row comes back, expired or expiring on its own
+/// lease, and the name frees when that runs out, as if its holder had died.
+/// Nothing granted depends on it: a grant commits synchronously, and its
+/// flush takes every earlier WAL record along — the release it followed
+/// included — so a name is never granted on a release that a crash could
+/// still undo. Grants and renewals never use it: a lost grant would hand its
+/// fence out again, a lost renewal shorten a lease its holder was promised.
+const ASYNC_COMMIT_CTE: &str =
+    "async_commit AS (SELECT set_config('synchronous_commit', 'off', true))";
 
 /// The LISTEN/NOTIFY channel of the schema with this OID.
 pub(crate) fn channel(schema_oid: i64) -> String {
@@ -253,10 +268,14 @@ END"
             // The release notifies waiters in the same statement; NOTIFY is
             // delivered when it commits. The payload is "<store tag>:<name>",
             // so a store's listener can skip its own releases (it woke its
-            // own waiters directly).
+            // own waiters directly). It commits without waiting for the WAL
+            // flush (`ASYNC_COMMIT_CTE`).
             release: audited(format!(
-                "WITH gone AS (
-                     DELETE FROM {locks} WHERE name = $1 AND owner = $2 AND fence = $3 RETURNING name
+                "WITH {ASYNC_COMMIT_CTE},
+                 gone AS (
+                     DELETE FROM {locks} WHERE name = $1 AND owner = $2 AND fence = $3
+                       AND EXISTS (SELECT 1 FROM async_commit)
+                     RETURNING name
                  )
                  SELECT count(pg_notify($4, $5 || ':' || gone.name)::text) FROM gone"
             )),
@@ -264,7 +283,12 @@ END"
                 "SELECT owner, fence, expires_at - {NOW_MS} FROM {locks}
                  WHERE name = $1 AND expires_at > {NOW_MS}"
             )),
-            purge: audited(format!("DELETE FROM {locks} WHERE expires_at <= {NOW_MS}")),
+            // Commits without waiting for the WAL flush, as a release does.
+            purge: audited(format!(
+                "WITH {ASYNC_COMMIT_CTE}
+                 DELETE FROM {locks}
+                 WHERE expires_at <= {NOW_MS} AND EXISTS (SELECT 1 FROM async_commit)"
+            )),
         }
     }
 }

@@ -384,13 +384,14 @@ async fn a_schema_that_lost_its_fences_is_refused() {
 }
 
 /// A connection whose `synchronous_commit` is `off` (here set by the URL's
-/// `options`, as a role or database default would) still commits grants,
-/// renewals and releases durably: the store raises it to `local` on its
-/// connections (a grant lost in a crash after being answered would let its
-/// fence be handed out again). A trigger in the test's schema records the
-/// setting every write of the lock table runs under.
+/// `options`, as a role or database default would) still commits grants and
+/// renewals durably: the store raises it to `local` on its connections (a
+/// grant lost in a crash after being answered would let its fence be handed
+/// out again). Releases and purges, and only they, commit with it `off`
+/// (a lost one is harmless; see `ASYNC_COMMIT_CTE`). A trigger in the test's
+/// schema records the setting every write of the lock table runs under.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn writes_are_durable_under_synchronous_commit_off() {
+async fn grants_and_renewals_are_durable_releases_and_purges_commit_async() {
     let Some((store, schema)) = common::store("synccommit").await else {
         return;
     };
@@ -398,10 +399,10 @@ async fn writes_are_durable_under_synchronous_commit_off() {
     exec(
         store.pool(),
         format!(
-            "CREATE TABLE {s}.seen (setting text);
+            "CREATE TABLE {s}.seen (at serial, setting text);
              CREATE FUNCTION {s}.note_setting() RETURNS trigger LANGUAGE plpgsql AS $$
              BEGIN
-                 INSERT INTO {s}.seen VALUES (current_setting('synchronous_commit'));
+                 INSERT INTO {s}.seen (setting) VALUES (current_setting('synchronous_commit'));
                  RETURN NULL;
              END $$;
              CREATE TRIGGER note_setting AFTER INSERT OR UPDATE OR DELETE ON {s}.locks
@@ -415,14 +416,26 @@ async fn writes_are_durable_under_synchronous_commit_off() {
     let lock = lax.try_lock("job", "a", TTL).await.unwrap().unwrap();
     assert!(lock.renew(TTL).await.unwrap());
     assert!(lock.release().await.unwrap());
+    let short = lax
+        .try_lock("brief", "a", Duration::from_millis(1))
+        .await
+        .unwrap();
+    assert!(short.is_some());
+    tokio::time::sleep(Duration::from_millis(20)).await;
+    assert_eq!(lax.purge_expired().await.unwrap(), 1);
     lax.close().await.unwrap();
-    let seen: Vec<(String,)> =
-        sqlx::query_as(sqlx::AssertSqlSafe(format!("SELECT setting FROM {s}.seen")))
-            .fetch_all(store.pool())
-            .await
-            .unwrap();
+    let seen: Vec<(String,)> = sqlx::query_as(sqlx::AssertSqlSafe(format!(
+        "SELECT setting FROM {s}.seen ORDER BY at"
+    )))
+    .fetch_all(store.pool())
+    .await
+    .unwrap();
     let seen: Vec<String> = seen.into_iter().map(|(v,)| v).collect();
-    assert_eq!(seen, ["local", "local", "local"], "grant, renewal, release");
+    assert_eq!(
+        seen,
+        ["local", "local", "off", "local", "off"],
+        "grant, renewal, release, grant, purge"
+    );
     exec(
         store.pool(),
         format!("DROP FUNCTION {s}.note_setting() CASCADE; DROP TABLE {s}.seen;"),
