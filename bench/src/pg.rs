@@ -9,7 +9,7 @@ use sqlx::postgres::{PgConnection, PgPoolOptions};
 use sqlx::{Connection, PgPool};
 
 use crate::contention::{self, Contended};
-use crate::measure::timed;
+use crate::measure::{RUNS, median, once};
 use crate::ops;
 use crate::report::Row;
 
@@ -46,13 +46,93 @@ async fn wal_since(conn: &mut PgConnection, lsn: &str) -> i64 {
     bytes
 }
 
+/// WAL flushes so far (`pg_stat_wal.wal_sync`, whole cluster), after making
+/// this connection report its own pending counts.
+async fn wal_syncs(bare: &mut PgConnection) -> i64 {
+    sqlx::query("SELECT pg_stat_force_next_flush()")
+        .execute(&mut *bare)
+        .await
+        .unwrap();
+    let (syncs,): (i64,) = sqlx::query_as("SELECT wal_sync FROM pg_stat_wal")
+        .fetch_one(bare)
+        .await
+        .unwrap();
+    syncs
+}
+
+async fn client_backends(bare: &mut PgConnection) -> i64 {
+    let (n,): (i64,) = sqlx::query_as(
+        "SELECT count(*) FROM pg_stat_activity
+         WHERE backend_type = 'client backend' AND pid <> pg_backend_pid()",
+    )
+    .fetch_one(bare)
+    .await
+    .unwrap();
+    n
+}
+
+/// Closes `store` and waits until its backends are gone: a backend reports
+/// its WAL counts when it exits (or when idle, at most once a second).
+async fn close_and_settle(store: PgStore, bare: &mut PgConnection, others: i64) {
+    store.close().await.unwrap();
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    while client_backends(bare).await > others {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the store's backends did not exit"
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
+
+/// WAL flushes for 1000 grants (each on a name of its own), then for 1000
+/// grants with their releases, each on a store of its own that is closed
+/// before counting; run before anything else touches the cluster, so that
+/// no other backend holds unreported counts. The difference is the releases'.
+async fn wal_flushes(url: &str, schema: &str, bare: &mut PgConnection) -> Vec<(String, i64)> {
+    let others = client_backends(bare).await;
+    // The schema is created first, outside the counts.
+    close_and_settle(PgStore::connect(url, schema).await.unwrap(), bare, others).await;
+    let mut counted = Vec::new();
+    for release in [false, true] {
+        let before = wal_syncs(bare).await;
+        let store = PgStore::connect(url, schema).await.unwrap();
+        for i in 0..1000 {
+            let lock = store
+                .try_lock(&format!("flush-{release}-{i}"), "me", TTL)
+                .await
+                .unwrap()
+                .unwrap();
+            if release {
+                assert!(lock.release().await.unwrap());
+            }
+        }
+        close_and_settle(store, bare, others).await;
+        counted.push(wal_syncs(bare).await - before);
+    }
+    vec![
+        (
+            "WAL flushes: 1000 grants (whole cluster)".into(),
+            counted[0],
+        ),
+        (
+            "WAL flushes: 1000 grants + their releases".into(),
+            counted[1],
+        ),
+        (
+            "WAL flushes: 1000 releases (the difference)".into(),
+            counted[1] - counted[0],
+        ),
+    ]
+}
+
 pub async fn run(
     url: &str,
     rows: &mut Vec<Row>,
     contended: &mut Vec<(&'static str, Contended)>,
 ) -> Vec<(usize, f64)> {
     let schema = format!("bench_{}", std::process::id());
-    eprintln!("bench: postgres floors");
+    eprintln!("bench: postgres floors and operations, alternating");
     let mut bare = PgConnection::connect(url).await.unwrap();
     sqlx::query("CREATE TABLE IF NOT EXISTS bench_raw (name text PRIMARY KEY)")
         .execute(&mut bare)
@@ -61,115 +141,104 @@ pub async fn run(
     let _ = sqlx::query("CREATE EXTENSION IF NOT EXISTS pg_stat_statements")
         .execute(&mut bare)
         .await;
-    let select_bare = Row::time(
-        ENGINE,
-        "SELECT 1 (bare connection)",
-        timed!(ITERATIONS, {
-            sqlx::query("SELECT 1").execute(&mut bare).await.unwrap();
-        }),
-    );
-    let pair_bare = Row::time(
-        ENGINE,
-        "raw insert+delete (bare connection)",
-        timed!(ITERATIONS, {
-            sqlx::query("INSERT INTO bench_raw (name) VALUES ($1) ON CONFLICT DO NOTHING")
-                .bind("x")
-                .execute(&mut bare)
-                .await
-                .unwrap();
-            sqlx::query("DELETE FROM bench_raw WHERE name = $1")
-                .bind("x")
-                .execute(&mut bare)
-                .await
-                .unwrap();
-        }),
-    );
-    let advisory = Row::time(
-        ENGINE,
-        "advisory lock+unlock (bare, no TTL, no WAL)",
-        timed!(ITERATIONS, {
-            sqlx::query("SELECT pg_try_advisory_lock(42)")
-                .execute(&mut bare)
-                .await
-                .unwrap();
-            sqlx::query("SELECT pg_advisory_unlock(42)")
-                .execute(&mut bare)
-                .await
-                .unwrap();
-        }),
-    );
+    let flushes = wal_flushes(url, &schema, &mut bare).await;
     let pool = PgPoolOptions::new()
         .max_connections(1)
         .connect(url)
         .await
         .unwrap();
-    let select_pooled = Row::time(
-        ENGINE,
-        "SELECT 1 (sqlx pool of 1)",
-        timed!(ITERATIONS, {
-            sqlx::query("SELECT 1").execute(&pool).await.unwrap();
-        }),
-    );
-    let pair_pooled = Row::time(
-        ENGINE,
-        "raw insert+delete (sqlx pool of 1)",
-        timed!(ITERATIONS, {
-            sqlx::query("INSERT INTO bench_raw (name) VALUES ($1) ON CONFLICT DO NOTHING")
-                .bind("x")
-                .execute(&pool)
-                .await
-                .unwrap();
-            sqlx::query("DELETE FROM bench_raw WHERE name = $1")
-                .bind("x")
-                .execute(&pool)
-                .await
-                .unwrap();
-        }),
-    );
-    rows.extend([
-        select_bare.clone(),
-        select_pooled.clone(),
-        pair_bare.clone(),
-        pair_pooled.clone(),
-        advisory.clone(),
-    ]);
-
-    eprintln!("bench: postgres alkstore");
     let store = Arc::new(PgStore::connect(url, &schema).await.unwrap());
     let dyn_store: Arc<dyn Store> = store.clone();
     let store_ref = dyn_store.as_ref();
-    let cycle = Row::time(
-        ENGINE,
-        "try_lock+release cycle (10 rows)",
-        ops::cycle(store_ref, ITERATIONS).await,
-    )
-    .against(&pair_bare, Some(1.15));
-    rows.push(cycle.clone());
-    rows.push(
-        Row::time(
-            ENGINE,
-            "  same cycle, against the pooled raw pair",
-            cycle_time(&cycle),
-        )
-        .against(&pair_pooled, Some(1.15)),
-    );
     let held = dyn_store
-        .try_lock("held", "holder", TTL)
+        .try_lock(ops::HELD, "holder", TTL)
         .await
         .unwrap()
         .unwrap();
-    let refused = Row::time(
-        ENGINE,
-        "refused try_lock (10 rows)",
-        ops::refused(store_ref, ITERATIONS).await,
-    )
-    .against(&select_bare, Some(1.1));
-    rows.push(refused);
+    let mut times: [Vec<Duration>; 7] = Default::default();
+    // A B A B …: every figure and its floor share each stretch of the
+    // machine's weather; the first round warms every statement up and is
+    // not counted.
+    for round in 0..=RUNS {
+        let round_times = [
+            once!(ITERATIONS, {
+                sqlx::query("SELECT 1").execute(&mut bare).await.unwrap();
+            }),
+            once!(ITERATIONS, {
+                assert!(
+                    store_ref
+                        .try_lock(ops::HELD, "other", TTL)
+                        .await
+                        .unwrap()
+                        .is_none()
+                );
+            }),
+            once!(ITERATIONS, {
+                sqlx::query("INSERT INTO bench_raw (name) VALUES ($1) ON CONFLICT DO NOTHING")
+                    .bind("x")
+                    .execute(&mut bare)
+                    .await
+                    .unwrap();
+                sqlx::query("DELETE FROM bench_raw WHERE name = $1")
+                    .bind("x")
+                    .execute(&mut bare)
+                    .await
+                    .unwrap();
+            }),
+            once!(ITERATIONS, {
+                let lock = store_ref
+                    .try_lock("cycle", "me", TTL)
+                    .await
+                    .unwrap()
+                    .unwrap();
+                lock.release().await.unwrap();
+            }),
+            once!(ITERATIONS, {
+                sqlx::query("SELECT pg_try_advisory_lock(42)")
+                    .execute(&mut bare)
+                    .await
+                    .unwrap();
+                sqlx::query("SELECT pg_advisory_unlock(42)")
+                    .execute(&mut bare)
+                    .await
+                    .unwrap();
+            }),
+            once!(ITERATIONS, {
+                assert!(held.renew(TTL).await.unwrap());
+            }),
+            once!(ITERATIONS, {
+                assert!(store_ref.holder(ops::HELD).await.unwrap().is_some());
+            }),
+        ];
+        if round > 0 {
+            for (all, this) in times.iter_mut().zip(round_times) {
+                all.push(this);
+            }
+        }
+    }
+    let [select, refused, pair, cycle, advisory, renew, holder] = times.map(|mut t| median(&mut t));
+    let select_bare = Row::time(ENGINE, "SELECT 1 (bare connection)", select);
+    let pair_bare = Row::time(ENGINE, "raw insert+delete (bare connection)", pair);
+    let cycle = Row::time(ENGINE, "try_lock+release cycle (10 rows)", cycle)
+        .against(&pair_bare, Some(0.85));
+    rows.extend([
+        select_bare.clone(),
+        pair_bare.clone(),
+        Row::time(
+            ENGINE,
+            "advisory lock+unlock (bare, no TTL, no WAL)",
+            advisory,
+        ),
+        cycle.clone(),
+        Row::time(ENGINE, "refused try_lock (10 rows)", refused).against(&select_bare, Some(1.1)),
+        Row::time(ENGINE, "renew", renew).against(&pair_bare, None),
+        Row::time(ENGINE, "holder", holder).against(&select_bare, None),
+    ]);
     let lsn = wal_lsn(&mut bare).await;
     for _ in 0..1000 {
         assert!(
             dyn_store
-                .try_lock("held", "other", TTL)
+                .try_lock(ops::HELD, "other", TTL)
                 .await
                 .unwrap()
                 .is_none()
@@ -185,10 +254,14 @@ pub async fn run(
             0.0,
         )
     });
-    let renew = ops::renew(held.as_ref(), ITERATIONS).await;
-    rows.push(Row::time(ENGINE, "renew", renew).against(&pair_bare, None));
-    let holder = ops::holder(store_ref, ITERATIONS).await;
-    rows.push(Row::time(ENGINE, "holder", holder).against(&select_bare, None));
+
+    for (figure, syncs) in flushes {
+        rows.push(Row {
+            value: syncs as f64,
+            unit: "",
+            ..Row::rate(ENGINE, figure, 0.0)
+        });
+    }
 
     let mut filled = 10i64;
     for size in [100_000i64, 1_000_000] {
@@ -254,6 +327,11 @@ pub async fn run(
             format!("{tasks} waiters on one name: acquire attempts"),
             attempts as f64 / 3.0,
         ));
+        rows.push(Row {
+            value: attempts as f64 / (run.grants_per_sec * 3.0),
+            unit: "",
+            ..Row::rate(ENGINE, format!("{tasks} waiters: attempts per grant"), 0.0)
+        });
         let [p50, p99] = Row::handoffs(ENGINE, &run);
         // A handoff is two write round trips at best: the release, then the
         // waiter's grant; the raw insert+delete pair is exactly that.
@@ -267,8 +345,4 @@ pub async fn run(
     store.drop_schema().await.unwrap();
     store.close().await.unwrap();
     curve
-}
-
-fn cycle_time(cycle: &Row) -> Duration {
-    Duration::from_secs_f64(cycle.value / 1e6)
 }
