@@ -1,4 +1,5 @@
-//! The row operations of the SQLite engine, run on the connection's own thread.
+//! The row operations of the SQLite engine, run inline or on the connection's
+//! own thread (see `worker.rs`).
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -11,7 +12,6 @@ use alkstore_core::{
 use async_trait::async_trait;
 use rusqlite::{Connection, ErrorCode, OptionalExtension, TransactionBehavior, params};
 
-use crate::schema::BUSY_TIMEOUT;
 use crate::sql;
 use crate::worker::Worker;
 
@@ -62,24 +62,30 @@ fn decide(row: Option<&Row>, owner: &str, now: i64) -> Option<Attempt> {
 /// Acquires `name` for `owner`. With a `deadline` (a waiting acquire), the
 /// wait for another connection's write lock is cut to the time left, and
 /// running out of it is a refusal that wrote nothing, not an error.
+///
+/// `busy` is the connection's busy timeout where the call runs (zero
+/// inline): the wait is never longer, and a busy answer within a zero
+/// timeout goes back to the caller (to run again on the connection's thread)
+/// rather than count as a refusal.
 pub(crate) fn acquire(
     conn: &mut Connection,
     name: &str,
     owner: &str,
     ttl: i64,
     deadline: Option<Instant>,
+    busy: Duration,
 ) -> rusqlite::Result<Attempt> {
     // A refusal is decided by a plain read: no write lock, nothing written.
     if let Some(attempt) = decide(read_row(conn, name)?.as_ref(), owner, system_millis()) {
         return Ok(attempt);
     }
-    let Some(deadline) = deadline else {
+    let Some(deadline) = deadline.filter(|_| !busy.is_zero()) else {
         return grant(conn, name, owner, ttl);
     };
     let left = deadline.saturating_duration_since(Instant::now());
-    conn.busy_timeout(left.min(BUSY_TIMEOUT))?;
+    conn.busy_timeout(left.min(busy))?;
     let granted = grant(conn, name, owner, ttl);
-    conn.busy_timeout(BUSY_TIMEOUT)?;
+    conn.busy_timeout(busy)?;
     match granted {
         Err(e) if e.sqlite_error_code() == Some(ErrorCode::DatabaseBusy) => {
             Ok(Attempt::Held { expires_in: None })
@@ -129,7 +135,7 @@ impl Engine for SqliteEngine {
     ) -> Result<Attempt, BoxError> {
         let (name, owner, ttl) = (name.to_owned(), owner.to_owned(), ttl.as_i64());
         self.worker
-            .run(move |conn| acquire(conn, &name, &owner, ttl, deadline))
+            .run(move |conn, busy| acquire(conn, &name, &owner, ttl, deadline, busy))
             .await
     }
 
@@ -137,7 +143,7 @@ impl Engine for SqliteEngine {
         let grant = grant.clone();
         let ttl = ttl.as_i64();
         self.worker
-            .run(move |conn| {
+            .run(move |conn, _| {
                 let changed = conn.prepare_cached(sql::RENEW)?.execute(params![
                     grant.name,
                     grant.owner,
@@ -152,13 +158,13 @@ impl Engine for SqliteEngine {
 
     async fn release(&self, grant: &GrantKey) -> Result<bool, BoxError> {
         let key = grant.clone();
-        self.worker.run(move |conn| release(conn, &key)).await
+        self.worker.run(move |conn, _| release(conn, &key)).await
     }
 
     async fn holder(&self, name: &str) -> Result<Option<Holder>, BoxError> {
         let name = name.to_owned();
         self.worker
-            .run(move |conn| {
+            .run(move |conn, _| {
                 conn.prepare_cached(sql::HOLDER)?
                     .query_row(params![name, system_millis()], |r| {
                         Ok(Holder {
@@ -174,7 +180,7 @@ impl Engine for SqliteEngine {
 
     async fn purge_expired(&self) -> Result<u64, BoxError> {
         self.worker
-            .run(|conn| {
+            .run(|conn, _| {
                 let purged = conn
                     .prepare_cached(sql::PURGE)?
                     .execute([system_millis()])?;

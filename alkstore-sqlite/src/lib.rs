@@ -17,8 +17,11 @@
 //! # }
 //! ```
 //!
-//! SQLite is blocking; every store owns one connection on a thread of its own
-//! and async callers only send it jobs, so tokio's worker threads never block.
+//! SQLite is blocking; every store owns one connection and a thread of its
+//! own. A call runs on the caller's thread when the connection is free and
+//! SQLite can answer without waiting for another connection's lock (busy
+//! timeout zero), and on the connection's thread otherwise: a tokio worker
+//! never waits on another process's lock.
 //! The host's system clock decides expiry (every client is on this host).
 
 mod bus;
@@ -67,7 +70,7 @@ pub mod unbridged {
         owner: &str,
         ttl_ms: i64,
     ) -> rusqlite::Result<Attempt> {
-        crate::engine::acquire(conn, name, owner, ttl_ms, None)
+        crate::engine::acquire(conn, name, owner, ttl_ms, None, crate::schema::BUSY_TIMEOUT)
     }
 
     /// The engine's release, as the store's thread runs it.
@@ -78,8 +81,8 @@ pub mod unbridged {
 
 /// A lock store in one SQLite database.
 ///
-/// Cheap to share behind an `Arc`; all calls go through one connection owned by
-/// a dedicated thread. Several stores (in this process or others) may open the
+/// Cheap to share behind an `Arc`; all calls go through one connection,
+/// inline when it is free and answers at once, else on its own thread. Several stores (in this process or others) may open the
 /// same file.
 #[derive(Debug)]
 pub struct SqliteStore {

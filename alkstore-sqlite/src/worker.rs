@@ -1,16 +1,28 @@
-//! The bridge from async callers to blocking rusqlite: one thread owns the
-//! connection and runs jobs in arrival order, as sqlx's SQLite driver does.
+//! The bridge from async callers to blocking rusqlite, as sqlx's SQLite
+//! driver has it — one thread owns the connection and runs jobs in arrival
+//! order — with a short way round it: when the connection is free, a job
+//! first runs on the caller's own thread with SQLite's busy timeout at zero.
+//! SQLite then answers at once (a read, or a write nobody else holds the
+//! lock for) or says `SQLITE_BUSY` having done nothing, and only then is the
+//! job handed to the connection's thread, which waits with the busy timeout.
+//! So a tokio worker thread never waits on a lock held by another
+//! connection: it runs the statements, and nothing else. (A commit that
+//! checkpoints the WAL does its I/O inline too; the benchmark reports the
+//! longest time a call holds a worker.)
 //!
-//! A tokio worker thread never blocks on SQLite: callers only send a job and
-//! await its reply. A caller that drops its future does not stop a job already
-//! queued; the job finishes and its reply is discarded.
+//! A caller that drops its future does not stop a job already handed to the
+//! thread; the job finishes and its reply is discarded. An inline job is
+//! never interrupted: it runs within one poll.
 
 use std::sync::mpsc;
 use std::sync::{Arc, Mutex, OnceLock};
+use std::time::Duration;
 
 use alkstore_core::{BoxError, Closed};
-use rusqlite::Connection;
+use rusqlite::{Connection, ErrorCode};
 use tokio::sync::oneshot;
+
+use crate::schema::BUSY_TIMEOUT;
 
 type Job = Box<dyn FnOnce(&mut Connection) + Send>;
 
@@ -45,9 +57,19 @@ pub struct WorkerCrashed {
     pub panic: String,
 }
 
+/// The connection, taken by whoever runs a job: a caller inline or the
+/// thread. Empty once the store closed or a job panicked.
+type Slot = Arc<Mutex<Option<Connection>>>;
+
+/// Whether SQLite refused for a lock held elsewhere (having done nothing).
+fn is_busy(error: &rusqlite::Error) -> bool {
+    error.sqlite_error_code() == Some(ErrorCode::DatabaseBusy)
+}
+
 /// The thread that owns one connection.
 #[derive(Debug)]
 pub(crate) struct Worker {
+    conn: Slot,
     jobs: Mutex<Option<mpsc::Sender<Job>>>,
     stopped: Mutex<Option<oneshot::Receiver<()>>>,
     /// Set once, by the thread, if a job panicked.
@@ -74,13 +96,15 @@ impl Worker {
         let (stopped_tx, stopped_rx) = oneshot::channel();
         let crashed = Arc::new(OnceLock::new());
         let crash_record = crashed.clone();
+        let slot: Slot = Arc::default();
+        let thread_slot = slot.clone();
         std::thread::Builder::new()
             .name("alkstore-sqlite".into())
             .spawn(move || {
-                let mut conn = match open() {
+                match open() {
                     Ok(conn) => {
+                        *thread_slot.lock().unwrap_or_else(|e| e.into_inner()) = Some(conn);
                         let _ = opened_tx.send(Ok(()));
-                        conn
                     }
                     Err(e) => {
                         let _ = opened_tx.send(Err(e));
@@ -92,9 +116,16 @@ impl Worker {
                 // transaction, so it is dropped (rolling back), never reused.
                 let served = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
                     while let Some(job) = next_job(&jobs_rx) {
-                        job(&mut conn);
+                        let mut slot = thread_slot.lock().unwrap_or_else(|e| e.into_inner());
+                        let Some(conn) = slot.as_mut() else {
+                            // Gone with an inline job's panic: the job's
+                            // caller sees the crash (its reply is dropped).
+                            continue;
+                        };
+                        job(conn);
                     }
                 }));
+                let conn = thread_slot.lock().unwrap_or_else(|e| e.into_inner()).take();
                 if served.is_err() {
                     // The job recorded the crash before its caller's reply
                     // went away; queued jobs are dropped with the receiver,
@@ -108,20 +139,22 @@ impl Worker {
                     let _ = stopped_tx.send(());
                     return;
                 }
-                if let Err((_, error)) = conn.close() {
+                if let Some(Err((_, error))) = conn.map(Connection::close) {
                     tracing::warn!(%error, "closing the SQLite connection failed");
                 }
                 let _ = stopped_tx.send(());
             })?;
         opened_rx.await.map_err(|_| Closed)??;
         Ok(Worker {
+            conn: slot,
             jobs: Mutex::new(Some(jobs_tx)),
             stopped: Mutex::new(Some(stopped_rx)),
             crashed,
         })
     }
 
-    /// Why the thread is gone: [`WorkerCrashed`] if it panicked, else [`Closed`].
+    /// Why the connection is gone: [`WorkerCrashed`] if a job panicked, else
+    /// [`Closed`].
     fn gone(&self) -> BoxError {
         match self.crashed.get() {
             Some(crash) => crash.clone().into(),
@@ -129,11 +162,53 @@ impl Worker {
         }
     }
 
-    /// Runs `job` on the connection's thread and returns its result.
-    pub(crate) async fn run<T, F>(&self, job: F) -> Result<T, BoxError>
+    /// Records a job's panic; the connection it left is dropped (rolling back
+    /// whatever it had open), never reused.
+    fn crash(&self, payload: &(dyn std::any::Any + Send)) -> BoxError {
+        let _ = self.crashed.set(WorkerCrashed {
+            panic: panic_message(payload),
+        });
+        self.gone()
+    }
+
+    /// Runs `job` on the connection and returns its result: inline when the
+    /// connection is free and SQLite answers without waiting, else on the
+    /// connection's thread. `job` gets the longest wait for another
+    /// connection's lock allowed where it runs (zero inline): it may run
+    /// twice, once inline answered `SQLITE_BUSY` (which did nothing).
+    pub(crate) async fn run<T, F>(&self, mut job: F) -> Result<T, BoxError>
     where
         T: Send + 'static,
-        F: FnOnce(&mut Connection) -> rusqlite::Result<T> + Send + 'static,
+        F: FnMut(&mut Connection, Duration) -> rusqlite::Result<T> + Send + 'static,
+    {
+        if self.crashed.get().is_some() {
+            return Err(self.gone());
+        }
+        if let Ok(mut slot) = self.conn.try_lock() {
+            let Some(conn) = slot.as_mut() else {
+                return Err(self.gone());
+            };
+            let inline = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                conn.busy_timeout(Duration::ZERO)?;
+                job(conn, Duration::ZERO)
+            }));
+            match inline {
+                Ok(Err(error)) if is_busy(&error) => {}
+                Ok(result) => return Ok(result?),
+                Err(payload) => {
+                    drop(slot.take());
+                    return Err(self.crash(&*payload));
+                }
+            }
+        }
+        self.on_thread(job).await
+    }
+
+    /// Runs `job` on the connection's thread, with the busy timeout.
+    async fn on_thread<T, F>(&self, mut job: F) -> Result<T, BoxError>
+    where
+        T: Send + 'static,
+        F: FnMut(&mut Connection, Duration) -> rusqlite::Result<T> + Send + 'static,
     {
         let (reply_tx, reply_rx) = oneshot::channel();
         let sender = self
@@ -145,7 +220,11 @@ impl Worker {
         let crash_record = self.crashed.clone();
         sender
             .send(Box::new(move |conn: &mut Connection| {
-                match std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| job(conn))) {
+                let ran = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                    conn.busy_timeout(BUSY_TIMEOUT)?;
+                    job(conn, BUSY_TIMEOUT)
+                }));
+                match ran {
                     Ok(result) => {
                         let _ = reply_tx.send(result);
                     }
@@ -188,18 +267,85 @@ mod tests {
         let worker = Worker::start(|| Ok(Connection::open_in_memory()?))
             .await
             .unwrap();
-        assert_eq!(worker.run(|_| Ok(1)).await.unwrap(), 1);
+        assert_eq!(worker.run(|_, _| Ok(1)).await.unwrap(), 1);
         let crash = worker
-            .run(|_| -> rusqlite::Result<()> { panic!("boom in a job") })
+            .run(|_, _| -> rusqlite::Result<()> { panic!("boom in a job") })
             .await
             .unwrap_err();
-        let later = worker.run(|_| Ok(2)).await.unwrap_err();
+        let later = worker.run(|_, _| Ok(2)).await.unwrap_err();
         for error in [crash, later] {
             let crashed = error
                 .downcast_ref::<WorkerCrashed>()
                 .unwrap_or_else(|| panic!("not reported as a crash: {error}"));
             assert!(crashed.panic.contains("boom in a job"), "{crashed}");
         }
+        worker.stop().await;
+    }
+
+    /// A file and a second connection on it, holding its write lock.
+    fn locked_file() -> (tempfile::TempDir, std::path::PathBuf, Connection) {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("locks.db");
+        let other = Connection::open(&path).unwrap();
+        other
+            .execute_batch("PRAGMA journal_mode = WAL; CREATE TABLE t (x); BEGIN IMMEDIATE;")
+            .unwrap();
+        (dir, path, other)
+    }
+
+    #[tokio::test(flavor = "current_thread")]
+    async fn a_free_connection_runs_the_job_on_the_callers_thread() {
+        let worker = Worker::start(|| Ok(Connection::open_in_memory()?))
+            .await
+            .unwrap();
+        let caller = std::thread::current().id();
+        let (ran_on, busy) = worker
+            .run(|_, busy| Ok((std::thread::current().id(), busy)))
+            .await
+            .unwrap();
+        assert_eq!((ran_on, busy), (caller, Duration::ZERO));
+        worker.stop().await;
+    }
+
+    /// Inline, a job never waits for another connection's lock: SQLite
+    /// answers busy at once (busy timeout zero), and the job runs again on
+    /// the connection's thread, which waits with the busy timeout.
+    #[tokio::test(flavor = "current_thread")]
+    async fn a_job_behind_another_connections_lock_waits_on_the_thread() {
+        let (_dir, path, other) = locked_file();
+        let worker = Worker::start(move || Ok(Connection::open(&path)?))
+            .await
+            .unwrap();
+        let caller = std::thread::current().id();
+        let tries = Arc::new(Mutex::new(Vec::new()));
+        let released = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let releaser = {
+            let released = released.clone();
+            std::thread::spawn(move || {
+                std::thread::sleep(Duration::from_millis(200));
+                released.store(true, std::sync::atomic::Ordering::SeqCst);
+                other.execute_batch("COMMIT").unwrap();
+            })
+        };
+        let job_tries = tries.clone();
+        let written_after_release = worker
+            .run(move |conn, busy| {
+                job_tries
+                    .lock()
+                    .unwrap()
+                    .push((std::thread::current().id() == caller, busy));
+                conn.execute_batch("BEGIN IMMEDIATE; INSERT INTO t VALUES (1); COMMIT;")?;
+                Ok(released.load(std::sync::atomic::Ordering::SeqCst))
+            })
+            .await
+            .unwrap();
+        releaser.join().unwrap();
+        assert!(written_after_release);
+        assert_eq!(
+            *tries.lock().unwrap(),
+            [(true, Duration::ZERO), (false, BUSY_TIMEOUT)],
+            "first inline without waiting, then on the thread with the busy timeout"
+        );
         worker.stop().await;
     }
 }
