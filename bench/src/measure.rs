@@ -1,6 +1,9 @@
 //! Timing helpers: medians of repeated runs, percentiles.
 
-use std::time::Duration;
+use std::future::Future;
+use std::pin::Pin;
+use std::task::{Context, Poll};
+use std::time::{Duration, Instant};
 
 /// Runs per figure; the median run is reported.
 pub const RUNS: usize = 5;
@@ -52,4 +55,28 @@ pub fn percentile(values: &mut [Duration], p: f64) -> Duration {
 
 pub fn micros(d: Duration) -> f64 {
     d.as_secs_f64() * 1e6
+}
+
+/// Runs `future` and answers its output with the longest single poll: how
+/// long the call held the thread that polled it at a stretch (for an inline
+/// engine call, the time it kept a tokio worker from other tasks).
+pub async fn longest_poll<F: Future>(future: F) -> (F::Output, Duration) {
+    struct Polled<F> {
+        future: Pin<Box<F>>,
+        longest: Duration,
+    }
+    impl<F: Future> Future for Polled<F> {
+        type Output = (F::Output, Duration);
+        fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+            let started = Instant::now();
+            let polled = self.future.as_mut().poll(cx);
+            self.longest = self.longest.max(started.elapsed());
+            polled.map(|output| (output, self.longest))
+        }
+    }
+    Polled {
+        future: Box::pin(future),
+        longest: Duration::ZERO,
+    }
+    .await
 }

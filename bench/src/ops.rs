@@ -2,7 +2,7 @@
 
 use std::time::Duration;
 
-use alkstore_core::{Lock, Store};
+use alkstore_core::Store;
 
 use crate::measure::timed;
 
@@ -23,19 +23,5 @@ pub async fn cycle(store: &dyn Store, iterations: u32) -> Duration {
 pub async fn refused(store: &dyn Store, iterations: u32) -> Duration {
     timed!(iterations, {
         assert!(store.try_lock(HELD, "other", TTL).await.unwrap().is_none());
-    })
-}
-
-/// renew of a live grant.
-pub async fn renew(lock: &dyn Lock, iterations: u32) -> Duration {
-    timed!(iterations, {
-        assert!(lock.renew(TTL).await.unwrap());
-    })
-}
-
-/// holder of [`HELD`].
-pub async fn holder(store: &dyn Store, iterations: u32) -> Duration {
-    timed!(iterations, {
-        assert!(store.holder(HELD).await.unwrap().is_some());
     })
 }

@@ -10,7 +10,7 @@ use alkstore_sqlite::{SqliteStore, unbridged};
 use rusqlite::Connection;
 
 use crate::contention::{self, Contended};
-use crate::measure::timed;
+use crate::measure::{RUNS, longest_poll, median, once, percentile};
 use crate::ops;
 use crate::report::Row;
 
@@ -44,26 +44,17 @@ fn fill(path: &Path, from: u64, n: u64) {
 /// One alkstore cycle (acquire, then release) with the engine's own row
 /// code run directly on a rusqlite connection on this thread, no bridge: what
 /// the engine's SQL costs by itself.
-async fn engine_statements_on_one_thread(dir: &Path) -> Row {
-    let mut conn = Connection::open(dir.join("engine-sql.db")).unwrap();
-    unbridged::prepare(&mut conn).unwrap();
-    let took = timed!(ITERATIONS, {
-        let fence = match unbridged::acquire(&mut conn, "cycle", "me", 60_000).unwrap() {
-            Attempt::Granted { fence, .. } => fence,
-            Attempt::Held { .. } => panic!("the cycle name is free"),
-        };
-        let grant = GrantKey {
-            name: "cycle".into(),
-            owner: "me".into(),
-            fence,
-        };
-        assert!(unbridged::release(&conn, &grant).unwrap());
-    });
-    Row::time(
-        ENGINE,
-        "engine's cycle SQL (rusqlite, same thread, no bridge)",
-        took,
-    )
+fn engine_cycle(conn: &mut Connection) {
+    let fence = match unbridged::acquire(conn, "cycle", "me", 60_000).unwrap() {
+        Attempt::Granted { fence, .. } => fence,
+        Attempt::Held { .. } => panic!("the cycle name is free"),
+    };
+    let grant = GrantKey {
+        name: "cycle".into(),
+        owner: "me".into(),
+        fence,
+    };
+    assert!(unbridged::release(conn, &grant).unwrap());
 }
 
 pub async fn run(
@@ -71,7 +62,7 @@ pub async fn run(
     rows: &mut Vec<Row>,
     contended: &mut Vec<(&'static str, Contended)>,
 ) -> Vec<(usize, f64)> {
-    eprintln!("bench: sqlite floors");
+    eprintln!("bench: sqlite floors and operations, alternating");
     let raw = raw_connection(&dir.join("raw.db"));
     let mut insert = raw
         .prepare_cached("INSERT OR IGNORE INTO raw (name) VALUES (?1)")
@@ -79,49 +70,102 @@ pub async fn run(
     let mut delete = raw
         .prepare_cached("DELETE FROM raw WHERE name = ?1")
         .unwrap();
-    let pair = Row::time(
-        ENGINE,
-        "raw insert+delete (rusqlite, same thread)",
-        timed!(ITERATIONS, {
-            insert.execute(["x"]).unwrap();
-            delete.execute(["x"]).unwrap();
-        }),
-    );
-    insert.execute(["held"]).unwrap();
     let mut select = raw
         .prepare_cached("SELECT name FROM raw WHERE name = ?1")
         .unwrap();
-    let read = Row::time(
-        ENGINE,
-        "raw point SELECT (rusqlite, same thread)",
-        timed!(ITERATIONS, {
-            let _: Option<String> = select.query_row(["held"], |r| r.get(0)).ok();
-        }),
-    );
-    drop((insert, delete, select));
-    rows.push(pair.clone());
-    rows.push(read.clone());
-    let engine_sql = engine_statements_on_one_thread(dir).await;
-    rows.push(engine_sql.clone().against(&pair, None));
-
-    eprintln!("bench: sqlite alkstore");
+    insert.execute(["held"]).unwrap();
+    let mut engine_conn = Connection::open(dir.join("engine-sql.db")).unwrap();
+    unbridged::prepare(&mut engine_conn).unwrap();
     let db = dir.join("locks.db");
     let store: Arc<dyn Store> = Arc::new(SqliteStore::open(&db).await.unwrap());
-    let cycle = ops::cycle(store.as_ref(), ITERATIONS).await;
-    let cycle =
-        Row::time(ENGINE, "try_lock+release cycle (10 rows)", cycle).against(&pair, Some(1.5));
-    rows.push(cycle.clone());
     let held = store
-        .try_lock("held", "holder", TTL)
+        .try_lock(ops::HELD, "holder", TTL)
         .await
         .unwrap()
         .unwrap();
-    let refused = ops::refused(store.as_ref(), ITERATIONS).await;
-    rows.push(Row::time(ENGINE, "refused try_lock (10 rows)", refused).against(&read, None));
-    let renew = ops::renew(held.as_ref(), ITERATIONS).await;
-    rows.push(Row::time(ENGINE, "renew", renew).against(&pair, None));
-    let holder = ops::holder(store.as_ref(), ITERATIONS).await;
-    rows.push(Row::time(ENGINE, "holder", holder).against(&read, None));
+    let mut times: [Vec<Duration>; 7] = Default::default();
+    // A B A B …; the first round warms up and is not counted.
+    for round in 0..=RUNS {
+        let round_times = [
+            once!(ITERATIONS, {
+                insert.execute(["x"]).unwrap();
+                delete.execute(["x"]).unwrap();
+            }),
+            once!(ITERATIONS, {
+                let _: Option<String> = select.query_row(["held"], |r| r.get(0)).ok();
+            }),
+            once!(ITERATIONS, {
+                engine_cycle(&mut engine_conn);
+            }),
+            once!(ITERATIONS, {
+                let lock = store.try_lock("cycle", "me", TTL).await.unwrap().unwrap();
+                lock.release().await.unwrap();
+            }),
+            once!(ITERATIONS, {
+                assert!(
+                    store
+                        .try_lock(ops::HELD, "other", TTL)
+                        .await
+                        .unwrap()
+                        .is_none()
+                );
+            }),
+            once!(ITERATIONS, {
+                assert!(held.renew(TTL).await.unwrap());
+            }),
+            once!(ITERATIONS, {
+                assert!(store.holder(ops::HELD).await.unwrap().is_some());
+            }),
+        ];
+        if round > 0 {
+            for (all, this) in times.iter_mut().zip(round_times) {
+                all.push(this);
+            }
+        }
+    }
+    drop((insert, delete, select));
+    let [pair, read, engine_sql, cycle, refused, renew, holder] = times.map(|mut t| median(&mut t));
+    let pair = Row::time(ENGINE, "raw insert+delete (rusqlite, same thread)", pair);
+    let read = Row::time(ENGINE, "raw point SELECT (rusqlite, same thread)", read);
+    let cycle =
+        Row::time(ENGINE, "try_lock+release cycle (10 rows)", cycle).against(&pair, Some(1.5));
+    rows.extend([
+        pair.clone(),
+        read.clone(),
+        Row::time(
+            ENGINE,
+            "engine's cycle SQL (rusqlite, same thread, no bridge)",
+            engine_sql,
+        )
+        .against(&pair, None),
+        cycle.clone(),
+        Row::time(ENGINE, "refused try_lock (10 rows)", refused).against(&read, None),
+        Row::time(ENGINE, "renew", renew).against(&pair, None),
+        Row::time(ENGINE, "holder", holder).against(&read, None),
+    ]);
+    let mut holds = Vec::with_capacity(3 * ITERATIONS as usize);
+    for _ in 0..ITERATIONS {
+        let (lock, took) = longest_poll(store.try_lock("cycle", "me", TTL)).await;
+        holds.push(took);
+        let (_, took) = longest_poll(lock.unwrap().unwrap().release()).await;
+        holds.push(took);
+        let (_, took) = longest_poll(store.try_lock(ops::HELD, "other", TTL)).await;
+        holds.push(took);
+    }
+    for p in [99.0, 100.0] {
+        rows.push(Row::time(
+            ENGINE,
+            format!(
+                "longest stretch a call holds a tokio worker, {} (cycles, refusals)",
+                if p == 100.0 {
+                    "max".to_owned()
+                } else {
+                    format!("p{p}")
+                }
+            ),
+            percentile(&mut holds, p),
+        ));
+    }
 
     // Cost against table size.
     let mut filled = 10;
