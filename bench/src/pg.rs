@@ -5,8 +5,9 @@ use std::time::Duration;
 
 use alkstore_core::Store;
 use alkstore_postgres::PgStore;
+use sqlx::postgres::PgAdvisoryLock;
 use sqlx::postgres::{PgConnection, PgPoolOptions};
-use sqlx::{Connection, PgPool};
+use sqlx::{Connection, Either, PgPool};
 
 use crate::contention::{self, Contended};
 use crate::measure::{RUNS, median, once};
@@ -155,7 +156,17 @@ pub async fn run(
         .await
         .unwrap()
         .unwrap();
-    let mut times: [Vec<Duration>; 7] = Default::default();
+    // The peer: sqlx's own advisory lock, what a Rust user of PostgreSQL
+    // reaches for first — no lease, no fence, held by a session.
+    let mut peer = PgConnection::connect(url).await.unwrap();
+    let mut peer_holder = PgConnection::connect(url).await.unwrap();
+    let peer_cycle_lock = PgAdvisoryLock::new("bench-cycle");
+    let peer_held_lock = PgAdvisoryLock::new("bench-held");
+    let Either::Left(peer_held) = peer_held_lock.try_acquire(&mut peer_holder).await.unwrap()
+    else {
+        panic!("the peer's held lock is free")
+    };
+    let mut times: [Vec<Duration>; 9] = Default::default();
     // A B A B …: every figure and its floor share each stretch of the
     // machine's weather; the first round warms every statement up and is
     // not counted.
@@ -209,6 +220,17 @@ pub async fn run(
             once!(ITERATIONS, {
                 assert!(store_ref.holder(ops::HELD).await.unwrap().is_some());
             }),
+            once!(ITERATIONS, {
+                let Either::Left(guard) = peer_cycle_lock.try_acquire(&mut peer).await.unwrap()
+                else {
+                    panic!("the peer's cycle lock is taken")
+                };
+                guard.release_now().await.unwrap();
+            }),
+            once!(ITERATIONS, {
+                let refused = peer_held_lock.try_acquire(&mut peer).await.unwrap();
+                assert!(matches!(refused, Either::Right(_)));
+            }),
         ];
         if round > 0 {
             for (all, this) in times.iter_mut().zip(round_times) {
@@ -216,7 +238,18 @@ pub async fn run(
             }
         }
     }
-    let [select, refused, pair, cycle, advisory, renew, holder] = times.map(|mut t| median(&mut t));
+    drop(peer_held);
+    let [
+        select,
+        refused,
+        pair,
+        cycle,
+        advisory,
+        renew,
+        holder,
+        peer_cycle,
+        peer_refused,
+    ] = times.map(|mut t| median(&mut t));
     let select_bare = Row::time(ENGINE, "SELECT 1 (bare connection)", select);
     let pair_bare = Row::time(ENGINE, "raw insert+delete (bare connection)", pair);
     let cycle = Row::time(ENGINE, "try_lock+release cycle (10 rows)", cycle)
@@ -233,6 +266,14 @@ pub async fn run(
         Row::time(ENGINE, "refused try_lock (10 rows)", refused).against(&select_bare, Some(1.1)),
         Row::time(ENGINE, "renew", renew).against(&pair_bare, None),
         Row::time(ENGINE, "holder", holder).against(&select_bare, None),
+        Row::time(
+            ENGINE,
+            "peer: sqlx PgAdvisoryLock try_acquire+release_now",
+            peer_cycle,
+        )
+        .against(&pair_bare, None),
+        Row::time(ENGINE, "peer: sqlx PgAdvisoryLock refused", peer_refused)
+            .against(&select_bare, None),
     ]);
     let lsn = wal_lsn(&mut bare).await;
     for _ in 0..1000 {
