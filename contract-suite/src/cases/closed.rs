@@ -69,16 +69,23 @@ pub async fn calls_racing_close_finish_or_fail_closed(store: Arc<dyn Store>) {
     for worker in workers {
         let error = tokio::time::timeout(Duration::from_secs(10), worker)
             .await
-            .expect("a call in flight hung after close")
+            .expect(
+                "rule: calls in flight when the store closes finish or fail closed, never hang; \
+                 saw a worker's call unanswered 10 s after close",
+            )
             .unwrap();
         assert!(
             error.is_closed(),
-            "a call racing close failed with something else: {error:?}"
+            "rule: calls racing close finish with their real outcome or fail with Closed; saw \
+             {error:?}, expected Closed"
         );
     }
     let waited = tokio::time::timeout(Duration::from_secs(10), waiter)
         .await
-        .expect("a waiting lock was not woken by close")
+        .expect(
+            "rule: a waiting lock is woken by close and fails with Closed; saw it still waiting \
+             10 s after close",
+        )
         .unwrap();
     assert_closed(waited);
     assert_closed(held.release().await);

@@ -25,7 +25,8 @@ pub async fn fences_strictly_increase(store: Arc<dyn Store>) {
         );
         assert!(
             lock.fence() > last,
-            "step {step}: fence {} after {last}",
+            "rule: fences strictly increase across grants of a name; step {step}: saw fence {} \
+             after {last}, expected more than {last}",
             lock.fence()
         );
         last = lock.fence();
@@ -33,7 +34,8 @@ pub async fn fences_strictly_increase(store: Arc<dyn Store>) {
         assert_eq!(
             again.fence(),
             last,
-            "step {step}: re-acquire changed the fence"
+            "rule: the same owner again gets the same grant, same fence; step {step}: re-acquire \
+             changed the fence"
         );
         drop(again);
         match step % 4 {
@@ -41,11 +43,20 @@ pub async fn fences_strictly_increase(store: Arc<dyn Store>) {
             0 => {
                 outlive(short).await;
                 if step % 8 == 0 {
-                    assert_eq!(store.purge_expired().await.unwrap(), 1);
+                    assert_eq!(
+                        store.purge_expired().await.unwrap(),
+                        1,
+                        "rule: purge deletes the expired rows and says how many; step {step}: one \
+                         lapsed row"
+                    );
                 }
                 drop(lock);
             }
-            _ => assert!(lock.release().await.unwrap()),
+            _ => assert!(
+                lock.release().await.unwrap(),
+                "rule: release answers true for its own live grant; step {step}: saw false, \
+                 expected true"
+            ),
         }
     }
 }
@@ -69,11 +80,20 @@ pub async fn fences_in_commit_order_across_stores(stores: crate::Stores) {
         grants >= 50,
         "only {grants} grants: too little contention to prove anything"
     );
-    assert_eq!(check(&outcome.history), Ok(()), "seed {seed}");
-    assert_eq!(outcome.lost_updates, 0, "lost updates (seed {seed})");
+    assert_eq!(
+        check(&outcome.history),
+        Ok(()),
+        "rule: fences follow commit order and one owner holds a name at a time; seed {seed}"
+    );
+    assert_eq!(
+        outcome.lost_updates, 0,
+        "rule: one owner holds a name at a time: a write found another holder's write since its \
+         read (lost updates, seed {seed})"
+    );
     assert_eq!(
         outcome.counter, outcome.increments,
-        "lost update (seed {seed})"
+        "rule: one owner holds a name at a time: the unprotected counter lost an update \
+         (seed {seed})"
     );
     eprintln!(
         "commit order: {grants} grants over {} stores checked, violations: 0",

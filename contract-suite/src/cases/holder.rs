@@ -10,25 +10,41 @@ use crate::support::{granted, outlive};
 /// `holder` names the live holder with its fence and remaining lease, and
 /// nothing once the lease lapsed or was released.
 pub async fn holder_reports_live_holder(store: Arc<dyn Store>) {
-    assert!(store.holder("job").await.unwrap().is_none());
+    let seen = store.holder("job").await.unwrap();
+    assert!(
+        seen.is_none(),
+        "rule: holder reports only a live holder; saw {seen:?} for a name never acquired, \
+         expected None"
+    );
     let ttl = Duration::from_millis(400);
     let lock = granted(store.try_lock("job", "a", ttl).await);
     let holder = store.holder("job").await.unwrap().unwrap();
-    assert_eq!((holder.owner.as_str(), holder.fence), ("a", lock.fence()));
+    assert_eq!(
+        (holder.owner.as_str(), holder.fence),
+        ("a", lock.fence()),
+        "rule: holder reports the live holder's owner and fence"
+    );
     assert!(
         holder.expires_in <= ttl && holder.expires_in > Duration::ZERO,
-        "{holder:?}"
+        "rule: holder reports the lease time left; saw {holder:?}, expected expires_in above \
+         zero and at most {ttl:?}"
     );
     outlive(ttl).await;
+    let seen = store.holder("job").await.unwrap();
     assert!(
-        store.holder("job").await.unwrap().is_none(),
-        "expired lease reported"
+        seen.is_none(),
+        "rule: holder reports None once the lease lapsed; saw {seen:?} after the {ttl:?} \
+         lease, expected None"
     );
     let again = granted(store.try_lock("job", "b", Duration::from_secs(30)).await);
-    assert!(again.release().await.unwrap());
     assert!(
-        store.holder("job").await.unwrap().is_none(),
-        "released lease reported"
+        again.release().await.unwrap(),
+        "rule: release answers true for its own live grant; saw false, expected true"
+    );
+    let seen = store.holder("job").await.unwrap();
+    assert!(
+        seen.is_none(),
+        "rule: holder reports None once the lease was released; saw {seen:?}, expected None"
     );
 }
 
@@ -44,19 +60,38 @@ pub async fn purge_removes_only_expired_rows(store: Arc<dyn Store>) {
         stale_locks.push(granted(attempt.await));
     }
     let live = granted(store.try_lock("live", "a", Duration::from_secs(30)).await);
-    assert_eq!(store.purge_expired().await.unwrap(), 0, "purged live rows");
+    assert_eq!(
+        store.purge_expired().await.unwrap(),
+        0,
+        "rule: purge deletes expired rows only; it purged live rows"
+    );
     outlive(short).await;
-    assert_eq!(store.purge_expired().await.unwrap(), 3);
-    assert_eq!(store.purge_expired().await.unwrap(), 0);
+    assert_eq!(
+        store.purge_expired().await.unwrap(),
+        3,
+        "rule: purge deletes the expired rows and says how many; three had lapsed"
+    );
+    assert_eq!(
+        store.purge_expired().await.unwrap(),
+        0,
+        "rule: purge deletes every expired row and says how many; a second purge found more"
+    );
     assert_eq!(
         store.holder("live").await.unwrap().unwrap().fence,
-        live.fence()
+        live.fence(),
+        "rule: purge deletes expired rows only; the live grant must stay"
     );
     // A purged grant's release finds nothing.
     for lock in stale_locks {
-        assert!(!lock.release().await.unwrap());
+        assert!(
+            !lock.release().await.unwrap(),
+            "rule: release answers false once its row was purged; saw true, expected false"
+        );
     }
-    assert!(live.release().await.unwrap());
+    assert!(
+        live.release().await.unwrap(),
+        "rule: release answers true for its own live grant; saw false, expected true"
+    );
 }
 
 /// `holder`'s `expires_in` is the lease time *left*, not the ttl: 400 ms
@@ -76,10 +111,14 @@ pub async fn holder_reports_time_left_not_the_ttl(store: Arc<dyn Store>) {
     );
     assert!(
         holder.expires_in >= Duration::from_millis(100),
-        "rule: holder reports the lease time left; saw {:?}, expected about 600 ms",
+        "rule: holder reports the lease time left; saw {:?}, expected at least 100 ms \
+         of the 600 ms left",
         holder.expires_in
     );
-    assert!(lock.release().await.unwrap());
+    assert!(
+        lock.release().await.unwrap(),
+        "rule: release answers true for its own live grant; saw false, expected true"
+    );
 }
 
 /// Expiry is silent: an expired row stays until its name is acquired again,
@@ -92,9 +131,20 @@ pub async fn expired_rows_stay_until_purged(store: Arc<dyn Store>) {
     let counted = granted(store.try_lock("counted", "a", short).await);
     outlive(short).await;
     let other = granted(store.try_lock("other", "b", Duration::from_secs(30)).await);
-    assert!(other.renew(Duration::from_secs(30)).await.unwrap());
-    assert!(store.holder("other").await.unwrap().is_some());
-    assert!(store.holder("stale").await.unwrap().is_none());
+    assert!(
+        other.renew(Duration::from_secs(30)).await.unwrap(),
+        "rule: renew answers true for its own live grant; saw false, expected true"
+    );
+    assert!(
+        store.holder("other").await.unwrap().is_some(),
+        "rule: holder reports the live holder; saw None for \"other\", expected b's grant"
+    );
+    let seen = store.holder("stale").await.unwrap();
+    assert!(
+        seen.is_none(),
+        "rule: holder reports only a live holder; saw {seen:?} for the lapsed \"stale\", \
+         expected None"
+    );
     assert!(
         stale.release().await.unwrap(),
         "rule: an expired row stays until reacquired, released or purged; \
@@ -105,6 +155,12 @@ pub async fn expired_rows_stay_until_purged(store: Arc<dyn Store>) {
         1,
         "rule: an expired row stays until purged; purge found a different count"
     );
-    assert!(!counted.release().await.unwrap());
-    assert!(other.release().await.unwrap());
+    assert!(
+        !counted.release().await.unwrap(),
+        "rule: release answers false once its row was purged; saw true, expected false"
+    );
+    assert!(
+        other.release().await.unwrap(),
+        "rule: release answers true for its own live grant; saw false, expected true"
+    );
 }

@@ -18,14 +18,33 @@ pub async fn keepalive_holds_past_ttl(store: Arc<dyn Store>) {
     tokio::time::sleep(ttl * 3).await;
     assert!(
         matches!(kept.status(), LeaseStatus::Held { .. }),
-        "{:?}",
+        "rule: a keep-alive holds the lease past its ttl; saw {:?} after three ttls, expected \
+         Held",
         kept.status()
     );
-    let holder = store.holder("kept").await.unwrap().expect("still held");
-    assert_eq!((holder.owner.as_str(), holder.fence), ("a", fence));
-    assert!(store.try_lock("kept", "b", ttl).await.unwrap().is_none());
-    assert!(kept.release().await.unwrap());
-    assert!(store.holder("kept").await.unwrap().is_none());
+    let holder = store.holder("kept").await.unwrap().expect(
+        "rule: a keep-alive holds the lease past its ttl; holder saw None after three ttls, \
+         expected a's grant",
+    );
+    assert_eq!(
+        (holder.owner.as_str(), holder.fence),
+        ("a", fence),
+        "rule: a keep-alive renews the same grant, same fence"
+    );
+    assert!(
+        store.try_lock("kept", "b", ttl).await.unwrap().is_none(),
+        "rule: one owner holds a name at a time; saw b granted the kept name, expected it \
+         refused"
+    );
+    assert!(
+        kept.release().await.unwrap(),
+        "rule: a keep-alive's release releases its live grant; saw false, expected true"
+    );
+    let seen = store.holder("kept").await.unwrap();
+    assert!(
+        seen.is_none(),
+        "rule: holder reports None once the lease was released; saw {seen:?}, expected None"
+    );
 }
 
 /// When the grant is taken away (released through another handle of the same
@@ -37,8 +56,17 @@ pub async fn keepalive_signals_revoked(store: Arc<dyn Store>) {
     let deadline = lock.valid_until();
     let kept = KeepAlive::start(lock, ttl).unwrap();
     assert!(twin.release().await.unwrap());
-    assert_eq!(kept.lost().await, LostReason::Revoked);
-    assert!(Instant::now() < deadline, "told after the lease ended");
+    assert_eq!(
+        kept.lost().await,
+        LostReason::Revoked,
+        "rule: lost() fires with Revoked when a renewal answers false"
+    );
+    assert!(
+        Instant::now() < deadline,
+        "rule: lost() fires before valid_until passes; saw it told {:?} after the lease ended, \
+         expected before",
+        Instant::now().saturating_duration_since(deadline)
+    );
 }
 
 /// When renewals keep failing (the store closed under it), the holder is
@@ -50,13 +78,25 @@ pub async fn keepalive_signals_lost_before_valid_until(store: Arc<dyn Store>) {
     let kept = KeepAlive::start(lock, ttl).unwrap();
     store.close().await.unwrap();
     let reason = kept.lost().await;
-    assert!(Instant::now() < deadline, "told after the lease ended");
+    assert!(
+        Instant::now() < deadline,
+        "rule: lost() fires before valid_until passes; saw {reason:?} told {:?} after the lease \
+         ended, expected before",
+        Instant::now().saturating_duration_since(deadline)
+    );
     match reason {
         LostReason::NotRenewedInTime {
             last_error: Some(error),
         } => {
-            assert!(error.contains("closed"), "{error}")
+            assert!(
+                error.contains("closed"),
+                "rule: after close every renewal fails with Closed; saw last error {error:?}, \
+                 expected it to say closed"
+            )
         }
-        other => panic!("expected NotRenewedInTime, got {other:?}"),
+        other => panic!(
+            "rule: lost() fires with NotRenewedInTime (and the last error) when no renewal \
+             succeeded in time; saw {other:?}, expected NotRenewedInTime with an error"
+        ),
     }
 }

@@ -12,10 +12,20 @@ const LONG: Duration = Duration::from_secs(30);
 /// Releasing a live grant: `true`, and the name is free at once.
 pub async fn release_live_grant(store: Arc<dyn Store>) {
     let a = granted(store.try_lock("job", "a", LONG).await);
-    assert!(a.release().await.unwrap());
-    assert!(store.holder("job").await.unwrap().is_none());
+    assert!(
+        a.release().await.unwrap(),
+        "rule: release answers true for its own live grant; saw false, expected true"
+    );
+    let seen = store.holder("job").await.unwrap();
+    assert!(
+        seen.is_none(),
+        "rule: a released name is free at once; saw {seen:?}, expected None"
+    );
     let b = granted(store.try_lock("job", "b", LONG).await);
-    assert!(b.release().await.unwrap());
+    assert!(
+        b.release().await.unwrap(),
+        "rule: release answers true for its own live grant; saw false, expected true"
+    );
 }
 
 /// Releasing the holder's own expired row that nobody took over: `true`, and
@@ -24,8 +34,16 @@ pub async fn release_own_stale_row(store: Arc<dyn Store>) {
     let ttl = Duration::from_millis(150);
     let a = granted(store.try_lock("job", "a", ttl).await);
     outlive(ttl).await;
-    assert!(a.release().await.unwrap());
-    assert_eq!(store.purge_expired().await.unwrap(), 0);
+    assert!(
+        a.release().await.unwrap(),
+        "rule: release deletes the holder's own expired row and answers true; saw false, \
+         expected true"
+    );
+    assert_eq!(
+        store.purge_expired().await.unwrap(),
+        0,
+        "rule: release deletes the holder's own expired row; a purge still found it"
+    );
 }
 
 /// Releasing after another owner took over: `false`, and the new grant stays.
@@ -34,10 +52,20 @@ pub async fn release_false_after_takeover(store: Arc<dyn Store>) {
     let a = granted(store.try_lock("job", "a", ttl).await);
     outlive(ttl).await;
     let b = granted(store.try_lock("job", "b", LONG).await);
-    assert!(!a.release().await.unwrap());
+    assert!(
+        !a.release().await.unwrap(),
+        "rule: release answers false after a takeover; saw true, expected false"
+    );
     let holder = store.holder("job").await.unwrap().unwrap();
-    assert_eq!((holder.owner.as_str(), holder.fence), ("b", b.fence()));
-    assert!(b.release().await.unwrap());
+    assert_eq!(
+        (holder.owner.as_str(), holder.fence),
+        ("b", b.fence()),
+        "rule: release acts on exactly its grant: the new holder keeps the name"
+    );
+    assert!(
+        b.release().await.unwrap(),
+        "rule: release answers true for its own live grant; saw false, expected true"
+    );
 }
 
 /// A grant released once is gone: a second handle on the same grant (the same
@@ -45,9 +73,20 @@ pub async fn release_false_after_takeover(store: Arc<dyn Store>) {
 pub async fn release_false_second_time(store: Arc<dyn Store>) {
     let first = granted(store.try_lock("job", "a", LONG).await);
     let second = granted(store.try_lock("job", "a", LONG).await);
-    assert_eq!(first.fence(), second.fence());
-    assert!(first.release().await.unwrap());
-    assert!(!second.release().await.unwrap());
+    assert_eq!(
+        first.fence(),
+        second.fence(),
+        "rule: the same owner again gets the same grant, same fence"
+    );
+    assert!(
+        first.release().await.unwrap(),
+        "rule: release answers true for its own live grant; saw false, expected true"
+    );
+    assert!(
+        !second.release().await.unwrap(),
+        "rule: release answers true only when it deleted the grant's row; the second handle of \
+         a grant released once saw true, expected false"
+    );
 }
 
 /// A handle never renews or releases a later grant, even one made to the
@@ -57,11 +96,35 @@ pub async fn handle_never_touches_later_grant(store: Arc<dyn Store>) {
     let old = granted(store.try_lock("job", "a", ttl).await);
     outlive(ttl).await;
     let new = granted(store.try_lock("job", "a", LONG).await);
-    assert!(new.fence() > old.fence());
-    assert!(!old.renew(LONG).await.unwrap());
-    assert!(!old.release().await.unwrap());
+    assert!(
+        new.fence() > old.fence(),
+        "rule: a takeover carries a higher fence; saw fence {} after {}, expected it higher",
+        new.fence(),
+        old.fence()
+    );
+    assert!(
+        !old.renew(LONG).await.unwrap(),
+        "rule: renew acts on exactly its grant, never a later one of the same owner; saw true, \
+         expected false"
+    );
+    assert!(
+        !old.release().await.unwrap(),
+        "rule: release acts on exactly its grant, never a later one of the same owner; saw \
+         true, expected false"
+    );
     let holder = store.holder("job").await.unwrap().unwrap();
-    assert_eq!((holder.owner.as_str(), holder.fence), ("a", new.fence()));
-    assert!(holder.expires_in > Duration::from_secs(20));
-    assert!(new.release().await.unwrap());
+    assert_eq!(
+        (holder.owner.as_str(), holder.fence),
+        ("a", new.fence()),
+        "rule: the old handle's renew and release leave the later grant"
+    );
+    assert!(
+        holder.expires_in > Duration::from_secs(20),
+        "rule: renew acts on exactly its grant: the later grant's lease is untouched; saw \
+         {holder:?}, expected over 20 s left"
+    );
+    assert!(
+        new.release().await.unwrap(),
+        "rule: release answers true for its own live grant; saw false, expected true"
+    );
 }

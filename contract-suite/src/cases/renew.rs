@@ -11,27 +11,58 @@ use crate::support::{assert_duration_error, granted, outlive};
 pub async fn renew_is_a_full_window_from_now(store: Arc<dyn Store>) {
     let lock = granted(store.try_lock("job", "a", Duration::from_secs(60)).await);
     let before = Instant::now();
-    assert!(lock.renew(Duration::from_secs(2)).await.unwrap());
+    assert!(
+        lock.renew(Duration::from_secs(2)).await.unwrap(),
+        "rule: renew answers true for its own live grant; saw false, expected true"
+    );
     let holder = store.holder("job").await.unwrap().unwrap();
     // Additive would leave about 62 s; a full window from now leaves at most 2 s.
-    assert!(holder.expires_in <= Duration::from_secs(2), "{holder:?}");
-    assert!(holder.expires_in > Duration::from_secs(1), "{holder:?}");
-    assert!(lock.valid_until() <= Instant::now() + Duration::from_secs(2));
-    assert!(lock.valid_until() >= before + Duration::from_millis(1900));
+    assert!(
+        holder.expires_in <= Duration::from_secs(2),
+        "rule: renew sets a full window from now, not added to the old one; saw {holder:?}, \
+         expected at most 2 s left"
+    );
+    assert!(
+        holder.expires_in > Duration::from_secs(1),
+        "rule: renew sets a full window of its ttl from now; saw {holder:?}, expected more than \
+         1 s of the 2 s left"
+    );
+    assert!(
+        lock.valid_until() <= Instant::now() + Duration::from_secs(2),
+        "rule: valid_until never promises more than the renewal's ttl; saw it {:?} from now, \
+         expected at most 2 s",
+        lock.valid_until().saturating_duration_since(Instant::now())
+    );
+    assert!(
+        lock.valid_until() >= before + Duration::from_millis(1900),
+        "rule: a renewal answered true moves valid_until to its send time plus its ttl; saw it \
+         {:?} after the renewal was sent, expected at least 1.9 s",
+        lock.valid_until().saturating_duration_since(before)
+    );
     // And it extends a short lease past its old end.
     let short = granted(
         store
             .try_lock("short", "a", Duration::from_millis(300))
             .await,
     );
-    assert!(short.renew(Duration::from_secs(5)).await.unwrap());
+    assert!(
+        short.renew(Duration::from_secs(5)).await.unwrap(),
+        "rule: renew answers true for its own live grant; saw false, expected true"
+    );
     outlive(Duration::from_millis(300)).await;
     assert_eq!(
         store.holder("short").await.unwrap().unwrap().fence,
-        short.fence()
+        short.fence(),
+        "rule: renew sets a full window from now: a renewed short lease outlives its old end"
     );
-    assert!(short.release().await.unwrap());
-    assert!(lock.release().await.unwrap());
+    assert!(
+        short.release().await.unwrap(),
+        "rule: release answers true for its own live grant; saw false, expected true"
+    );
+    assert!(
+        lock.release().await.unwrap(),
+        "rule: release answers true for its own live grant; saw false, expected true"
+    );
 }
 
 /// Renew after a takeover by another owner: `false`, and the new holder keeps it.
@@ -40,10 +71,20 @@ pub async fn renew_false_after_takeover(store: Arc<dyn Store>) {
     let a = granted(store.try_lock("job", "a", ttl).await);
     outlive(ttl).await;
     let b = granted(store.try_lock("job", "b", Duration::from_secs(30)).await);
-    assert!(!a.renew(Duration::from_secs(30)).await.unwrap());
+    assert!(
+        !a.renew(Duration::from_secs(30)).await.unwrap(),
+        "rule: renew answers false after a takeover; saw true, expected false"
+    );
     let holder = store.holder("job").await.unwrap().unwrap();
-    assert_eq!((holder.owner.as_str(), holder.fence), ("b", b.fence()));
-    assert!(b.release().await.unwrap());
+    assert_eq!(
+        (holder.owner.as_str(), holder.fence),
+        ("b", b.fence()),
+        "rule: renew acts on exactly its grant: the new holder keeps the name"
+    );
+    assert!(
+        b.release().await.unwrap(),
+        "rule: release answers true for its own live grant; saw false, expected true"
+    );
 }
 
 /// Renew after the lease lapsed, even with nobody taking it: `false`.
@@ -51,12 +92,29 @@ pub async fn renew_false_after_lapse(store: Arc<dyn Store>) {
     let ttl = Duration::from_millis(150);
     let a = granted(store.try_lock("job", "a", ttl).await);
     outlive(ttl).await;
-    assert!(!a.renew(Duration::from_secs(30)).await.unwrap());
-    assert!(store.holder("job").await.unwrap().is_none());
+    assert!(
+        !a.renew(Duration::from_secs(30)).await.unwrap(),
+        "rule: renew answers false once the lease lapsed; saw true, expected false"
+    );
+    let seen = store.holder("job").await.unwrap();
+    assert!(
+        seen.is_none(),
+        "rule: holder reports only a live holder; saw {seen:?} after the lease lapsed and its \
+         renewal answered false, expected None"
+    );
     // The holder must acquire again, and gets a new fence.
     let again = granted(store.try_lock("job", "a", Duration::from_secs(30)).await);
-    assert!(again.fence() > a.fence());
-    assert!(again.release().await.unwrap());
+    assert!(
+        again.fence() > a.fence(),
+        "rule: a holder whose lease lapsed acquires again with a higher fence; saw fence {} \
+         after {}, expected it higher",
+        again.fence(),
+        a.fence()
+    );
+    assert!(
+        again.release().await.unwrap(),
+        "rule: release answers true for its own live grant; saw false, expected true"
+    );
 }
 
 /// Renew refuses a zero or overflowing ttl before any round trip, and the
@@ -66,10 +124,24 @@ pub async fn renew_duration_guard(store: Arc<dyn Store>) {
     assert_duration_error(lock.renew(Duration::ZERO).await, DurationError::Zero);
     assert_duration_error(lock.renew(Duration::MAX).await, DurationError::TooLarge);
     let holder = store.holder("job").await.unwrap().unwrap();
-    assert!(holder.expires_in <= Duration::from_secs(2));
-    assert_eq!(holder.fence, lock.fence());
-    assert!(lock.renew(Duration::from_secs(3)).await.unwrap());
-    assert!(lock.release().await.unwrap());
+    assert!(
+        holder.expires_in <= Duration::from_secs(2),
+        "rule: a refused renew leaves the lease as it was; saw {holder:?}, expected at most \
+         2 s left"
+    );
+    assert_eq!(
+        holder.fence,
+        lock.fence(),
+        "rule: a refused renew leaves the grant as it was"
+    );
+    assert!(
+        lock.renew(Duration::from_secs(3)).await.unwrap(),
+        "rule: renew answers true for its own live grant; saw false, expected true"
+    );
+    assert!(
+        lock.release().await.unwrap(),
+        "rule: release answers true for its own live grant; saw false, expected true"
+    );
 }
 
 /// A renewal that answers `false` ends the handle's `valid_until` at once
@@ -84,16 +156,31 @@ pub async fn renew_false_ends_valid_until(stores: crate::Stores) {
     }
     let here = granted(pair[0].try_lock("job", "a", Duration::from_secs(30)).await);
     let there = granted(pair[1].try_lock("job", "a", Duration::from_secs(30)).await);
-    assert_eq!(here.fence(), there.fence(), "one grant");
-    assert!(there.release().await.unwrap());
+    assert_eq!(
+        here.fence(),
+        there.fence(),
+        "rule: the same owner again gets the same grant, same fence: one grant across stores"
+    );
+    assert!(
+        there.release().await.unwrap(),
+        "rule: release answers true for its own live grant; saw false, expected true"
+    );
     assert!(
         here.valid_until() > Instant::now(),
-        "nothing told this handle yet"
+        "precondition: nothing told this handle of the other store's release yet; saw its \
+         valid_until passed {:?} ago, expected it ahead",
+        Instant::now().saturating_duration_since(here.valid_until())
     );
-    assert!(!here.renew(Duration::from_secs(30)).await.unwrap());
+    assert!(
+        !here.renew(Duration::from_secs(30)).await.unwrap(),
+        "rule: renew answers false once its grant was released (through another store's \
+         handle); saw true, expected false"
+    );
     assert!(
         here.valid_until() <= Instant::now(),
-        "valid_until left in the future after a renewal answered false"
+        "rule: a renew answering false ends valid_until; saw it {:?} ahead after the renewal \
+         answered false, expected it passed",
+        here.valid_until().saturating_duration_since(Instant::now())
     );
 }
 
@@ -106,7 +193,11 @@ pub async fn valid_until_never_outlasts_the_lease(store: Arc<dyn Store>) {
         let name = format!("job-{round}");
         let lock = granted(store.try_lock(&name, "a", ttl).await);
         if round % 2 == 1 {
-            assert!(lock.renew(ttl).await.unwrap());
+            assert!(
+                lock.renew(ttl).await.unwrap(),
+                "rule: renew answers true for its own live grant; round {round}: saw false, \
+                 expected true"
+            );
         }
         let valid_until = lock.valid_until();
         let give_up = Instant::now() + ttl + Duration::from_secs(2);
@@ -118,7 +209,11 @@ pub async fn valid_until_never_outlasts_the_lease(store: Arc<dyn Store>) {
             let got = store.try_lock(&name, "b", ttl).await.unwrap();
             let answered = Instant::now();
             if let Some(taken) = got {
-                assert!(taken.release().await.unwrap());
+                assert!(
+                    taken.release().await.unwrap(),
+                    "rule: release answers true for its own live grant; round {round}: saw false, \
+                     expected true"
+                );
                 break answered;
             }
             tokio::time::sleep(Duration::from_millis(1)).await;

@@ -25,11 +25,20 @@ pub async fn safety_many_holders_one_name(store: Arc<dyn Store>) {
     };
     let seed = Rng::from_clock("safety_many_holders_one_name").next_u64();
     let outcome = contend(store, "contended", workload, seed).await;
-    assert_eq!(outcome.history.len(), 300);
-    assert_eq!(check(&outcome.history), Ok(()), "seed {seed}");
+    assert_eq!(
+        outcome.history.len(),
+        300,
+        "rule: lock waits until granted: every cycle of the 100 tasks gets its grant (seed {seed})"
+    );
+    assert_eq!(
+        check(&outcome.history),
+        Ok(()),
+        "rule: no two validity intervals overlap and fences rise in grant order; seed {seed}"
+    );
     assert_eq!(
         outcome.counter, outcome.increments,
-        "lost update (seed {seed})"
+        "rule: one owner holds a name at a time: the unprotected counter lost an update \
+         (seed {seed})"
     );
     eprintln!(
         "safety: {} grants checked, {} paused past their TTL, {} increments, violations: 0",
@@ -88,12 +97,17 @@ pub async fn cancellation_leaves_no_trace(store: Arc<dyn Store>) {
     // Every lease taken above (the last renewal included) ends within `ttl`.
     tokio::time::sleep(ttl + Duration::from_millis(50)).await;
     for name in ["c0", "c1", "c2", "c3"] {
+        let seen = store.holder(name).await.unwrap();
         assert!(
-            store.holder(name).await.unwrap().is_none(),
-            "{name} outlived its TTL"
+            seen.is_none(),
+            "rule: no grant outlives its lease, even with futures dropped mid-flight; saw {seen:?} \
+             holding {name} after its TTL, expected None"
         );
         let lock = granted(store.try_lock(name, "after", ttl).await);
-        assert!(lock.release().await.unwrap());
+        assert!(
+            lock.release().await.unwrap(),
+            "rule: release answers true for its own live grant; saw false for {name}, expected true"
+        );
     }
     eprintln!(
         "cancellation: 300 operations, {dropped} dropped mid-flight, store usable, no grant beyond its TTL"
@@ -162,24 +176,47 @@ async fn run_sequence(store: &dyn Store, prefix: &str, ops: Vec<Op>) -> Result<(
                 match (model.current.get(&name).copied(), got) {
                     (None, Some(lock)) => {
                         let last = model.last_fence.get(&name).copied().unwrap_or(0);
-                        prop_assert!(lock.fence() > last, "fence {} after {}", lock.fence(), last);
+                        prop_assert!(
+                            lock.fence() > last,
+                            "rule: fences strictly increase across grants of a name; saw fence {} \
+                             after {}, expected it higher",
+                            lock.fence(),
+                            last
+                        );
                         model.current.insert(name, (owner, lock.fence()));
                         model.last_fence.insert(name, lock.fence());
                         handles.push((name, owner, lock));
                     }
                     (Some((holder, fence)), Some(lock)) => {
-                        prop_assert_eq!(holder, owner, "granted to another owner while held");
+                        prop_assert_eq!(
+                            holder,
+                            owner,
+                            "rule: one owner holds a name at a time; granted to another owner \
+                             while held"
+                        );
                         prop_assert_eq!(
                             lock.fence(),
                             fence,
-                            "same-owner re-acquire changed the fence"
+                            "rule: the same owner again gets the same grant, same fence; \
+                             re-acquire changed the fence"
                         );
                         handles.push((name, owner, lock));
                     }
                     (Some((holder, _)), None) => {
-                        prop_assert_ne!(holder, owner, "refused its own holder")
+                        prop_assert_ne!(
+                            holder,
+                            owner,
+                            "rule: the same owner again gets the same grant; refused its own holder"
+                        )
                     }
-                    (None, None) => prop_assert!(false, "a free name was refused"),
+                    (None, None) => prop_assert!(
+                        false,
+                        "rule: a name with no unexpired row is granted; saw owner-{} refused \
+                         {}-{}, expected a grant",
+                        owner,
+                        prefix,
+                        name
+                    ),
                 }
             }
             Op::Renew { handle } if handle < handles.len() => {
@@ -192,7 +229,14 @@ async fn run_sequence(store: &dyn Store, prefix: &str, ops: Vec<Op>) -> Result<(
                     .renew(ttl)
                     .await
                     .map_err(|e| TestCaseError::fail(e.to_string()))?;
-                prop_assert_eq!(renewed, live);
+                prop_assert_eq!(
+                    renewed,
+                    live,
+                    "rule: renew answers true only for its own live grant; fence {} on {}-{}",
+                    lock.fence(),
+                    prefix,
+                    name
+                );
             }
             Op::Release { handle } if handle < handles.len() => {
                 let (name, _, lock) = handles.swap_remove(handle);
@@ -204,7 +248,13 @@ async fn run_sequence(store: &dyn Store, prefix: &str, ops: Vec<Op>) -> Result<(
                     .release()
                     .await
                     .map_err(|e| TestCaseError::fail(e.to_string()))?;
-                prop_assert_eq!(released, live);
+                prop_assert_eq!(
+                    released,
+                    live,
+                    "rule: release answers true only when it deleted its own live grant's row; {}-{}",
+                    prefix,
+                    name
+                );
                 if live {
                     model.current.remove(&name);
                 }
@@ -218,7 +268,13 @@ async fn run_sequence(store: &dyn Store, prefix: &str, ops: Vec<Op>) -> Result<(
                     .current
                     .get(&name)
                     .map(|(o, f)| (format!("owner-{o}"), *f));
-                prop_assert_eq!(holder.map(|h| (h.owner, h.fence)), expected);
+                prop_assert_eq!(
+                    holder.map(|h| (h.owner, h.fence)),
+                    expected,
+                    "rule: holder reports the live holder's owner and fence; {}-{}",
+                    prefix,
+                    name
+                );
             }
             Op::Renew { .. } | Op::Release { .. } => {}
         }
@@ -275,19 +331,40 @@ pub async fn bad_input_is_refused_and_writes_nothing(store: Arc<dyn Store>) {
                     let got = store.try_lock(&name, &owner, ttl).await;
                     match (expected, got) {
                         (Ok(()), Ok(Some(lock))) => {
-                            prop_assert!(lock.release().await.is_ok());
+                            let released = lock.release().await;
+                            prop_assert!(
+                                released.is_ok(),
+                                "rule: a grant of valid input releases without error; saw {:?}, \
+                                 expected Ok",
+                                released
+                            );
                         }
                         (Ok(()), other) => {
-                            prop_assert!(false, "valid input not granted: {:?}", other)
+                            prop_assert!(
+                                false,
+                                "rule: valid input on a free name is granted; saw {:?}, expected \
+                                 a grant",
+                                other
+                            )
                         }
-                        (Err(want), Ok(_)) => prop_assert!(false, "accepted, expected {:?}", want),
+                        (Err(want), Ok(_)) => prop_assert!(
+                            false,
+                            "rule: bad input is refused before storage; saw it accepted, \
+                             expected {:?}",
+                            want
+                        ),
                         (Err(want), Err(got)) => {
-                            prop_assert_eq!(want.to_string(), got.to_string());
+                            prop_assert_eq!(
+                                want.to_string(),
+                                got.to_string(),
+                                "rule: bad input gets the documented error"
+                            );
                             if validate_name(&name).is_ok() {
                                 let holder = store.holder(&name).await;
                                 prop_assert!(
                                     matches!(holder, Ok(None)),
-                                    "a refused call left {:?}",
+                                    "rule: a refused call writes nothing; saw {:?}, expected \
+                                     Ok(None)",
                                     holder
                                 );
                             }
@@ -304,7 +381,7 @@ pub async fn bad_input_is_refused_and_writes_nothing(store: Arc<dyn Store>) {
     assert_eq!(
         store.purge_expired().await.unwrap(),
         0,
-        "a refused call left a row"
+        "rule: a refused call writes nothing; a purge found a row left"
     );
 }
 
@@ -338,7 +415,11 @@ pub async fn per_holder_owners_count_exactly(store: Arc<dyn Store>) {
                     tokio::task::yield_now().await;
                     tokio::time::sleep(Duration::from_micros(200)).await;
                     *counter.lock().unwrap() = read + 1;
-                    assert!(lock.release().await.unwrap());
+                    assert!(
+                        lock.release().await.unwrap(),
+                        "rule: release answers true for its own live grant; saw false, expected \
+                         true"
+                    );
                 }
             })
         })
@@ -349,6 +430,7 @@ pub async fn per_holder_owners_count_exactly(store: Arc<dyn Store>) {
     assert_eq!(
         *counter.lock().unwrap(),
         TASKS * INCREMENTS,
-        "lost updates: two holders at once"
+        "rule: one owner holds a name at a time (one owner id per holder): lost updates, \
+         two holders at once"
     );
 }

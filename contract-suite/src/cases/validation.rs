@@ -34,8 +34,15 @@ fn assert_invalid<T: std::fmt::Debug>(
         Err(Error::InvalidName {
             field: f,
             problem: p,
-        }) => assert_eq!((f, p), (field, problem)),
-        other => panic!("expected InvalidName {field:?} {problem:?}, got {other:?}"),
+        }) => assert_eq!(
+            (f, p),
+            (field, problem),
+            "rule: a bad name or owner is InvalidName with its field and problem"
+        ),
+        other => panic!(
+            "rule: bad names and owners are refused as InvalidName before storage; saw {other:?}, \
+             expected InvalidName {field:?} {problem:?}"
+        ),
     }
 }
 
@@ -62,15 +69,18 @@ pub async fn validation_rejects_bad_names(store: Arc<dyn Store>) {
         ] {
             assert!(
                 matches!(&result, Err(Error::ReservedName { name, field: alkstore_core::Field::Name }) if name == reserved),
-                "{result:?}"
+                "rule: names starting with alkstore. are reserved; saw {result:?} for \
+                 {reserved:?}, expected ReservedName"
             );
         }
     }
     // The longest valid name and the prefix without its dot are fine.
     let longest = "x".repeat(255);
+    let seen = store.holder(&longest).await.unwrap();
     assert!(
-        store.holder(&longest).await.unwrap().is_none(),
-        "a refused call left a row"
+        seen.is_none(),
+        "rule: a refused call leaves nothing behind; saw {seen:?} holding the longest valid \
+         name, expected None"
     );
     granted(store.try_lock(&longest, "a", TTL).await)
         .release()
@@ -80,7 +90,11 @@ pub async fn validation_rejects_bad_names(store: Arc<dyn Store>) {
         .release()
         .await
         .unwrap();
-    assert_eq!(store.purge_expired().await.unwrap(), 0);
+    assert_eq!(
+        store.purge_expired().await.unwrap(),
+        0,
+        "rule: a refused call leaves nothing behind; a purge found rows"
+    );
 }
 
 /// Bad owners are refused as owners, and leave the name free.
@@ -97,9 +111,11 @@ pub async fn validation_rejects_bad_owners(store: Arc<dyn Store>) {
             problem,
         );
     }
+    let seen = store.holder("job").await.unwrap();
     assert!(
-        store.holder("job").await.unwrap().is_none(),
-        "a refused call left a row"
+        seen.is_none(),
+        "rule: a refused call leaves nothing behind; saw {seen:?} holding job after bad owners \
+         were refused, expected None"
     );
     // Owners have no reserved prefix.
     granted(store.try_lock("job", "alkstore.owner", TTL).await)
@@ -128,14 +144,25 @@ pub async fn duration_guard_on_acquire(store: Arc<dyn Store>) {
             .await,
         DurationError::TooLarge,
     );
-    assert!(store.holder("job").await.unwrap().is_none());
+    let seen = store.holder("job").await.unwrap();
+    assert!(
+        seen.is_none(),
+        "rule: a refused lease leaves nothing behind; saw {seen:?}, expected None"
+    );
     // A huge but representable lease is fine.
     let year = Duration::from_secs(365 * 24 * 3600);
     let lock = granted(store.try_lock("job", "a", year).await);
+    let holder = store.holder("job").await.unwrap().unwrap();
     assert!(
-        store.holder("job").await.unwrap().unwrap().expires_in > year - Duration::from_secs(60)
+        holder.expires_in > year - Duration::from_secs(60),
+        "rule: a huge but representable lease is granted in full; saw {holder:?}, expected \
+         over {:?} left",
+        year - Duration::from_secs(60)
     );
-    assert!(lock.release().await.unwrap());
+    assert!(
+        lock.release().await.unwrap(),
+        "rule: release answers true for its own live grant; saw false, expected true"
+    );
 }
 
 /// A ttl under a millisecond rounds up to one millisecond (never down to zero).
@@ -144,10 +171,29 @@ pub async fn sub_millisecond_ttl_rounds_up(store: Arc<dyn Store>) {
     // A 1 ms lease: certainly over by now, so another owner gets in.
     tokio::time::sleep(Duration::from_millis(30)).await;
     let b = granted(store.try_lock("job", "b", TTL).await);
-    assert!(b.fence() > lock.fence());
+    assert!(
+        b.fence() > lock.fence(),
+        "rule: a ttl under a millisecond rounds up to 1 ms, and a takeover carries a higher \
+         fence; saw fence {} after {}, expected it higher",
+        b.fence(),
+        lock.fence()
+    );
     // A renew under a millisecond is a 1 ms lease too, not a refused zero.
-    assert!(b.renew(Duration::from_nanos(999_999)).await.unwrap());
+    assert!(
+        b.renew(Duration::from_nanos(999_999)).await.unwrap(),
+        "rule: a renew under a millisecond is a 1 ms lease, not a refused zero; saw false, \
+         expected true"
+    );
     tokio::time::sleep(Duration::from_millis(30)).await;
-    assert!(store.holder("job").await.unwrap().is_none());
-    assert!(b.release().await.unwrap());
+    let seen = store.holder("job").await.unwrap();
+    assert!(
+        seen.is_none(),
+        "rule: a renew under a millisecond is a 1 ms lease, and holder reports only a live \
+         holder; saw {seen:?} 30 ms on, expected None"
+    );
+    assert!(
+        b.release().await.unwrap(),
+        "rule: release deletes the holder's own expired row and answers true; saw false, \
+         expected true"
+    );
 }

@@ -16,14 +16,22 @@ pub async fn lock_times_out_with_none(store: Arc<dyn Store>) {
     let started = Instant::now();
     refused(store.lock("job", "b", LONG, wait).await);
     let waited = started.elapsed();
-    assert!(waited >= wait, "gave up after {waited:?}");
+    assert!(
+        waited >= wait,
+        "rule: lock answers Ok(None) once the wait runs out, never earlier; saw it give up after \
+         {waited:?}, expected at least {wait:?}"
+    );
     assert!(
         waited < wait + Duration::from_secs(5),
-        "overran: {waited:?}"
+        "rule: lock answers Ok(None) once the wait runs out; saw it answer after {waited:?}, \
+         expected within {wait:?} + 5 s"
     );
     // A zero wait is one attempt.
     refused(store.lock("job", "b", LONG, Duration::ZERO).await);
-    assert!(a.release().await.unwrap());
+    assert!(
+        a.release().await.unwrap(),
+        "rule: release answers true for its own live grant; saw false, expected true"
+    );
 }
 
 /// A waiter is woken by the release, not by its poll: over several rounds
@@ -47,24 +55,39 @@ pub async fn lock_woken_by_release(store: Arc<dyn Store>) {
             })
         };
         tokio::time::sleep(Duration::from_millis(600)).await;
-        assert!(!waiter.is_finished(), "granted while the name was held");
+        assert!(
+            !waiter.is_finished(),
+            "rule: one owner holds a name at a time; round {round}: saw the waiter finished \
+             (granted while the name was held, or failed), expected it still waiting"
+        );
         let released_at = Instant::now();
-        assert!(holder.release().await.unwrap());
+        assert!(
+            holder.release().await.unwrap(),
+            "rule: release answers true for its own live grant; round {round}: saw false, \
+             expected true"
+        );
         let (asked_at, granted_at, lock) = waiter.await.unwrap();
         // The waiter was really waiting before the release, long enough for
         // its back-off to be at its ceiling.
         assert!(
             released_at - asked_at >= Duration::from_millis(400),
-            "the waiter started late"
+            "precondition: the waiter was waiting before the release; round {round}: saw {:?} \
+             from its ask to the release, expected at least 400 ms (the waiter started late)",
+            released_at - asked_at
         );
         handoffs.push(granted_at - released_at);
-        assert!(lock.release().await.unwrap());
+        assert!(
+            lock.release().await.unwrap(),
+            "rule: release answers true for its own live grant; round {round}: saw false, \
+             expected true"
+        );
     }
     handoffs.sort();
     let median = handoffs[handoffs.len() / 2];
     assert!(
         median < Duration::from_millis(30),
-        "release → grant: {handoffs:?}"
+        "rule: a waiter is woken by the release, not by its poll; saw a median release → grant \
+         of {median:?} ({handoffs:?}), expected under 30 ms"
     );
 }
 
@@ -75,8 +98,18 @@ pub async fn lock_granted_after_expiry(store: Arc<dyn Store>) {
     let b = granted(store.lock("job", "b", LONG, Duration::from_secs(10)).await);
     assert!(
         Instant::now() >= a.valid_until(),
-        "granted before the lease ended"
+        "rule: valid_until never promises more than the engine holds; saw b granted {:?} before \
+         a's valid_until, expected not before",
+        a.valid_until().saturating_duration_since(Instant::now())
     );
-    assert!(b.fence() > a.fence());
-    assert!(b.release().await.unwrap());
+    assert!(
+        b.fence() > a.fence(),
+        "rule: a takeover carries a higher fence; saw fence {} after {}, expected it higher",
+        b.fence(),
+        a.fence()
+    );
+    assert!(
+        b.release().await.unwrap(),
+        "rule: release answers true for its own live grant; saw false, expected true"
+    );
 }
