@@ -42,10 +42,11 @@ impl Dialect for Postgres {
         matches!(sqlstate(error).as_deref(), Some("40P01" | "40001"))
     }
 
-    async fn prepare(conn: &mut PgConnection) -> Result<(), sqlx::Error> {
-        sqlx::query(crate::sql::DURABLE_COMMITS)
-            .execute(conn)
-            .await
-            .map(drop)
+    /// Nothing: what the statements need of the session is pinned by the
+    /// connect options (READ COMMITTED) or set by each statement for its own
+    /// transaction (`synchronous_commit`), which survives a settings reload
+    /// under an open connection and a transaction-pooling proxy.
+    async fn prepare(_conn: &mut PgConnection) -> Result<(), sqlx::Error> {
+        Ok(())
     }
 }

@@ -83,15 +83,17 @@ pub(crate) const READ_COMMITTED: &str = "SET TRANSACTION ISOLATION LEVEL READ CO
 pub(crate) const ISOLATION_OPTION: (&str, &str) =
     ("default_transaction_isolation", "read committed");
 
-/// Run once on each new connection of the store: a grant or renewal is
-/// answered only once durable, whatever `synchronous_commit` the role or
-/// database sets (releases and purges opt out per statement:
-/// `ASYNC_COMMIT_CTE`). `off` would let a grant (and its fence) or a
-/// renewal be lost in a crash after being answered: a fence handed out
-/// again, a lease shorter than its holder was told. Stronger settings
-/// (`on`, `remote_write`, `remote_apply`) are kept.
-pub(crate) const DURABLE_COMMITS: &str = "SELECT set_config('synchronous_commit', 'local', false)
-     WHERE current_setting('synchronous_commit') = 'off'";
+/// A CTE that makes the statement's own commit durable when the session's
+/// `synchronous_commit` is `off` (a role's, database's or server's default —
+/// and the server's can change on a reload under a connection already open):
+/// `on` for this transaction only. Stronger settings (`on`, `remote_write`,
+/// `remote_apply`) are kept, and `local` too. Grants and renewals use it: a
+/// grant answered but lost in a crash would hand its fence out again, a
+/// renewal so lost would leave a lease shorter than its holder was told.
+/// Always one row, so an `EXISTS` over it only makes sure it runs.
+const DURABLE_COMMIT_CTE: &str = "durable_commit AS (
+    SELECT CASE WHEN current_setting('synchronous_commit') = 'off'
+                THEN set_config('synchronous_commit', 'on', true) END)";
 
 /// A CTE that turns `synchronous_commit` off for the statement's own
 /// transaction (`set_config(…, true)`: local, gone at its end), referenced by
@@ -250,7 +252,8 @@ END"
             // grant again. Only when no live row is visible does it call the
             // acquire function (a one-time filter skips it otherwise).
             acquire: audited(format!(
-                "WITH clock AS (SELECT {NOW_MS} AS now_ms),
+                "WITH {DURABLE_COMMIT_CTE},
+                 clock AS (SELECT {NOW_MS} AS now_ms),
                  live AS (
                      SELECT l.owner, l.fence, l.expires_at - c.now_ms AS expires_in_ms
                      FROM {locks} l, clock c
@@ -259,11 +262,13 @@ END"
                  SELECT owner = $2 AS granted, fence, expires_in_ms FROM live
                  UNION ALL
                  SELECT g.granted, g.fence, g.expires_in_ms FROM {acquire_fn}($1, $2, $3, $4) g
-                 WHERE NOT EXISTS (SELECT 1 FROM live)"
+                 WHERE NOT EXISTS (SELECT 1 FROM live) AND EXISTS (SELECT 1 FROM durable_commit)"
             )),
             renew: audited(format!(
-                "UPDATE {locks} SET expires_at = {NOW_MS} + $4
-                 WHERE name = $1 AND owner = $2 AND fence = $3 AND expires_at > {NOW_MS}"
+                "WITH {DURABLE_COMMIT_CTE}
+                 UPDATE {locks} SET expires_at = {NOW_MS} + $4
+                 WHERE name = $1 AND owner = $2 AND fence = $3 AND expires_at > {NOW_MS}
+                   AND EXISTS (SELECT 1 FROM durable_commit)"
             )),
             // The release notifies waiters in the same statement; NOTIFY is
             // delivered when it commits. The payload is "<store tag>:<name>",

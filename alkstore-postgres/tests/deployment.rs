@@ -385,9 +385,9 @@ async fn a_schema_that_lost_its_fences_is_refused() {
 
 /// A connection whose `synchronous_commit` is `off` (here set by the URL's
 /// `options`, as a role or database default would) still commits grants and
-/// renewals durably: the store raises it to `local` on its connections (a
-/// grant lost in a crash after being answered would let its fence be handed
-/// out again). Releases and purges, and only they, commit with it `off`
+/// renewals durably: each raises it to `on` for its own transaction (a grant
+/// lost in a crash after being answered would let its fence be handed out
+/// again). Releases and purges, and only they, commit with it `off`
 /// (a lost one is harmless; see `ASYNC_COMMIT_CTE`). A trigger in the test's
 /// schema records the setting every write of the lock table runs under.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -433,7 +433,7 @@ async fn grants_and_renewals_are_durable_releases_and_purges_commit_async() {
     let seen: Vec<String> = seen.into_iter().map(|(v,)| v).collect();
     assert_eq!(
         seen,
-        ["local", "local", "off", "local", "off"],
+        ["on", "on", "off", "on", "off"],
         "grant, renewal, release, grant, purge"
     );
     exec(

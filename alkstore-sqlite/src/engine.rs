@@ -75,22 +75,25 @@ pub(crate) fn acquire(
     deadline: Option<Instant>,
     busy: Duration,
 ) -> rusqlite::Result<Attempt> {
-    // A refusal is decided by a plain read: no write lock, nothing written.
-    if let Some(attempt) = decide(read_row(conn, name)?.as_ref(), owner, system_millis()) {
-        return Ok(attempt);
+    // A waiting acquire waits for other connections' locks no longer than
+    // its wait left, on every statement (the worker sets the busy timeout
+    // afresh for each job, so it is not put back).
+    let waiting = deadline.filter(|_| !busy.is_zero());
+    if let Some(deadline) = waiting {
+        conn.busy_timeout(deadline.saturating_duration_since(Instant::now()).min(busy))?;
     }
-    let Some(deadline) = deadline.filter(|_| !busy.is_zero()) else {
-        return grant(conn, name, owner, ttl);
-    };
-    let left = deadline.saturating_duration_since(Instant::now());
-    conn.busy_timeout(left.min(busy))?;
-    let granted = grant(conn, name, owner, ttl);
-    conn.busy_timeout(busy)?;
-    match granted {
-        Err(e) if e.sqlite_error_code() == Some(ErrorCode::DatabaseBusy) => {
+    let attempt = (|| {
+        // A refusal is decided by a plain read: no write lock, nothing written.
+        if let Some(attempt) = decide(read_row(conn, name)?.as_ref(), owner, system_millis()) {
+            return Ok(attempt);
+        }
+        grant(conn, name, owner, ttl)
+    })();
+    match attempt {
+        Err(e) if waiting.is_some() && e.sqlite_error_code() == Some(ErrorCode::DatabaseBusy) => {
             Ok(Attempt::Held { expires_in: None })
         }
-        granted => granted,
+        attempt => attempt,
     }
 }
 

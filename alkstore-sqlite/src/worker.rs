@@ -5,15 +5,19 @@
 //! SQLite then answers at once (a read, or a write nobody else holds the
 //! lock for) or says `SQLITE_BUSY` having done nothing, and only then is the
 //! job handed to the connection's thread, which waits with the busy timeout.
-//! So a tokio worker thread never waits on a lock held by another
-//! connection: it runs the statements, and nothing else. (A commit that
-//! checkpoints the WAL does its I/O inline too; the benchmark reports the
-//! longest time a call holds a worker.)
+//! So a tokio worker thread does not wait out another connection's lock: it
+//! runs the statements (a commit that checkpoints the WAL does its I/O
+//! inline too; the benchmark reports the longest time a call holds a
+//! worker). One wait SQLite does not let us bound: its own retries on the
+//! WAL index when another process stalls inside it (under 10 s in SQLite's
+//! worst case, then `SQLITE_PROTOCOL`, which sends the job to the thread).
+//! While jobs wait for the thread, calls do not run inline: they queue.
 //!
 //! A caller that drops its future does not stop a job already handed to the
 //! thread; the job finishes and its reply is discarded. An inline job is
 //! never interrupted: it runs within one poll.
 
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::mpsc;
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
@@ -61,15 +65,24 @@ pub struct WorkerCrashed {
 /// thread. Empty once the store closed or a job panicked.
 type Slot = Arc<Mutex<Option<Connection>>>;
 
-/// Whether SQLite refused for a lock held elsewhere (having done nothing).
+/// Whether SQLite gave up on a lock held elsewhere rather than wait: busy,
+/// or (WAL) its own bounded retries on the WAL index ran out while another
+/// process held it. The thread tries again, with the busy timeout.
 fn is_busy(error: &rusqlite::Error) -> bool {
-    error.sqlite_error_code() == Some(ErrorCode::DatabaseBusy)
+    matches!(
+        error.sqlite_error_code(),
+        Some(ErrorCode::DatabaseBusy | ErrorCode::FileLockingProtocolFailed)
+    )
 }
 
 /// The thread that owns one connection.
 #[derive(Debug)]
 pub(crate) struct Worker {
     conn: Slot,
+    /// Jobs handed to the thread and not yet taken by it: while any wait,
+    /// calls do not run inline (they would jump the queue, and could keep
+    /// the thread from the connection for as long as they keep coming).
+    queued: Arc<AtomicUsize>,
     jobs: Mutex<Option<mpsc::Sender<Job>>>,
     stopped: Mutex<Option<oneshot::Receiver<()>>>,
     /// Set once, by the thread, if a job panicked.
@@ -98,6 +111,8 @@ impl Worker {
         let crash_record = crashed.clone();
         let slot: Slot = Arc::default();
         let thread_slot = slot.clone();
+        let queued = Arc::new(AtomicUsize::new(0));
+        let thread_queued = queued.clone();
         std::thread::Builder::new()
             .name("alkstore-sqlite".into())
             .spawn(move || {
@@ -117,6 +132,7 @@ impl Worker {
                 let served = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
                     while let Some(job) = next_job(&jobs_rx) {
                         let mut slot = thread_slot.lock().unwrap_or_else(|e| e.into_inner());
+                        thread_queued.fetch_sub(1, Ordering::AcqRel);
                         let Some(conn) = slot.as_mut() else {
                             // Gone with an inline job's panic: the job's
                             // caller sees the crash (its reply is dropped).
@@ -147,6 +163,7 @@ impl Worker {
         opened_rx.await.map_err(|_| Closed)??;
         Ok(Worker {
             conn: slot,
+            queued,
             jobs: Mutex::new(Some(jobs_tx)),
             stopped: Mutex::new(Some(stopped_rx)),
             crashed,
@@ -184,7 +201,8 @@ impl Worker {
         if self.crashed.get().is_some() {
             return Err(self.gone());
         }
-        if let Ok(mut slot) = self.conn.try_lock() {
+        let free = || self.queued.load(Ordering::Acquire) == 0;
+        if let Some(mut slot) = free().then(|| self.conn.try_lock().ok()).flatten() {
             let Some(conn) = slot.as_mut() else {
                 return Err(self.gone());
             };
@@ -193,11 +211,19 @@ impl Worker {
                 job(conn, Duration::ZERO)
             }));
             match inline {
-                Ok(Err(error)) if is_busy(&error) => {}
+                Ok(Err(error)) if is_busy(&error) => {
+                    // A job answered busy has done nothing; should one ever
+                    // leave a transaction open, it does not run again in it.
+                    if !conn.is_autocommit() {
+                        let _ = conn.execute_batch("ROLLBACK");
+                    }
+                }
                 Ok(result) => return Ok(result?),
                 Err(payload) => {
                     drop(slot.take());
-                    return Err(self.crash(&*payload));
+                    let crash = self.crash(&*payload);
+                    tracing::error!(panic = %crash, "an SQLite job crashed on the caller's thread");
+                    return Err(crash);
                 }
             }
         }
@@ -218,6 +244,7 @@ impl Worker {
             .clone()
             .ok_or(Closed)?;
         let crash_record = self.crashed.clone();
+        self.queued.fetch_add(1, Ordering::AcqRel);
         sender
             .send(Box::new(move |conn: &mut Connection| {
                 let ran = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
@@ -239,7 +266,10 @@ impl Worker {
                     }
                 }
             }))
-            .map_err(|_| self.gone())?;
+            .map_err(|_| {
+                self.queued.fetch_sub(1, Ordering::AcqRel);
+                self.gone()
+            })?;
         Ok(reply_rx.await.map_err(|_| self.gone())??)
     }
 
@@ -278,6 +308,32 @@ mod tests {
                 .downcast_ref::<WorkerCrashed>()
                 .unwrap_or_else(|| panic!("not reported as a crash: {error}"));
             assert!(crashed.panic.contains("boom in a job"), "{crashed}");
+        }
+        worker.stop().await;
+    }
+
+    #[tokio::test(flavor = "current_thread")]
+    async fn a_job_panicking_on_the_thread_is_reported_as_a_crash() {
+        let (_dir, path, _other) = locked_file();
+        let worker = Worker::start(move || Ok(Connection::open(&path)?))
+            .await
+            .unwrap();
+        let crash = worker
+            .run(|conn, busy| -> rusqlite::Result<()> {
+                if busy.is_zero() {
+                    // Inline: busy behind the other connection, so to the thread.
+                    conn.execute_batch("BEGIN IMMEDIATE")?;
+                }
+                panic!("boom on the thread")
+            })
+            .await
+            .unwrap_err();
+        let later = worker.run(|_, _| Ok(2)).await.unwrap_err();
+        for error in [crash, later] {
+            let crashed = error
+                .downcast_ref::<WorkerCrashed>()
+                .unwrap_or_else(|| panic!("not reported as a crash: {error}"));
+            assert!(crashed.panic.contains("boom on the thread"), "{crashed}");
         }
         worker.stop().await;
     }

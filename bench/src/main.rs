@@ -25,6 +25,11 @@ async fn main() {
     );
     std::fs::create_dir_all(&out).unwrap();
     // Engines to measure: those named after the output directory, or all.
+    const ENGINES: [&str; 3] = ["sqlite", "postgres", "mysql"];
+    if let Some(unknown) = args.iter().skip(1).find(|a| !ENGINES.contains(&a.as_str())) {
+        eprintln!("bench: no engine named {unknown:?}; the engines are {ENGINES:?}");
+        std::process::exit(2);
+    }
     let wanted = |engine: &str| args.len() < 2 || args[1..].iter().any(|a| a == engine);
     let mut rows = Vec::new();
     let mut contended = Vec::new();
