@@ -177,6 +177,23 @@ mod tests {
     use super::*;
 
     #[test]
+    fn a_reserved_name_says_whose_namespace_it_is_in() {
+        let schema = Error::ReservedName {
+            field: Field::Schema,
+            name: "pg_catalog".into(),
+        }
+        .to_string();
+        assert!(schema.contains("the database server keeps it"), "{schema}");
+        let name = Error::ReservedName {
+            field: Field::Name,
+            name: "alkstore.x".into(),
+        }
+        .to_string();
+        assert!(name.contains("belong to alkstore"), "{name}");
+        assert!(!name.contains("database server"), "{name}");
+    }
+
+    #[test]
     fn database_error_keeps_detail_in_the_source_only() {
         let err = Error::database("renew", DurationError::Zero);
         assert_eq!(err.to_string(), "renew failed");

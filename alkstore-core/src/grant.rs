@@ -335,6 +335,24 @@ mod tests {
     }
 
     #[test]
+    fn a_batch_settles_only_when_its_last_renewal_answered() {
+        let grants = Grants::default();
+        let t = Instant::now();
+        let secs = Duration::from_secs;
+        let (state, _) = grants.handed_out(&key(1), t + secs(10));
+        renewal_sent(&state, t + secs(30));
+        renewal_sent(&state, t + secs(20));
+        renewal_answered(&state, Renewal::Renewed);
+        assert_eq!(valid_until(&state), t + secs(10), "one still in flight");
+        renewal_answered(&state, Renewal::Renewed);
+        assert_eq!(
+            valid_until(&state),
+            t + secs(20),
+            "the earliest end of the batch, the later-sent one's"
+        );
+    }
+
+    #[test]
     fn an_unanswered_renewal_never_moves_the_deadline_up() {
         let grants = Grants::default();
         let t = Instant::now();
@@ -403,6 +421,42 @@ mod tests {
             "only acquires sent after it are left"
         );
         grants.acquire_done(late);
+
+        // In the other order: the late acquire done first, the early one
+        // (sent before the release answered) still holds it.
+        let early = grants.acquire_sent();
+        grants.release_sent(&key(3), Instant::now());
+        grants.release_answered(&key(3));
+        let late = grants.acquire_sent();
+        grants.acquire_done(late);
+        assert_eq!(remembered(&grants), 1, "the early acquire is in flight");
+        grants.acquire_done(early);
+        assert_eq!(remembered(&grants), 0);
+    }
+
+    #[test]
+    fn a_grant_is_forgotten_when_its_last_handle_goes_and_kept_while_one_lives() {
+        let grants = Grants::default();
+        let t = Instant::now();
+        let (first, _) = grants.handed_out(&key(1), t);
+        let (second, _) = grants.handed_out(&key(1), t);
+        grants.dropped(&key(1), first);
+        assert_eq!(grants.live.lock().unwrap().len(), 1, "one handle left");
+        grants.dropped(&key(1), second);
+        assert_eq!(grants.live.lock().unwrap().len(), 0, "no handle left");
+        // A live grant survives the sweeps of dead entries around it.
+        let (kept, _) = grants.handed_out(&key(u64::MAX), t);
+        for fence in 0..1000 {
+            let (state, _) = grants.handed_out(&key(fence), t);
+            let renewal = state.clone();
+            grants.dropped(&key(fence), state);
+            drop(renewal);
+        }
+        let (again, shared) = grants.handed_out(&key(u64::MAX), t);
+        assert!(
+            shared && Arc::ptr_eq(&kept, &again),
+            "the live grant was swept"
+        );
     }
 
     #[test]
