@@ -17,6 +17,7 @@ use alkstore_contract_suite::safety::history::check;
 use alkstore_contract_suite::support::assert_dead_holder_blocks_until_ttl;
 use alkstore_core::Store;
 use alkstore_postgres::PgStore;
+use alkstore_testkit::pg::{Cluster, Server};
 use sqlx::postgres::PgPoolOptions;
 use tokio::sync::Mutex;
 
@@ -59,6 +60,20 @@ async fn killed_holder_blocks_until_its_ttl() {
     eprintln!("sigkill: holder killed with {left:?} left; granted {waited:?} after asking");
     store.close().await.unwrap();
     schema.drop().await;
+}
+
+/// The harness's own cluster, which `test` stops and starts; `None` (the
+/// reason printed) on a server given by URL, or none at all.
+fn own_cluster(test: &str) -> Option<(&'static Server, &'static Cluster)> {
+    let server = alkstore_testkit::pg::server()?;
+    let Some(cluster) = &server.cluster else {
+        eprintln!(
+            "SKIPPED: {test} needs the harness's own cluster, not {}",
+            alkstore_testkit::pg::URL_VAR
+        );
+        return None;
+    };
+    Some((server, cluster))
 }
 
 /// Median time from a release through another store to the grant of a
@@ -106,14 +121,7 @@ async fn cross_store_handoff(store: &Arc<PgStore>, other: &PgStore, name: &str) 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn server_restart_under_load() {
     let _turn = SERIAL.lock().await;
-    let Some(server) = alkstore_testkit::pg::server() else {
-        return;
-    };
-    let Some(cluster) = &server.cluster else {
-        eprintln!(
-            "SKIPPED: server_restart_under_load needs the harness's own cluster, not {}",
-            alkstore_testkit::pg::URL_VAR
-        );
+    let Some((server, cluster)) = own_cluster("server_restart_under_load") else {
         return;
     };
     let schema = alkstore_testkit::pg::unique_schema("restart");
@@ -316,14 +324,8 @@ async fn cancelled_futures_leak_no_connection() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_crash_right_after_releases_grants_nothing_twice() {
     let _turn = SERIAL.lock().await;
-    let Some(server) = alkstore_testkit::pg::server() else {
-        return;
-    };
-    let Some(cluster) = &server.cluster else {
-        eprintln!(
-            "SKIPPED: a_crash_right_after_releases_grants_nothing_twice needs the harness's own cluster, not {}",
-            alkstore_testkit::pg::URL_VAR
-        );
+    let Some((server, cluster)) = own_cluster("a_crash_right_after_releases_grants_nothing_twice")
+    else {
         return;
     };
     const NAMES: usize = 400;

@@ -292,6 +292,19 @@ impl Worker {
 mod tests {
     use super::*;
 
+    /// `crash` fails with the worker's crash report naming `panic`, and so
+    /// does every later call (not `Closed`: nobody closed the store).
+    async fn assert_crashed(worker: Worker, crash: BoxError, panic: &str) {
+        let later = worker.run(|_, _| Ok(2)).await.unwrap_err();
+        for error in [crash, later] {
+            let crashed = error
+                .downcast_ref::<WorkerCrashed>()
+                .unwrap_or_else(|| panic!("not reported as a crash: {error}"));
+            assert!(crashed.panic.contains(panic), "{crashed}");
+        }
+        worker.stop().await;
+    }
+
     #[tokio::test]
     async fn a_panicking_job_is_reported_as_a_crash_not_as_closed() {
         let worker = Worker::start(|| Ok(Connection::open_in_memory()?))
@@ -302,14 +315,7 @@ mod tests {
             .run(|_, _| -> rusqlite::Result<()> { panic!("boom in a job") })
             .await
             .unwrap_err();
-        let later = worker.run(|_, _| Ok(2)).await.unwrap_err();
-        for error in [crash, later] {
-            let crashed = error
-                .downcast_ref::<WorkerCrashed>()
-                .unwrap_or_else(|| panic!("not reported as a crash: {error}"));
-            assert!(crashed.panic.contains("boom in a job"), "{crashed}");
-        }
-        worker.stop().await;
+        assert_crashed(worker, crash, "boom in a job").await;
     }
 
     #[tokio::test(flavor = "current_thread")]
@@ -328,14 +334,7 @@ mod tests {
             })
             .await
             .unwrap_err();
-        let later = worker.run(|_, _| Ok(2)).await.unwrap_err();
-        for error in [crash, later] {
-            let crashed = error
-                .downcast_ref::<WorkerCrashed>()
-                .unwrap_or_else(|| panic!("not reported as a crash: {error}"));
-            assert!(crashed.panic.contains("boom on the thread"), "{crashed}");
-        }
-        worker.stop().await;
+        assert_crashed(worker, crash, "boom on the thread").await;
     }
 
     /// A file and a second connection on it, holding its write lock.

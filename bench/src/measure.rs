@@ -38,6 +38,32 @@ macro_rules! once {
 }
 pub(crate) use once;
 
+/// The runs of `N` figures measured in alternation, one run of each per
+/// round; round 0 warms up and is not kept.
+#[derive(Debug)]
+pub struct Rounds<const N: usize>([Vec<Duration>; N]);
+
+impl<const N: usize> Default for Rounds<N> {
+    fn default() -> Self {
+        Rounds(std::array::from_fn(|_| Vec::with_capacity(RUNS)))
+    }
+}
+
+impl<const N: usize> Rounds<N> {
+    pub fn record(&mut self, round: usize, runs: [Duration; N]) {
+        if round > 0 {
+            for (all, run) in self.0.iter_mut().zip(runs) {
+                all.push(run);
+            }
+        }
+    }
+
+    /// Each figure's median run.
+    pub fn medians(self) -> [Duration; N] {
+        self.0.map(|mut runs| median(&mut runs))
+    }
+}
+
 pub fn median(values: &mut [Duration]) -> Duration {
     values.sort();
     values[values.len() / 2]

@@ -9,7 +9,7 @@ use sqlx::Connection;
 use sqlx::mysql::MySqlConnection;
 
 use crate::contention::{self, Contended};
-use crate::measure::{RUNS, median, once, percentile};
+use crate::measure::{RUNS, Rounds, once, percentile};
 use crate::report::Row;
 
 const ENGINE: &str = "mysql";
@@ -69,8 +69,7 @@ pub async fn run(
         .unwrap();
 
     eprintln!("bench: mysql floors and operations, alternating");
-    let (mut select, mut pair, mut cycle, mut refused, mut renew, mut holder) =
-        (vec![], vec![], vec![], vec![], vec![], vec![]);
+    let mut rounds = Rounds::<6>::default();
     // The first round warms every statement up and is not counted.
     for round in 0..=RUNS {
         let s = once!(ITERATIONS, {
@@ -111,27 +110,16 @@ pub async fn run(
         let h = once!(ITERATIONS, {
             assert!(dyn_store.holder("held").await.unwrap().is_some());
         });
-        if round > 0 {
-            select.push(s);
-            refused.push(r);
-            pair.push(p);
-            cycle.push(c);
-            renew.push(n);
-            holder.push(h);
-        }
+        rounds.record(round, [s, r, p, c, n, h]);
     }
-    let select = Row::time(ENGINE, "SELECT 1 (bare connection)", median(&mut select));
-    let pair = Row::time(
-        ENGINE,
-        "raw insert+delete (bare connection)",
-        median(&mut pair),
-    );
-    let cycle =
-        Row::time(ENGINE, "try_lock+release cycle", median(&mut cycle)).against(&pair, None);
+    let [select, refused, pair, cycle, renew, holder] = rounds.medians();
+    let select = Row::time(ENGINE, "SELECT 1 (bare connection)", select);
+    let pair = Row::time(ENGINE, "raw insert+delete (bare connection)", pair);
+    let cycle = Row::time(ENGINE, "try_lock+release cycle", cycle).against(&pair, None);
     rows.extend([select.clone(), pair.clone(), cycle.clone()]);
-    rows.push(Row::time(ENGINE, "refused try_lock", median(&mut refused)).against(&select, None));
-    rows.push(Row::time(ENGINE, "renew", median(&mut renew)).against(&pair, None));
-    rows.push(Row::time(ENGINE, "holder", median(&mut holder)).against(&select, None));
+    rows.push(Row::time(ENGINE, "refused try_lock", refused).against(&select, None));
+    rows.push(Row::time(ENGINE, "renew", renew).against(&pair, None));
+    rows.push(Row::time(ENGINE, "holder", holder).against(&select, None));
     held.release().await.unwrap();
 
     eprintln!("bench: mysql handoffs (same store, another store)");

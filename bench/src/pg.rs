@@ -10,7 +10,7 @@ use sqlx::postgres::{PgConnection, PgPoolOptions};
 use sqlx::{Connection, Either, PgPool};
 
 use crate::contention::{self, Contended};
-use crate::measure::{RUNS, median, once};
+use crate::measure::{RUNS, Rounds, once};
 use crate::ops;
 use crate::report::Row;
 
@@ -166,7 +166,7 @@ pub async fn run(
     else {
         panic!("the peer's held lock is free")
     };
-    let mut times: [Vec<Duration>; 9] = Default::default();
+    let mut rounds = Rounds::<9>::default();
     // A B A B …: every figure and its floor share each stretch of the
     // machine's weather; the first round warms every statement up and is
     // not counted.
@@ -232,11 +232,7 @@ pub async fn run(
                 assert!(matches!(refused, Either::Right(_)));
             }),
         ];
-        if round > 0 {
-            for (all, this) in times.iter_mut().zip(round_times) {
-                all.push(this);
-            }
-        }
+        rounds.record(round, round_times);
     }
     drop(peer_held);
     let [
@@ -249,7 +245,7 @@ pub async fn run(
         holder,
         peer_cycle,
         peer_refused,
-    ] = times.map(|mut t| median(&mut t));
+    ] = rounds.medians();
     let select_bare = Row::time(ENGINE, "SELECT 1 (bare connection)", select);
     let pair_bare = Row::time(ENGINE, "raw insert+delete (bare connection)", pair);
     let cycle = Row::time(ENGINE, "try_lock+release cycle (10 rows)", cycle)

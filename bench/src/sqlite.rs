@@ -10,7 +10,7 @@ use alkstore_sqlite::{SqliteStore, unbridged};
 use rusqlite::Connection;
 
 use crate::contention::{self, Contended};
-use crate::measure::{RUNS, longest_poll, median, once, percentile};
+use crate::measure::{RUNS, Rounds, longest_poll, once, percentile};
 use crate::ops;
 use crate::report::Row;
 
@@ -83,7 +83,7 @@ pub async fn run(
         .await
         .unwrap()
         .unwrap();
-    let mut times: [Vec<Duration>; 7] = Default::default();
+    let mut rounds = Rounds::<7>::default();
     // A B A B …; the first round warms up and is not counted.
     for round in 0..=RUNS {
         let round_times = [
@@ -117,14 +117,10 @@ pub async fn run(
                 assert!(store.holder(ops::HELD).await.unwrap().is_some());
             }),
         ];
-        if round > 0 {
-            for (all, this) in times.iter_mut().zip(round_times) {
-                all.push(this);
-            }
-        }
+        rounds.record(round, round_times);
     }
     drop((insert, delete, select));
-    let [pair, read, engine_sql, cycle, refused, renew, holder] = times.map(|mut t| median(&mut t));
+    let [pair, read, engine_sql, cycle, refused, renew, holder] = rounds.medians();
     let pair = Row::time(ENGINE, "raw insert+delete (rusqlite, same thread)", pair);
     let read = Row::time(ENGINE, "raw point SELECT (rusqlite, same thread)", read);
     let cycle =
