@@ -12,6 +12,7 @@ use crate::duration::LeaseMillis;
 use crate::engine::{Engine, GrantKey};
 use crate::engine_store::Shared;
 use crate::error::{Error, Result};
+use crate::finish::run_to_end;
 use crate::grant::{self, Renewal, SharedGrant};
 use crate::store::Lock;
 
@@ -98,13 +99,13 @@ impl<E: Engine> Lock for EngineLock<E> {
             self.shared.check_open("renew")?;
             let sent = Instant::now();
             grant::renewal_sent(self.state(), valid_until(sent, ttl.as_duration()));
-            // The renewal runs to its answer in a task of its own, which
-            // records that answer even if this future is dropped: a renewal
-            // given up on may still land (PostgreSQL runs a statement to its
-            // end after the client left), and until its answer is known the
+            // The renewal runs to its answer, which it records, even if this
+            // future is dropped (then on a task of its own): a renewal given
+            // up on may still land (PostgreSQL runs a statement to its end
+            // after the client left), and until its answer is known the
             // grant's deadline cannot go up.
             let (shared, key, state) = (self.shared.clone(), key.clone(), self.state().clone());
-            let renewal = tokio::spawn(async move {
+            let answer = run_to_end(async move {
                 let answer = shared.engine.renew(&key, ttl).await;
                 let outcome = match &answer {
                     Ok(true) => Renewal::Renewed,
@@ -113,10 +114,8 @@ impl<E: Engine> Lock for EngineLock<E> {
                 };
                 grant::renewal_answered(&state, outcome);
                 answer
-            });
-            let answer = renewal.await.unwrap_or_else(|e| {
-                Err(format!("the renewal task ended without an answer: {e}").into())
-            });
+            })
+            .await;
             let renewed = answer.map_err(|e| Error::database("renew", e))?;
             tracing::Span::current().record("outcome", if renewed { "renewed" } else { "lost" });
             Ok(renewed)
@@ -144,11 +143,11 @@ impl<E: Engine> Lock for EngineLock<E> {
             // Remembered for the acquires in flight, which may come back
             // with this grant read before the release committed.
             self.shared.grants.release_sent(key, sent);
-            // Like a renewal, the release runs to its answer in a task of
-            // its own: a DELETE whose caller stopped waiting may still
-            // commit, and the memory of it must last until it did.
+            // Like a renewal, the release runs to its answer even if this
+            // future is dropped: a DELETE whose caller stopped waiting may
+            // still commit, and the memory of it must last until it did.
             let (shared, task_key) = (self.shared.clone(), key.clone());
-            let release = tokio::spawn(async move {
+            let released = run_to_end(async move {
                 let released = shared.engine.release(&task_key).await;
                 if matches!(released, Ok(true)) {
                     // Waiters in this process need not wait for a
@@ -157,13 +156,9 @@ impl<E: Engine> Lock for EngineLock<E> {
                 }
                 shared.grants.release_answered(&task_key);
                 released
-            });
-            let released = release
-                .await
-                .unwrap_or_else(|e| {
-                    Err(format!("the release task ended without an answer: {e}").into())
-                })
-                .map_err(|e| Error::database("release", e))?;
+            })
+            .await
+            .map_err(|e| Error::database("release", e))?;
             tracing::Span::current().record("outcome", if released { "released" } else { "lost" });
             Ok(released)
         }

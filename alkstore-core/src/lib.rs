@@ -19,6 +19,7 @@ mod duration;
 mod engine;
 mod engine_store;
 mod error;
+mod finish;
 mod grant;
 mod handle;
 mod keepalive;

@@ -1,0 +1,104 @@
+//! Running a storage call to its end even when its caller stops waiting.
+
+use std::future::Future;
+use std::pin::Pin;
+use std::task::{Context, Poll};
+
+/// A future that runs on its caller's task, and if dropped unfinished, has
+/// what is left of it spawned onto the runtime, so it still runs to its end.
+///
+/// Renewals and releases need this: one given up on may still land (a server
+/// runs a statement to its end after the client left), and its answer must
+/// still be recorded. Spawning every one of them would cost a task and a
+/// wake-up per call; this spawns only the ones actually given up on.
+pub(crate) struct RunToEnd<F: Future + Send + 'static>(Option<Pin<Box<F>>>)
+where
+    F::Output: Send + 'static;
+
+/// Runs `future` to its end, here or (if dropped first) on the runtime.
+///
+/// It spends from tokio's cooperative budget first: a call on an engine
+/// that answers without ever waiting (one in memory) would otherwise never
+/// give its worker thread back to other tasks, however long a loop of such
+/// calls ran.
+pub(crate) async fn run_to_end<F>(future: F) -> F::Output
+where
+    F: Future + Send + 'static,
+    F::Output: Send + 'static,
+{
+    tokio::task::consume_budget().await;
+    RunToEnd(Some(Box::pin(future))).await
+}
+
+impl<F> Future for RunToEnd<F>
+where
+    F: Future + Send + 'static,
+    F::Output: Send + 'static,
+{
+    type Output = F::Output;
+
+    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<F::Output> {
+        let future = self.0.as_mut().expect("polled after it finished");
+        let polled = future.as_mut().poll(cx);
+        if polled.is_ready() {
+            self.0 = None;
+        }
+        polled
+    }
+}
+
+impl<F> Drop for RunToEnd<F>
+where
+    F: Future + Send + 'static,
+    F::Output: Send + 'static,
+{
+    fn drop(&mut self) {
+        if let Some(rest) = self.0.take()
+            && let Ok(runtime) = tokio::runtime::Handle::try_current()
+        {
+            runtime.spawn(rest);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicBool, Ordering};
+    use std::time::Duration;
+
+    #[tokio::test(flavor = "current_thread")]
+    async fn runs_on_the_callers_task_when_awaited() {
+        let here = std::thread::current().id();
+        let ran_on = run_to_end(async { std::thread::current().id() }).await;
+        assert_eq!(ran_on, here);
+    }
+
+    #[tokio::test(flavor = "current_thread")]
+    async fn a_dropped_call_still_runs_to_its_end() {
+        let ended = Arc::new(AtomicBool::new(false));
+        let (started_tx, started_rx) = tokio::sync::oneshot::channel();
+        let call = {
+            let ended = ended.clone();
+            RunToEnd(Some(Box::pin(async move {
+                let _ = started_tx.send(());
+                tokio::time::sleep(Duration::from_millis(50)).await;
+                ended.store(true, Ordering::SeqCst);
+            })))
+        };
+        // Polled until it started, then given up on.
+        let mut call = Box::pin(call);
+        tokio::select! {
+            _ = &mut call => unreachable!("it sleeps"),
+            _ = started_rx => {}
+        }
+        drop(call);
+        assert!(!ended.load(Ordering::SeqCst));
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        assert!(
+            ended.load(Ordering::SeqCst),
+            "the dropped call did not run to its end"
+        );
+    }
+}
