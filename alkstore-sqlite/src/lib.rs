@@ -82,8 +82,8 @@ pub mod unbridged {
 /// A lock store in one SQLite database.
 ///
 /// Cheap to share behind an `Arc`; all calls go through one connection,
-/// inline when it is free and answers at once, else on its own thread. Several stores (in this process or others) may open the
-/// same file.
+/// inline when it is free and answers at once, else on its own thread.
+/// Several stores (in this process or others) may open the same file.
 #[derive(Debug)]
 pub struct SqliteStore {
     inner: EngineStore<SqliteEngine>,
