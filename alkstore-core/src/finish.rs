@@ -16,18 +16,12 @@ where
     F::Output: Send + 'static;
 
 /// Runs `future` to its end, here or (if dropped first) on the runtime.
-///
-/// It spends from tokio's cooperative budget first: a call on an engine
-/// that answers without ever waiting (one in memory) would otherwise never
-/// give its worker thread back to other tasks, however long a loop of such
-/// calls ran.
-pub(crate) async fn run_to_end<F>(future: F) -> F::Output
+pub(crate) fn run_to_end<F>(future: F) -> RunToEnd<F>
 where
     F: Future + Send + 'static,
     F::Output: Send + 'static,
 {
-    tokio::task::consume_budget().await;
-    RunToEnd(Some(Box::pin(future))).await
+    RunToEnd(Some(Box::pin(future)))
 }
 
 impl<F> Future for RunToEnd<F>
@@ -81,11 +75,11 @@ mod tests {
         let (started_tx, started_rx) = tokio::sync::oneshot::channel();
         let call = {
             let ended = ended.clone();
-            RunToEnd(Some(Box::pin(async move {
+            run_to_end(async move {
                 let _ = started_tx.send(());
                 tokio::time::sleep(Duration::from_millis(50)).await;
                 ended.store(true, Ordering::SeqCst);
-            })))
+            })
         };
         // Polled until it started, then given up on.
         let mut call = Box::pin(call);

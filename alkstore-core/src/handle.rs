@@ -73,6 +73,15 @@ impl<E: Engine> std::fmt::Debug for EngineLock<E> {
     }
 }
 
+/// Spends from tokio's cooperative budget (yielding when it is used up)
+/// before a renewal or release changes any state, so that dropping the call
+/// there leaves nothing half done. Without it, a loop of calls on an engine
+/// that answers without ever waiting (one in memory) would never give its
+/// worker thread back to other tasks.
+async fn cooperate() {
+    tokio::task::consume_budget().await;
+}
+
 #[async_trait]
 impl<E: Engine> Lock for EngineLock<E> {
     fn name(&self) -> &str {
@@ -92,6 +101,7 @@ impl<E: Engine> Lock for EngineLock<E> {
     }
 
     async fn renew(&self, ttl: Duration) -> Result<bool> {
+        cooperate().await;
         let key = &self.key;
         let span = tracing::debug_span!("alkstore.renew", name = %key.name, owner = %key.owner, fence = key.fence, outcome = field::Empty);
         async {
@@ -130,6 +140,7 @@ impl<E: Engine> Lock for EngineLock<E> {
     }
 
     async fn release_shared(&self) -> Result<bool> {
+        cooperate().await;
         self.released.store(true, Ordering::Release);
         let key = &self.key;
         let span = tracing::debug_span!("alkstore.release", name = %key.name, owner = %key.owner, fence = key.fence, outcome = field::Empty);
