@@ -379,6 +379,8 @@ mod tests {
         /// Grants fence 1 to every acquire; the second acquire answers only
         /// when let through (its read of the row came before a release).
         ReadBeforeRelease,
+        /// As `ReadBeforeRelease`, and every renewal answers `true`.
+        Renews,
     }
 
     #[derive(Debug, Default)]
@@ -439,7 +441,7 @@ mod tests {
             })
         }
         async fn renew(&self, _: &GrantKey, _: LeaseMillis) -> Result<bool, BoxError> {
-            Ok(false)
+            Ok(self.script == Script::Renews)
         }
         async fn release(&self, _: &GrantKey) -> Result<bool, BoxError> {
             Ok(self.script == Script::ReadBeforeRelease)
@@ -462,6 +464,37 @@ mod tests {
             }
             Ok(())
         }
+    }
+
+    /// A renewal dropped where it first yields to tokio (its cooperative
+    /// budget used up) has changed nothing: no renewal is left counted as in
+    /// flight, so the next one answered `true` moves `valid_until` up.
+    #[tokio::test(flavor = "current_thread")]
+    async fn a_renewal_dropped_at_its_first_yield_leaves_nothing_in_flight() {
+        let store = EngineStore::new(TestEngine::new(Script::Renews));
+        let lock = store
+            .try_lock("n", "o", Duration::from_secs(1))
+            .await
+            .unwrap()
+            .unwrap();
+        let mut renewal = lock.renew(Duration::from_secs(60));
+        std::future::poll_fn(|cx| {
+            // Use the task's budget up, then poll the renewal once.
+            while std::pin::pin!(tokio::task::consume_budget())
+                .poll(cx)
+                .is_ready()
+            {}
+            assert!(renewal.as_mut().poll(cx).is_pending());
+            std::task::Poll::Ready(())
+        })
+        .await;
+        drop(renewal);
+        tokio::task::yield_now().await;
+        assert!(lock.renew(Duration::from_secs(60)).await.unwrap());
+        assert!(
+            lock.valid_until() > Instant::now() + Duration::from_secs(50),
+            "valid_until stuck behind a renewal dropped before it was sent"
+        );
     }
 
     /// The same owner's acquire read the live row, then the twin handle

@@ -11,9 +11,15 @@ use std::task::{Context, Poll};
 /// runs a statement to its end after the client left), and its answer must
 /// still be recorded. Spawning every one of them would cost a task and a
 /// wake-up per call; this spawns only the ones actually given up on.
-pub(crate) struct RunToEnd<F: Future + Send + 'static>(Option<Pin<Box<F>>>)
+pub(crate) struct RunToEnd<F: Future + Send + 'static>
 where
-    F::Output: Send + 'static;
+    F::Output: Send + 'static,
+{
+    future: Option<Pin<Box<F>>>,
+    /// The runtime the call was made on, where what is left of it goes
+    /// (a drop may happen outside any runtime's context).
+    runtime: Option<tokio::runtime::Handle>,
+}
 
 /// Runs `future` to its end, here or (if dropped first) on the runtime.
 pub(crate) fn run_to_end<F>(future: F) -> RunToEnd<F>
@@ -21,7 +27,10 @@ where
     F: Future + Send + 'static,
     F::Output: Send + 'static,
 {
-    RunToEnd(Some(Box::pin(future)))
+    RunToEnd {
+        future: Some(Box::pin(future)),
+        runtime: tokio::runtime::Handle::try_current().ok(),
+    }
 }
 
 impl<F> Future for RunToEnd<F>
@@ -32,12 +41,21 @@ where
     type Output = F::Output;
 
     fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<F::Output> {
-        let future = self.0.as_mut().expect("polled after it finished");
-        let polled = future.as_mut().poll(cx);
-        if polled.is_ready() {
-            self.0 = None;
+        let future = self.future.as_mut().expect("polled after it finished");
+        let polled =
+            std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| future.as_mut().poll(cx)));
+        match polled {
+            Ok(Poll::Pending) => Poll::Pending,
+            Ok(ready) => {
+                self.future = None;
+                ready
+            }
+            Err(panic) => {
+                // A call that panicked has ended: nothing is left to spawn.
+                self.future = None;
+                std::panic::resume_unwind(panic)
+            }
         }
-        polled
     }
 }
 
@@ -47,9 +65,7 @@ where
     F::Output: Send + 'static,
 {
     fn drop(&mut self) {
-        if let Some(rest) = self.0.take()
-            && let Ok(runtime) = tokio::runtime::Handle::try_current()
-        {
+        if let (Some(rest), Some(runtime)) = (self.future.take(), &self.runtime) {
             runtime.spawn(rest);
         }
     }
