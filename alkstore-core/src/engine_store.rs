@@ -466,6 +466,72 @@ mod tests {
         }
     }
 
+    /// Counts the warnings about a live handle dropped unreleased.
+    #[derive(Clone, Default)]
+    struct DropWarnings(Arc<std::sync::atomic::AtomicUsize>);
+
+    impl<S: tracing::Subscriber> tracing_subscriber::Layer<S> for DropWarnings {
+        fn on_event(
+            &self,
+            event: &tracing::Event<'_>,
+            _: tracing_subscriber::layer::Context<'_, S>,
+        ) {
+            struct Message(bool);
+            impl tracing::field::Visit for Message {
+                fn record_debug(&mut self, _: &tracing::field::Field, value: &dyn std::fmt::Debug) {
+                    self.0 |= format!("{value:?}").contains("dropped while its lease is live");
+                }
+            }
+            let mut message = Message(false);
+            event.record(&mut message);
+            if message.0 {
+                self.0.fetch_add(1, Ordering::SeqCst);
+            }
+        }
+    }
+
+    /// A live handle dropped unreleased logs a warning (its lease stays
+    /// held until its TTL); a released one, or one whose lease is over, does not.
+    #[tokio::test(flavor = "current_thread")]
+    async fn a_live_handle_dropped_unreleased_warns() {
+        use tracing_subscriber::layer::SubscriberExt;
+        let warnings = DropWarnings::default();
+        let subscriber = tracing_subscriber::Registry::default().with(warnings.clone());
+        let _guard = tracing::subscriber::set_default(subscriber);
+        // Interest is cached per callsite for the process (tokio-rs/tracing#3611).
+        let _second = tracing::Dispatch::new(tracing::subscriber::NoSubscriber::default());
+        tracing::callsite::rebuild_interest_cache();
+        let fresh = || EngineStore::new(TestEngine::new(Script::ReadBeforeRelease));
+        let count = || warnings.0.load(Ordering::SeqCst);
+
+        let store = fresh();
+        drop(
+            store
+                .try_lock("n", "o", Duration::from_secs(30))
+                .await
+                .unwrap(),
+        );
+        assert_eq!(count(), 1, "a live handle dropped unreleased");
+
+        let store = fresh();
+        let lock = store
+            .try_lock("n", "o", Duration::from_secs(30))
+            .await
+            .unwrap()
+            .unwrap();
+        lock.release().await.unwrap();
+        assert_eq!(count(), 1, "a released handle");
+
+        let store = fresh();
+        let lock = store
+            .try_lock("n", "o", Duration::from_millis(1))
+            .await
+            .unwrap();
+        tokio::time::sleep(Duration::from_millis(5)).await;
+        drop(lock);
+        assert_eq!(count(), 1, "a handle whose lease is over");
+    }
+
     /// A renewal dropped where it first yields to tokio (its cooperative
     /// budget used up) has changed nothing: no renewal is left counted as in
     /// flight, so the next one answered `true` moves `valid_until` up.
