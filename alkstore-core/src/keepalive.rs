@@ -563,6 +563,56 @@ mod tests {
         assert_eq!(*released.lock().unwrap(), 1);
     }
 
+    /// The next renewal is due after the interval, or halfway to the give-up
+    /// point when that comes first; the give-up point keeps the margin, or a
+    /// quarter of the lease left when that is less.
+    #[test]
+    fn the_schedule_renews_halfway_to_giving_up_at_the_latest() {
+        let now = Instant::now();
+        let secs = Duration::from_secs;
+        let options = KeepAliveOptions {
+            ttl: secs(30),
+            interval: secs(60),
+            margin: secs(1),
+        };
+        assert_eq!(
+            schedule(now + secs(10), now, now, &options),
+            (now + Duration::from_millis(4500), now + secs(9))
+        );
+        let often = KeepAliveOptions {
+            interval: secs(2),
+            ..options
+        };
+        assert_eq!(schedule(now + secs(10), now, now, &often).0, now + secs(2));
+        assert_eq!(margin_within(&options, secs(2)), Duration::from_millis(500));
+        assert_eq!(margin_within(&options, secs(8)), secs(1));
+    }
+
+    /// Dropping the keep-alive stops its renewals.
+    #[tokio::test]
+    async fn dropping_the_keep_alive_stops_renewing() {
+        let ttl = Duration::from_millis(300);
+        let lock = Scripted::new(ttl, vec![]);
+        let sent = lock.sent.clone();
+        let options = KeepAliveOptions {
+            interval: Duration::from_millis(20),
+            ..KeepAliveOptions::new(ttl)
+        };
+        let kept = KeepAlive::with_options(Box::new(lock), options).unwrap();
+        while sent.lock().unwrap().len() < 2 {
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+        drop(kept);
+        tokio::task::yield_now().await;
+        let at_drop = sent.lock().unwrap().len();
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        assert_eq!(
+            sent.lock().unwrap().len(),
+            at_drop,
+            "renewed after the drop"
+        );
+    }
+
     #[tokio::test]
     async fn a_false_renewal_signals_revoked_at_once() {
         let ttl = Duration::from_millis(3000);
