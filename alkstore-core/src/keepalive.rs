@@ -678,6 +678,28 @@ mod tests {
     }
 
     #[tokio::test]
+    async fn a_renewal_that_leaves_less_than_the_margin_counts_as_lost() {
+        // Answered at once, but the engine reported only 50 ms of lease: less
+        // than the keep-alive's 100 ms margin, so the holder is told it is
+        // lost rather than held for a moment it could not use.
+        let ttl = Duration::from_secs(1);
+        let lock = Scripted {
+            renewed_for: Some(Duration::from_millis(50)),
+            ..Scripted::new(Duration::from_secs(10), vec![])
+        };
+        let options = KeepAliveOptions {
+            interval: Duration::from_millis(20),
+            ..KeepAliveOptions::new(ttl)
+        };
+        let kept = KeepAlive::with_options(Box::new(lock), options).unwrap();
+        let lost = tokio::time::timeout(Duration::from_secs(2), kept.lost()).await;
+        assert!(
+            matches!(lost, Ok(LostReason::NotRenewedInTime { .. })),
+            "a renewal leaving less than the margin was counted as kept: {lost:?}"
+        );
+    }
+
+    #[tokio::test]
     async fn a_renewal_answered_after_its_own_lease_ended_counts_as_lost() {
         // The renewal answers `true` after 600 ms, but the engine reported
         // only 500 ms of lease: Held must not be published with that deadline.
