@@ -74,8 +74,6 @@ where
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::sync::Arc;
-    use std::sync::atomic::{AtomicBool, Ordering};
     use std::time::Duration;
 
     #[tokio::test(flavor = "current_thread")]
@@ -87,28 +85,29 @@ mod tests {
 
     #[tokio::test(flavor = "current_thread")]
     async fn a_dropped_call_still_runs_to_its_end() {
-        let ended = Arc::new(AtomicBool::new(false));
         let (started_tx, started_rx) = tokio::sync::oneshot::channel();
-        let call = {
-            let ended = ended.clone();
-            run_to_end(async move {
-                let _ = started_tx.send(());
-                tokio::time::sleep(Duration::from_millis(50)).await;
-                ended.store(true, Ordering::SeqCst);
-            })
-        };
+        let (ended_tx, ended_rx) = tokio::sync::oneshot::channel();
+        let (go_on_tx, go_on_rx) = tokio::sync::oneshot::channel::<()>();
+        let call = run_to_end(async move {
+            let _ = started_tx.send(());
+            // Held here until after the caller gave up on it.
+            let _ = go_on_rx.await;
+            let _ = ended_tx.send(());
+        });
         // Polled until it started, then given up on.
         let mut call = Box::pin(call);
         tokio::select! {
-            _ = &mut call => unreachable!("it sleeps"),
+            _ = &mut call => unreachable!("it waits for go_on"),
             _ = started_rx => {}
         }
         drop(call);
-        assert!(!ended.load(Ordering::SeqCst));
-        tokio::time::sleep(Duration::from_millis(200)).await;
+        go_on_tx
+            .send(())
+            .expect("the dropped call's rest was dropped, not spawned");
+        let ended = tokio::time::timeout(Duration::from_secs(10), ended_rx).await;
         assert!(
-            ended.load(Ordering::SeqCst),
-            "the dropped call did not run to its end"
+            matches!(ended, Ok(Ok(()))),
+            "the dropped call did not run to its end: {ended:?}"
         );
     }
 }

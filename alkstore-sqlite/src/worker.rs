@@ -320,10 +320,7 @@ mod tests {
 
     #[tokio::test(flavor = "current_thread")]
     async fn a_job_panicking_on_the_thread_is_reported_as_a_crash() {
-        let (_dir, path, _other) = locked_file();
-        let worker = Worker::start(move || Ok(Connection::open(&path)?))
-            .await
-            .unwrap();
+        let (_dir, worker, _other) = worker_on_locked_file().await;
         let crash = worker
             .run(|conn, busy| -> rusqlite::Result<()> {
                 if busy.is_zero() {
@@ -337,15 +334,19 @@ mod tests {
         assert_crashed(worker, crash, "boom on the thread").await;
     }
 
-    /// A file and a second connection on it, holding its write lock.
-    fn locked_file() -> (tempfile::TempDir, std::path::PathBuf, Connection) {
+    /// A worker on a new file, and a second connection on that file
+    /// holding its write lock.
+    async fn worker_on_locked_file() -> (tempfile::TempDir, Worker, Connection) {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("locks.db");
         let other = Connection::open(&path).unwrap();
         other
             .execute_batch("PRAGMA journal_mode = WAL; CREATE TABLE t (x); BEGIN IMMEDIATE;")
             .unwrap();
-        (dir, path, other)
+        let worker = Worker::start(move || Ok(Connection::open(&path)?))
+            .await
+            .unwrap();
+        (dir, worker, other)
     }
 
     #[tokio::test(flavor = "current_thread")]
@@ -367,10 +368,7 @@ mod tests {
     /// the connection's thread, which waits with the busy timeout.
     #[tokio::test(flavor = "current_thread")]
     async fn a_job_behind_another_connections_lock_waits_on_the_thread() {
-        let (_dir, path, other) = locked_file();
-        let worker = Worker::start(move || Ok(Connection::open(&path)?))
-            .await
-            .unwrap();
+        let (_dir, worker, other) = worker_on_locked_file().await;
         let caller = std::thread::current().id();
         let tries = Arc::new(Mutex::new(Vec::new()));
         let released = Arc::new(std::sync::atomic::AtomicBool::new(false));
