@@ -11,7 +11,7 @@ use async_trait::async_trait;
 
 use crate::duration::LeaseMillis;
 use crate::error::BoxError;
-use crate::store::Holder;
+use crate::store::{Holder, Listed};
 use crate::wake::ReleaseBus;
 
 /// The identity of one grant: `renew` and `release` act on exactly this.
@@ -90,6 +90,25 @@ pub trait Engine: Send + Sync + 'static {
 
     /// Delete every expired row; how many.
     async fn purge_expired(&self) -> Result<u64, BoxError>;
+
+    /// Up to `limit` live rows whose names start with `prefix` (every name
+    /// when it is empty) and sort after `after` (from the first when `None`),
+    /// in the byte order of their names (UTF-8 bytes compared unsigned, as
+    /// `str`'s `Ord` does), read in one statement.
+    async fn list(
+        &self,
+        prefix: &str,
+        after: Option<&str>,
+        limit: usize,
+    ) -> Result<Vec<Listed>, BoxError>;
+
+    /// Delete the live row of `name`, whoever holds it; the holder it had.
+    /// An expired row is left alone (`None`): purging is
+    /// [`Engine::purge_expired`]'s. The core wakes this process's waiters
+    /// when it answers `Some`; an engine signals other processes (if it
+    /// can) itself, as for a release. A removal answered must stay removed
+    /// through a crash: the operator was told the name is free.
+    async fn force_release(&self, name: &str) -> Result<Option<Holder>, BoxError>;
 
     /// Release the engine's resources (connections, threads).
     async fn close(&self) -> Result<(), BoxError>;

@@ -13,8 +13,8 @@ use crate::engine::{Attempt, Engine, GrantKey};
 use crate::error::{Error, Result};
 use crate::grant::Grants;
 use crate::handle::EngineLock;
-use crate::name::{validate_name, validate_owner};
-use crate::store::{Holder, Lock, Store};
+use crate::name::{validate_listing, validate_name, validate_owner};
+use crate::store::{Holder, Listed, Lock, MAX_LIST_LIMIT, Store};
 use crate::wait::Backoff;
 
 /// The state a store shares with the handles it granted.
@@ -299,6 +299,67 @@ impl<E: Engine> Store for EngineStore<E> {
         .await
     }
 
+    async fn list(&self, prefix: &str, after: Option<&str>, limit: usize) -> Result<Vec<Listed>> {
+        let span = tracing::debug_span!("alkstore.list", prefix, listed = field::Empty);
+        async {
+            validate_listing(prefix, after)?;
+            if !(1..=MAX_LIST_LIMIT).contains(&limit) {
+                return Err(Error::InvalidLimit {
+                    limit,
+                    max: MAX_LIST_LIMIT,
+                });
+            }
+            self.shared.check_open("list")?;
+            let listed = self
+                .shared
+                .engine
+                .list(prefix, after, limit)
+                .await
+                .map_err(|e| Error::database("list", e))?;
+            tracing::Span::current().record("listed", listed.len());
+            Ok(listed)
+        }
+        .instrument(span)
+        .await
+    }
+
+    async fn force_release(&self, name: &str) -> Result<Option<Holder>> {
+        let span = tracing::debug_span!(
+            "alkstore.force_release",
+            name,
+            outcome = field::Empty,
+            owner = field::Empty,
+            fence = field::Empty
+        );
+        async {
+            validate_name(name)?;
+            self.shared.check_open("force_release")?;
+            let removed = self
+                .shared
+                .engine
+                .force_release(name)
+                .await
+                .map_err(|e| Error::database("force_release", e))?;
+            let span = tracing::Span::current();
+            match &removed {
+                Some(holder) => {
+                    // Waiters in this process hear of it as of a release.
+                    self.shared.engine.releases().released(name);
+                    span.record("outcome", "removed");
+                    span.record("owner", holder.owner.as_str());
+                    span.record("fence", holder.fence);
+                    tracing::info!(name, owner = %holder.owner, fence = holder.fence, "lock released by force");
+                }
+                None => {
+                    span.record("outcome", "free");
+                }
+            }
+            Ok(removed)
+        }
+        .instrument(span)
+        .await
+    }
+
     async fn close(&self) -> Result<()> {
         let span = tracing::debug_span!("alkstore.close");
         async {
@@ -354,6 +415,22 @@ macro_rules! delegate_store {
 
             async fn purge_expired(&self) -> $crate::Result<u64> {
                 self.$field.purge_expired().await
+            }
+
+            async fn list(
+                &self,
+                prefix: &str,
+                after: ::std::option::Option<&str>,
+                limit: usize,
+            ) -> $crate::Result<::std::vec::Vec<$crate::Listed>> {
+                self.$field.list(prefix, after, limit).await
+            }
+
+            async fn force_release(
+                &self,
+                name: &str,
+            ) -> $crate::Result<::std::option::Option<$crate::Holder>> {
+                self.$field.force_release(name).await
             }
 
             async fn close(&self) -> $crate::Result<()> {
@@ -451,6 +528,12 @@ mod tests {
         }
         async fn purge_expired(&self) -> Result<u64, BoxError> {
             Ok(0)
+        }
+        async fn list(&self, _: &str, _: Option<&str>, _: usize) -> Result<Vec<Listed>, BoxError> {
+            Ok(Vec::new())
+        }
+        async fn force_release(&self, _: &str) -> Result<Option<Holder>, BoxError> {
+            Ok(None)
         }
         async fn close(&self) -> Result<(), BoxError> {
             Ok(())

@@ -33,6 +33,15 @@ pub enum Error {
         /// The rejected name.
         name: String,
     },
+    /// A page size [`Store::list`](crate::Store::list) cannot serve: it
+    /// must be 1 to `max`; nothing was sent to storage.
+    #[error("invalid page size {limit}: a page holds 1 to {max} names")]
+    InvalidLimit {
+        /// The page size asked for.
+        limit: usize,
+        /// The most a page holds ([`MAX_LIST_LIMIT`](crate::MAX_LIST_LIMIT)).
+        max: usize,
+    },
     /// The operation could not be carried out; the cause is the source.
     ///
     /// Sources alkstore itself puts here: [`DurationError`] (a bad lease
@@ -103,6 +112,8 @@ pub enum Field {
     Owner,
     /// An engine's namespace, such as a PostgreSQL schema name.
     Schema,
+    /// The name prefix of a listing.
+    Prefix,
 }
 
 impl fmt::Display for Field {
@@ -111,6 +122,7 @@ impl fmt::Display for Field {
             Field::Name => "lock name",
             Field::Owner => "owner",
             Field::Schema => "schema name",
+            Field::Prefix => "name prefix",
         })
     }
 }

@@ -50,6 +50,40 @@ pub fn validate_owner(owner: &str) -> Result<()> {
     })
 }
 
+/// Checks a listing's name prefix and the name it starts after: the empty
+/// prefix lists every name; otherwise the character rules of a name, except
+/// that a prefix may be whitespace only (a name may start with spaces).
+///
+/// ```
+/// use alkstore_core::{validate_listing, Error, Field};
+/// assert!(validate_listing("", None).is_ok());
+/// assert!(validate_listing("jobs/", Some("jobs/17")).is_ok());
+/// assert!(matches!(
+///     validate_listing("jobs\n", None),
+///     Err(Error::InvalidName { field: Field::Prefix, .. })
+/// ));
+/// ```
+pub fn validate_listing(prefix: &str, after: Option<&str>) -> Result<()> {
+    if !prefix.is_empty() {
+        match check_text(prefix, MAX_NAME_BYTES) {
+            Ok(()) | Err(NameProblem::WhitespaceOnly) => {}
+            Err(problem) => {
+                return Err(Error::InvalidName {
+                    field: Field::Prefix,
+                    problem,
+                });
+            }
+        }
+    }
+    if let Some(after) = after {
+        check_text(after, MAX_NAME_BYTES).map_err(|problem| Error::InvalidName {
+            field: Field::Name,
+            problem,
+        })?;
+    }
+    Ok(())
+}
+
 /// Checks the shared character rules with a byte limit of `max`: 1 to `max`
 /// bytes, not whitespace only, no control characters. Engines use it for
 /// their own namespaces (a PostgreSQL schema name allows 63 bytes).

@@ -54,6 +54,28 @@ pub trait Store: Send + Sync {
     /// Deletes every expired lock row; returns how many. Never called implicitly.
     async fn purge_expired(&self) -> Result<u64>;
 
+    /// One page of the live holders whose names start with `prefix` (empty:
+    /// every name), in the byte order of their names, starting after the name
+    /// `after` (exclusive; `None`: from the first), at most `limit` of them
+    /// (1 to [`MAX_LIST_LIMIT`]). The next page starts after the last name
+    /// of this one; a page shorter than `limit` is the last.
+    ///
+    /// Expired rows are never listed. Each page is one read: a page shows
+    /// each name as it was when that read ran, and names granted or released
+    /// between two pages may be missed or shown once more.
+    async fn list(&self, prefix: &str, after: Option<&str>, limit: usize) -> Result<Vec<Listed>>;
+
+    /// The operator's release: removes the live grant of `name` whoever holds
+    /// it, and answers what it removed (`None`: the name was free).
+    ///
+    /// The removed grant's handles learn it at their next call: `renew` and
+    /// `release` answer `false`, and a [`KeepAlive`](crate::KeepAlive) reports
+    /// the lease lost. Until then the old holder still believes its
+    /// `valid_until`: the next grant of the name has a higher fence, so what
+    /// the old holder writes with its fence afterwards can be refused by
+    /// whatever checks fences. Waiters for the name are woken as by a release.
+    async fn force_release(&self, name: &str) -> Result<Option<Holder>>;
+
     /// Closes the store; every later call on it or its handles fails with
     /// [`Error::Database`](crate::Error::Database) holding [`Closed`](crate::Closed).
     /// Closing twice is not an error.
@@ -95,6 +117,18 @@ pub trait Lock: Send + Sync + std::fmt::Debug {
             "this Lock implementation cannot be released through a shared reference",
         ))
     }
+}
+
+/// The most names one page of [`Store::list`] may ask for.
+pub const MAX_LIST_LIMIT: usize = 1000;
+
+/// One live grant, as [`Store::list`] reports it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Listed {
+    /// The lock name.
+    pub name: String,
+    /// Its live holder.
+    pub holder: Holder,
 }
 
 /// The current holder of a name, as [`Store::holder`] reports it.

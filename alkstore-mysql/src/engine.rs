@@ -5,7 +5,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use alkstore_core::{
-    Attempt, BoxError, Engine, GrantKey, Holder, LeaseMillis, ReleaseBus, fence_from_sql,
+    Attempt, BoxError, Engine, GrantKey, Holder, LeaseMillis, Listed, ReleaseBus, fence_from_sql,
     fence_to_sql, lease_left,
 };
 use alkstore_sqlx::{OutOfTime, decoded};
@@ -36,6 +36,10 @@ impl MySqlEngine {
         crate::schema::drop(&self.pool, &self.database, &self.sql).await
     }
 }
+
+/// How many times a forced release reads the grant again when it changed
+/// between its read and its delete, before it gives up.
+const FORCE_RELEASE_TRIES: usize = 100;
 
 /// The longest wait the procedure is given: a year (the server's
 /// `lock_wait_timeout` goes no higher).
@@ -157,6 +161,79 @@ impl Engine for MySqlEngine {
             })
         })
         .transpose()
+    }
+
+    async fn list(
+        &self,
+        prefix: &str,
+        after: Option<&str>,
+        limit: usize,
+    ) -> Result<Vec<Listed>, BoxError> {
+        // At most MAX_LIST_LIMIT (validated by the core), so it fits.
+        let limit = i64::try_from(limit)?;
+        // Owned: the statement's future outlives no borrowed argument.
+        let (prefix, after) = (
+            prefix.as_bytes().to_vec(),
+            after.unwrap_or("").as_bytes().to_vec(),
+        );
+        let rows: Vec<(Vec<u8>, Vec<u8>, i64, i64)> = self
+            .connections
+            .run(true, None, |conn, _| {
+                Box::pin(
+                    sqlx::query_as(self.sql.list.clone())
+                        .bind(prefix.clone())
+                        .bind(after.clone())
+                        .bind(prefix.clone())
+                        .bind(prefix.clone())
+                        .bind(limit)
+                        .fetch_all(conn),
+                )
+            })
+            .await?;
+        rows.into_iter()
+            .map(|(name, owner, fence, left)| {
+                Ok(Listed {
+                    name: text(name)?,
+                    holder: Holder {
+                        owner: text(owner)?,
+                        fence: fence_from_sql(fence),
+                        expires_in: lease_left(left),
+                    },
+                })
+            })
+            .collect()
+    }
+
+    /// Reads the live grant, then deletes exactly that grant if it is still
+    /// live (no `DELETE … RETURNING` in MySQL): two statements, no lock
+    /// held between them. A grant that changed in between (renewed, taken
+    /// over, released) is read again.
+    async fn force_release(&self, name: &str) -> Result<Option<Holder>, BoxError> {
+        for _ in 0..FORCE_RELEASE_TRIES {
+            let Some(holder) = self.holder(name).await? else {
+                return Ok(None);
+            };
+            let done = self
+                .connections
+                // Not retried after a lost connection: the first try may
+                // have removed the row, and a second would answer None.
+                .run(false, None, |conn, _| {
+                    Box::pin(
+                        sqlx::query(self.sql.remove_live.clone())
+                            .bind(name.as_bytes())
+                            .bind(fence_to_sql(holder.fence))
+                            .execute(conn),
+                    )
+                })
+                .await?;
+            if done.rows_affected() == 1 {
+                return Ok(Some(holder));
+            }
+        }
+        Err(format!(
+            "the grant of this name changed under {FORCE_RELEASE_TRIES} forced releases in a row"
+        )
+        .into())
     }
 
     async fn purge_expired(&self) -> Result<u64, BoxError> {

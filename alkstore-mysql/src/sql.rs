@@ -119,6 +119,8 @@ pub(crate) struct Statements {
     pub(crate) renew: SqlStr,
     pub(crate) release: SqlStr,
     pub(crate) holder: SqlStr,
+    pub(crate) list: SqlStr,
+    pub(crate) remove_live: SqlStr,
     pub(crate) purge: SqlStr,
 }
 
@@ -289,6 +291,22 @@ END"
             holder: audited(format!(
                 "SELECT owner, fence, expires_at - {NOW_MS} FROM {locks}
                  WHERE name = ? AND expires_at > {NOW_MS}"
+            )),
+            // prefix, name to start after ('' from the first), prefix,
+            // prefix, page size. Names are bytes (VARBINARY): `LEFT` and
+            // `LENGTH` count bytes, the order is byte order, and the prefix
+            // matches literally, unlike LIKE; `name >= prefix` lets the
+            // primary key find the first name of the prefix.
+            list: audited(format!(
+                "SELECT name, owner, fence, expires_at - {NOW_MS} FROM {locks}
+                 WHERE name >= ? AND name > ? AND LEFT(name, LENGTH(?)) = ?
+                   AND expires_at > {NOW_MS}
+                 ORDER BY name LIMIT ?"
+            )),
+            // The forced release's delete of the grant it read (name, fence),
+            // if still live: MySQL has no `DELETE … RETURNING`.
+            remove_live: audited(format!(
+                "DELETE FROM {locks} WHERE name = ? AND fence = ? AND expires_at > {NOW_MS}"
             )),
             purge: audited(format!("DELETE FROM {locks} WHERE expires_at <= {NOW_MS}")),
         }

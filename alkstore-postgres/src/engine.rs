@@ -5,7 +5,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use alkstore_core::{
-    Attempt, BoxError, Engine, GrantKey, Holder, LeaseMillis, ReleaseBus, fence_from_sql,
+    Attempt, BoxError, Engine, GrantKey, Holder, LeaseMillis, Listed, ReleaseBus, fence_from_sql,
     fence_to_sql, lease_left,
 };
 use async_trait::async_trait;
@@ -64,6 +64,15 @@ fn ran_out_of_time(error: &BoxError) -> bool {
         || error.downcast_ref::<sqlx::Error>().is_some_and(|e| {
             matches!(e, sqlx::Error::Database(db) if db.code().as_deref() == Some(LOCK_NOT_AVAILABLE))
         })
+}
+
+/// A holder as the statements answer it: owner, fence, time left (ms).
+fn holder_of((owner, fence, expires_in_ms): (String, i64, i64)) -> Holder {
+    Holder {
+        owner,
+        fence: fence_from_sql(fence),
+        expires_in: lease_left(expires_in_ms),
+    }
 }
 
 #[async_trait]
@@ -157,11 +166,57 @@ impl Engine for PgEngine {
             })
             .await
             .and_then(decoded)?;
-        Ok(row.map(|(owner, fence, expires_in_ms)| Holder {
-            owner,
-            fence: fence_from_sql(fence),
-            expires_in: lease_left(expires_in_ms),
-        }))
+        Ok(row.map(holder_of))
+    }
+
+    async fn list(
+        &self,
+        prefix: &str,
+        after: Option<&str>,
+        limit: usize,
+    ) -> Result<Vec<Listed>, BoxError> {
+        // At most MAX_LIST_LIMIT (validated by the core), so it fits.
+        let limit = i64::try_from(limit)?;
+        // Owned: the statement's future outlives no borrowed argument.
+        let (prefix, after) = (prefix.to_owned(), after.unwrap_or("").to_owned());
+        let rows: Vec<(String, String, i64, i64)> = self
+            .connections
+            .run(true, None, |conn, _| {
+                Box::pin(
+                    sqlx::query_as(self.sql.list.clone())
+                        .bind(prefix.clone())
+                        .bind(after.clone())
+                        .bind(limit)
+                        .fetch_all(conn),
+                )
+            })
+            .await?;
+        Ok(rows
+            .into_iter()
+            .map(|(name, owner, fence, left)| Listed {
+                name,
+                holder: holder_of((owner, fence, left)),
+            })
+            .collect())
+    }
+
+    async fn force_release(&self, name: &str) -> Result<Option<Holder>, BoxError> {
+        let row: Option<(String, i64, i64, Option<String>)> = self
+            .connections
+            // Not retried after a lost connection: the first try may have
+            // removed the row, and a second would answer None.
+            .run(false, None, |conn, _| {
+                Box::pin(
+                    sqlx::query(self.sql.force_release.clone())
+                        .bind(name)
+                        .bind(&self.channel)
+                        .bind(&self.tag)
+                        .fetch_optional(conn),
+                )
+            })
+            .await
+            .and_then(decoded)?;
+        Ok(row.map(|(owner, fence, left, _)| holder_of((owner, fence, left))))
     }
 
     async fn purge_expired(&self) -> Result<u64, BoxError> {

@@ -137,6 +137,8 @@ pub(crate) struct Statements {
     pub(crate) renew: SqlStr,
     pub(crate) release: SqlStr,
     pub(crate) holder: SqlStr,
+    pub(crate) list: SqlStr,
+    pub(crate) force_release: SqlStr,
     pub(crate) purge: SqlStr,
 }
 
@@ -287,6 +289,30 @@ END"
             holder: audited(format!(
                 "SELECT owner, fence, expires_at - {NOW_MS} FROM {locks}
                  WHERE name = $1 AND expires_at > {NOW_MS}"
+            )),
+            // $1 prefix, $2 the name to start after ('' from the first), $3
+            // page size. Names compare as bytes (COLLATE "C"), whatever the
+            // database's collation; `starts_with` matches the prefix
+            // literally, unlike LIKE. One snapshot for the page.
+            list: audited(format!(
+                "SELECT name, owner, fence, expires_at - {NOW_MS} FROM {locks}
+                 WHERE starts_with(name, $1) AND name COLLATE \"C\" > $2
+                   AND expires_at > {NOW_MS}
+                 ORDER BY name COLLATE \"C\" LIMIT $3"
+            )),
+            // $1 name, $2 channel, $3 store tag. Removes the live row only,
+            // answers it, and notifies waiters as a release does. Durable
+            // (the operator is told the name is free; a crash must not bring
+            // the grant back).
+            force_release: audited(format!(
+                "WITH {DURABLE_COMMIT_CTE},
+                 gone AS (
+                     DELETE FROM {locks} WHERE name = $1 AND expires_at > {NOW_MS}
+                       AND EXISTS (SELECT 1 FROM durable_commit)
+                     RETURNING owner, fence, expires_at
+                 )
+                 SELECT owner, fence, expires_at - {NOW_MS}, pg_notify($2, $3 || ':' || $1)::text
+                 FROM gone"
             )),
             // Commits without waiting for the WAL flush, as a release does.
             purge: audited(format!(

@@ -6,7 +6,7 @@ use std::time::{Duration, Instant};
 
 use alkstore_core::clock::system_millis;
 use alkstore_core::{
-    Attempt, BoxError, Engine, GrantKey, Holder, LeaseMillis, ReleaseBus, fence_from_sql,
+    Attempt, BoxError, Engine, GrantKey, Holder, LeaseMillis, Listed, ReleaseBus, fence_from_sql,
     fence_to_sql, lease_left,
 };
 use async_trait::async_trait;
@@ -41,6 +41,15 @@ fn read_row(conn: &Connection, name: &str) -> rusqlite::Result<Option<Row>> {
             })
         })
         .optional()
+}
+
+/// A holder as the statements answer it: owner, fence, time left.
+fn holder_of(r: &rusqlite::Row<'_>, first: usize) -> rusqlite::Result<Holder> {
+    Ok(Holder {
+        owner: r.get(first)?,
+        fence: fence_from_sql(r.get(first + 1)?),
+        expires_in: lease_left(r.get(first + 2)?),
+    })
 }
 
 /// What a live row means for `owner`; `None` when there is no live row.
@@ -169,13 +178,41 @@ impl Engine for SqliteEngine {
         self.worker
             .run(move |conn, _| {
                 conn.prepare_cached(sql::HOLDER)?
-                    .query_row(params![name, system_millis()], |r| {
-                        Ok(Holder {
-                            owner: r.get(0)?,
-                            fence: fence_from_sql(r.get(1)?),
-                            expires_in: lease_left(r.get(2)?),
+                    .query_row(params![name, system_millis()], |r| holder_of(r, 0))
+                    .optional()
+            })
+            .await
+    }
+
+    async fn list(
+        &self,
+        prefix: &str,
+        after: Option<&str>,
+        limit: usize,
+    ) -> Result<Vec<Listed>, BoxError> {
+        let (prefix, after) = (prefix.to_owned(), after.unwrap_or("").to_owned());
+        // At most MAX_LIST_LIMIT (validated by the core), so it fits.
+        let limit = i64::try_from(limit)?;
+        self.worker
+            .run(move |conn, _| {
+                conn.prepare_cached(sql::LIST)?
+                    .query_map(params![system_millis(), prefix, after, limit], |r| {
+                        Ok(Listed {
+                            name: r.get(0)?,
+                            holder: holder_of(r, 1)?,
                         })
-                    })
+                    })?
+                    .collect()
+            })
+            .await
+    }
+
+    async fn force_release(&self, name: &str) -> Result<Option<Holder>, BoxError> {
+        let name = name.to_owned();
+        self.worker
+            .run(move |conn, _| {
+                conn.prepare_cached(sql::FORCE_RELEASE)?
+                    .query_row(params![name, system_millis()], |r| holder_of(r, 0))
                     .optional()
             })
             .await

@@ -54,4 +54,18 @@ pub(crate) const RELEASE: &str =
 pub(crate) const HOLDER: &str =
     "SELECT owner, fence, expires_at - ?2 FROM alkstore_locks WHERE name = ?1 AND expires_at > ?2";
 
+/// ?1 now, ?2 the prefix, ?3 the name to start after ('' from the first),
+/// ?4 the page size. `name >= ?2` lets the primary key find the first name
+/// of the prefix; `substr` (in characters, as `length` counts them) matches
+/// the prefix literally, unlike `LIKE`. Names compare as bytes (BINARY).
+pub(crate) const LIST: &str = "
+SELECT name, owner, fence, expires_at - ?1 FROM alkstore_locks
+WHERE name >= ?2 AND name > ?3 AND substr(name, 1, length(?2)) = ?2 AND expires_at > ?1
+ORDER BY name LIMIT ?4";
+
+/// ?1 the name, ?2 now: removes the live row only, and answers it.
+pub(crate) const FORCE_RELEASE: &str = "
+DELETE FROM alkstore_locks WHERE name = ?1 AND expires_at > ?2
+RETURNING owner, fence, expires_at - ?2";
+
 pub(crate) const PURGE: &str = "DELETE FROM alkstore_locks WHERE expires_at <= ?1";

@@ -10,7 +10,7 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use alkstore_core::{Attempt, BoxError, Engine, GrantKey, Holder, LeaseMillis, ReleaseBus};
+use alkstore_core::{Attempt, BoxError, Engine, GrantKey, Holder, LeaseMillis, Listed, ReleaseBus};
 use async_trait::async_trait;
 
 use crate::reference::{MemoryEngine, Rows};
@@ -55,11 +55,16 @@ pub enum Flaw {
     PurgesLiveRows,
     /// Says it purged nothing.
     PurgeCountsNothing,
+    /// Lists expired rows as if they were held.
+    ListsExpiredRows,
+    /// Hands the fence of a grant removed by force out again (as an engine
+    /// drawing the next fence from the rows left would).
+    ForcedReleaseRewindsTheFence,
 }
 
 impl Flaw {
     /// Every flaw in the gallery.
-    pub const ALL: [Flaw; 18] = [
+    pub const ALL: [Flaw; 20] = [
         Flaw::GrantsOverALiveRow,
         Flaw::NeverExpires,
         Flaw::KeepsTheFenceOnTakeover,
@@ -78,6 +83,8 @@ impl Flaw {
         Flaw::SweepsOnAcquire,
         Flaw::PurgesLiveRows,
         Flaw::PurgeCountsNothing,
+        Flaw::ListsExpiredRows,
+        Flaw::ForcedReleaseRewindsTheFence,
     ];
 
     /// The rule of docs/contract.md it breaks.
@@ -103,6 +110,10 @@ impl Flaw {
             Flaw::SweepsOnAcquire => "expiry is silent: no sweeper, rows stay until purged",
             Flaw::PurgesLiveRows => "purge_expired deletes expired rows only",
             Flaw::PurgeCountsNothing => "purge_expired says how many it deleted",
+            Flaw::ListsExpiredRows => "list shows live holders only",
+            Flaw::ForcedReleaseRewindsTheFence => {
+                "the grant after a forced release has a higher fence"
+            }
         }
     }
 
@@ -133,6 +144,7 @@ impl Flaw {
                 "handle_never_touches_later_grant",
                 "holder_reports_live_holder",
                 "lock_granted_after_expiry",
+                "list_pages_live_holders_by_prefix",
                 "purge_removes_only_expired_rows",
                 "reacquire_same_owner_keeps_grant",
                 "release_false_after_takeover",
@@ -170,6 +182,7 @@ impl Flaw {
             ],
             Flaw::ReleaseAlwaysAnswersTrue => &[
                 "expired_rows_stay_until_purged",
+                "force_release_ends_the_grant",
                 "handle_never_touches_later_grant",
                 "handles_of_one_grant_are_one_grant",
                 "purge_removes_only_expired_rows",
@@ -184,6 +197,8 @@ impl Flaw {
             Flaw::RenewsALapsedRow => &["renew_false_after_lapse"],
             Flaw::KeepsStaleRowsOnRelease => &[
                 "expired_rows_stay_until_purged",
+                "force_release_ends_the_grant",
+                "list_pages_live_holders_by_prefix",
                 "release_own_stale_row",
                 "sub_millisecond_ttl_rounds_up",
             ],
@@ -204,7 +219,10 @@ impl Flaw {
                 "safety_many_holders_one_name",
                 "valid_until_never_outlasts_the_lease",
             ],
-            Flaw::SweepsOnAcquire => &["expired_rows_stay_until_purged"],
+            Flaw::SweepsOnAcquire => &[
+                "expired_rows_stay_until_purged",
+                "list_pages_live_holders_by_prefix",
+            ],
             Flaw::PurgesLiveRows => &[
                 "expired_rows_stay_until_purged",
                 "purge_removes_only_expired_rows",
@@ -214,6 +232,8 @@ impl Flaw {
                 "fences_strictly_increase",
                 "purge_removes_only_expired_rows",
             ],
+            Flaw::ListsExpiredRows => &["list_pages_live_holders_by_prefix"],
+            Flaw::ForcedReleaseRewindsTheFence => &["force_release_ends_the_grant"],
         }
     }
 
@@ -414,6 +434,50 @@ impl Engine for Broken {
         } else {
             purged
         })
+    }
+
+    async fn list(
+        &self,
+        prefix: &str,
+        after: Option<&str>,
+        limit: usize,
+    ) -> Result<Vec<Listed>, BoxError> {
+        if self.flaw == Flaw::ListsExpiredRows {
+            let now = Instant::now();
+            return Ok(self.with_rows(|rows| {
+                let mut listed: Vec<Listed> = rows
+                    .rows
+                    .iter()
+                    .filter(|(name, _)| {
+                        name.starts_with(prefix) && after.is_none_or(|a| name.as_str() > a)
+                    })
+                    .map(|(name, row)| Listed {
+                        name: name.clone(),
+                        holder: Holder {
+                            owner: row.owner.clone(),
+                            fence: row.fence,
+                            expires_in: row.expires_at.saturating_duration_since(now),
+                        },
+                    })
+                    .collect();
+                listed.sort_by(|a, b| a.name.cmp(&b.name));
+                listed.truncate(limit);
+                listed
+            }));
+        }
+        self.inner.list(prefix, after, limit).await
+    }
+
+    async fn force_release(&self, name: &str) -> Result<Option<Holder>, BoxError> {
+        let removed = self.inner.force_release(name).await?;
+        if self.flaw == Flaw::ForcedReleaseRewindsTheFence {
+            // As an engine that draws the next fence from the rows left
+            // (max + 1) would: the removed grant's fence is handed out again.
+            if let Some(holder) = &removed {
+                self.with_rows(|rows| rows.last_fence = holder.fence - 1);
+            }
+        }
+        Ok(removed)
     }
 
     async fn close(&self) -> Result<(), BoxError> {

@@ -79,7 +79,9 @@ macro_rules! __with_cases {
             cancellation_leaves_no_trace,
             model_based_sequences,
             bad_input_is_refused_and_writes_nothing,
-            operations_are_traced_with_their_outcome;
+            operations_are_traced_with_their_outcome,
+            list_pages_live_holders_by_prefix,
+            force_release_ends_the_grant;
             peers: fences_in_commit_order_across_stores,
             renew_false_ends_valid_until
         );

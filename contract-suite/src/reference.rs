@@ -9,7 +9,7 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use alkstore_core::{Attempt, BoxError, Engine, GrantKey, Holder, LeaseMillis, ReleaseBus};
+use alkstore_core::{Attempt, BoxError, Engine, GrantKey, Holder, LeaseMillis, Listed, ReleaseBus};
 
 /// One grant's row.
 #[derive(Debug, Clone)]
@@ -32,6 +32,50 @@ pub struct Rows {
 }
 
 impl Rows {
+    /// The live holder of `name` at `now`, if any.
+    pub fn live(&self, name: &str, now: Instant) -> Option<Holder> {
+        self.rows
+            .get(name)
+            .filter(|row| row.expires_at > now)
+            .map(|row| Holder {
+                owner: row.owner.clone(),
+                fence: row.fence,
+                expires_in: row.expires_at - now,
+            })
+    }
+
+    /// Up to `limit` live rows whose names start with `prefix` and sort
+    /// after `after`, in name order (`str`'s `Ord` is byte order).
+    pub fn list(
+        &self,
+        prefix: &str,
+        after: Option<&str>,
+        limit: usize,
+        now: Instant,
+    ) -> Vec<Listed> {
+        let mut names: Vec<&String> = self
+            .rows
+            .iter()
+            .filter(|(name, row)| {
+                row.expires_at > now
+                    && name.starts_with(prefix)
+                    && after.is_none_or(|after| name.as_str() > after)
+            })
+            .map(|(name, _)| name)
+            .collect();
+        names.sort_unstable();
+        names
+            .into_iter()
+            .take(limit)
+            .filter_map(|name| {
+                Some(Listed {
+                    name: name.clone(),
+                    holder: self.live(name, now)?,
+                })
+            })
+            .collect()
+    }
+
     /// A new grant of `name` to `owner`: the next fence, drawn under the
     /// same lock that makes the grant visible, so fences follow commit order.
     pub fn grant(&mut self, name: &str, owner: &str, ttl: Duration, now: Instant) -> Attempt {
@@ -121,15 +165,27 @@ impl Engine for MemoryEngine {
 
     async fn holder(&self, name: &str) -> Result<Option<Holder>, BoxError> {
         let now = Instant::now();
+        Ok(self.with_rows(|rows| rows.live(name, now)))
+    }
+
+    async fn list(
+        &self,
+        prefix: &str,
+        after: Option<&str>,
+        limit: usize,
+    ) -> Result<Vec<Listed>, BoxError> {
+        let now = Instant::now();
+        Ok(self.with_rows(|rows| rows.list(prefix, after, limit, now)))
+    }
+
+    async fn force_release(&self, name: &str) -> Result<Option<Holder>, BoxError> {
+        let now = Instant::now();
         Ok(self.with_rows(|rows| {
-            rows.rows
-                .get(name)
-                .filter(|row| row.expires_at > now)
-                .map(|row| Holder {
-                    owner: row.owner.clone(),
-                    fence: row.fence,
-                    expires_in: row.expires_at - now,
-                })
+            let live = rows.live(name, now);
+            if live.is_some() {
+                rows.rows.remove(name);
+            }
+            live
         }))
     }
 

@@ -7,8 +7,12 @@ use std::sync::Mutex;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
-use alkstore_core::{Attempt, BoxError, Engine, GrantKey, Holder, LeaseMillis, ReleaseBus};
+use alkstore_core::{Attempt, BoxError, Engine, GrantKey, Holder, LeaseMillis, Listed, ReleaseBus};
 use async_trait::async_trait;
+
+/// What the negative-control engines answer to the operator's calls: they
+/// exist to prove the safety checkers, which never list or force.
+const NOT_FOR_LISTING: &str = "a negative-control engine neither lists nor forces releases";
 
 /// Grants every acquire. Never use it for anything but proving a checker.
 #[derive(Debug, Default)]
@@ -70,6 +74,14 @@ impl Engine for GrantsEverything {
                 fence: *fence,
                 expires_in: Duration::from_secs(1),
             }))
+    }
+
+    async fn list(&self, _: &str, _: Option<&str>, _: usize) -> Result<Vec<Listed>, BoxError> {
+        Err(NOT_FOR_LISTING.into())
+    }
+
+    async fn force_release(&self, _: &str) -> Result<Option<Holder>, BoxError> {
+        Err(NOT_FOR_LISTING.into())
     }
 
     async fn purge_expired(&self) -> Result<u64, BoxError> {
@@ -187,6 +199,14 @@ impl Engine for DrawsFenceEarly {
                 fence: *fence,
                 expires_in: *expires - now,
             }))
+    }
+
+    async fn list(&self, _: &str, _: Option<&str>, _: usize) -> Result<Vec<Listed>, BoxError> {
+        Err(NOT_FOR_LISTING.into())
+    }
+
+    async fn force_release(&self, _: &str) -> Result<Option<Holder>, BoxError> {
+        Err(NOT_FOR_LISTING.into())
     }
 
     async fn purge_expired(&self) -> Result<u64, BoxError> {

@@ -1,0 +1,286 @@
+//! One async function per command, over the `dyn Store` the URL opens.
+//!
+//! Each answers an [`Outcome`] (exit 0, 1 or 4) or an error (exit 3);
+//! [`run`] closes the store whatever the command answered.
+
+use std::io::{self, BufRead, Write};
+use std::time::{Duration, SystemTime};
+
+use alkstore::{BoxError, Holder, Store};
+use alkstore_core::{Listed, MAX_LIST_LIMIT};
+
+use crate::cli::Command;
+use crate::output::{self, Row, printable};
+
+/// How a command ended, when it did not fail.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Outcome {
+    /// It did what was asked: exit 0.
+    Done,
+    /// Nothing was there (`show` or `release` of a free name): exit 1.
+    Nothing,
+    /// The operator answered no at the confirmation prompt: exit 4.
+    Aborted,
+}
+
+impl Outcome {
+    /// The process exit code of this outcome.
+    pub fn code(self) -> u8 {
+        match self {
+            Outcome::Done => 0,
+            Outcome::Nothing => 1,
+            Outcome::Aborted => 4,
+        }
+    }
+}
+
+/// Opens the store `url` names, runs `command` on it, and closes the store
+/// (also when the command failed; the command's error wins over a failed close).
+pub async fn run(url: &str, command: Command) -> Result<Outcome, BoxError> {
+    let store = alkstore::open(url).await?;
+    let result = dispatch(store.as_ref(), command).await;
+    let closed = store.close().await;
+    let outcome = result?;
+    closed?;
+    Ok(outcome)
+}
+
+/// Runs one command on an open store.
+async fn dispatch(store: &dyn Store, command: Command) -> Result<Outcome, BoxError> {
+    match command {
+        Command::List {
+            prefix,
+            limit,
+            json,
+        } => list(store, &prefix, limit.map(|n| n.get()), json).await,
+        Command::Show { name, json } => show(store, &name, json).await,
+        Command::Release { force, yes, name } => release(store, &name, force, yes).await,
+        Command::Purge { json } => purge(store, json).await,
+        Command::Watch { name, interval } => {
+            watch(store, &name, Duration::from_millis(interval)).await
+        }
+    }
+}
+
+/// `list`: every live holder whose name starts with `prefix` (at most `cap`
+/// of them), paging through [`Store::list`] with pages of
+/// [`MAX_LIST_LIMIT`] until a short page; a table, or a JSON array.
+pub async fn list(
+    store: &dyn Store,
+    prefix: &str,
+    cap: Option<usize>,
+    json: bool,
+) -> Result<Outcome, BoxError> {
+    let mut found: Vec<Listed> = Vec::new();
+    let mut after: Option<String> = None;
+    loop {
+        let want = cap.map_or(MAX_LIST_LIMIT, |cap| {
+            cap.saturating_sub(found.len()).min(MAX_LIST_LIMIT)
+        });
+        if want == 0 {
+            break;
+        }
+        let page = store.list(prefix, after.as_deref(), want).await?;
+        let last_page = page.len() < want;
+        if let Some(last) = page.last() {
+            after = Some(last.name.clone());
+        }
+        found.extend(page);
+        if last_page {
+            break;
+        }
+    }
+    if let Some(cap) = cap {
+        found.truncate(cap);
+    }
+
+    let mut out = io::stdout().lock();
+    if json {
+        let entries = found
+            .iter()
+            .map(|listed| output::entry_json(&listed.name, &listed.holder))
+            .collect();
+        output::write_json(&mut out, &serde_json::Value::Array(entries))?;
+    } else if found.is_empty() {
+        if prefix.is_empty() {
+            writeln!(out, "no live locks")?;
+        } else {
+            writeln!(out, "no live locks with names starting with {:?}", prefix)?;
+        }
+    } else {
+        let rows: Vec<Row<'_>> = found
+            .iter()
+            .map(|listed| Row {
+                name: &listed.name,
+                holder: &listed.holder,
+            })
+            .collect();
+        output::table(&mut out, &rows)?;
+    }
+    out.flush()?;
+    Ok(Outcome::Done)
+}
+
+/// `show`: the live holder of `name` as a one-row table or a JSON object;
+/// a free name says so (`null` in JSON) and is [`Outcome::Nothing`].
+pub async fn show(store: &dyn Store, name: &str, json: bool) -> Result<Outcome, BoxError> {
+    let holder = store.holder(name).await?;
+    let mut out = io::stdout().lock();
+    match (&holder, json) {
+        (Some(holder), true) => output::write_json(&mut out, &output::entry_json(name, holder))?,
+        (None, true) => output::write_json(&mut out, &serde_json::Value::Null)?,
+        (Some(holder), false) => output::table(&mut out, &[Row { name, holder }])?,
+        (None, false) => writeln!(out, "{} is free", printable(name))?,
+    }
+    out.flush()?;
+    Ok(if holder.is_some() {
+        Outcome::Done
+    } else {
+        Outcome::Nothing
+    })
+}
+
+/// `release --force`: removes the live grant of `name` with
+/// [`Store::force_release`]. Unless `yes`, first shows the holder and asks
+/// on stderr; anything but `y`/`yes` on stdin is [`Outcome::Aborted`]. A
+/// free name is [`Outcome::Nothing`] (and nothing is asked).
+pub async fn release(
+    store: &dyn Store,
+    name: &str,
+    force: bool,
+    yes: bool,
+) -> Result<Outcome, BoxError> {
+    if !force {
+        // clap requires --force; this keeps the rule where it is enforced too.
+        return Err("release takes the lock away from its holder: say so with --force".into());
+    }
+    let confirmed = if yes {
+        None
+    } else {
+        let Some(holder) = store.holder(name).await? else {
+            say_free(name)?;
+            return Ok(Outcome::Nothing);
+        };
+        let question = format!(
+            "Release {} held by {}? [y/N] ",
+            printable(name),
+            output::describe(&holder)
+        );
+        if !confirm(question).await? {
+            note(&format!("aborted; {} is still held", printable(name)));
+            return Ok(Outcome::Aborted);
+        }
+        Some(holder)
+    };
+    let Some(released) = store.force_release(name).await? else {
+        say_free(name)?;
+        return Ok(Outcome::Nothing);
+    };
+    let mut out = io::stdout().lock();
+    writeln!(
+        out,
+        "released {} held by {}",
+        printable(name),
+        output::describe(&released)
+    )?;
+    out.flush()?;
+    if let Some(confirmed) = confirmed {
+        if !same_grant(&confirmed, &released) {
+            note(&format!(
+                "the holder changed after the question: released {} instead of {}",
+                output::describe(&released),
+                output::describe(&confirmed)
+            ));
+        }
+    }
+    Ok(Outcome::Done)
+}
+
+/// `purge`: deletes every expired lock row and prints how many.
+pub async fn purge(store: &dyn Store, json: bool) -> Result<Outcome, BoxError> {
+    let purged = store.purge_expired().await?;
+    let mut out = io::stdout().lock();
+    if json {
+        output::write_json(&mut out, &serde_json::json!({ "purged": purged }))?;
+    } else {
+        let plural = if purged == 1 { "" } else { "s" };
+        writeln!(out, "purged {purged} expired lock{plural}")?;
+    }
+    out.flush()?;
+    Ok(Outcome::Done)
+}
+
+/// `watch`: asks for the holder of `name` every `interval` and prints a
+/// line (flushed) each time it changes — another owner or fence, or free —
+/// the first answer included. Runs until Ctrl-C, then ends [`Outcome::Done`].
+pub async fn watch(store: &dyn Store, name: &str, interval: Duration) -> Result<Outcome, BoxError> {
+    let ctrl_c = tokio::signal::ctrl_c();
+    tokio::pin!(ctrl_c);
+    // `biased`: Ctrl-C is polled first, so its handler is in place before
+    // the first line tells anyone that the watch has started.
+    let mut last: Option<Option<(String, u64)>> = None;
+    loop {
+        let holder = tokio::select! {
+            biased;
+            stop = &mut ctrl_c => {
+                stop?;
+                break;
+            }
+            holder = store.holder(name) => holder?,
+        };
+        let now = holder.as_ref().map(|h| (h.owner.clone(), h.fence));
+        if last.as_ref() != Some(&now) {
+            output::watch_line(&mut io::stdout().lock(), SystemTime::now(), holder.as_ref())?;
+            last = Some(now);
+        }
+        tokio::select! {
+            biased;
+            stop = &mut ctrl_c => {
+                stop?;
+                break;
+            }
+            () = tokio::time::sleep(interval) => {}
+        }
+    }
+    Ok(Outcome::Done)
+}
+
+/// Whether two reports name the same grant (owner and fence).
+fn same_grant(a: &Holder, b: &Holder) -> bool {
+    a.owner == b.owner && a.fence == b.fence
+}
+
+/// Says on stdout that `name` is free and nothing was released.
+fn say_free(name: &str) -> io::Result<()> {
+    let mut out = io::stdout().lock();
+    writeln!(out, "{} is free; nothing released", printable(name))?;
+    out.flush()
+}
+
+/// A notice on stderr (nothing in it comes from the URL).
+fn note(text: &str) {
+    let _ = writeln!(io::stderr().lock(), "alkstore: {text}");
+}
+
+/// Asks `question` on stderr and reads one line from stdin (off the
+/// runtime's thread): true for `y` or `yes`, in any case; false for
+/// anything else, end of input included.
+async fn confirm(question: String) -> Result<bool, BoxError> {
+    let line = tokio::task::spawn_blocking(move || -> io::Result<String> {
+        {
+            let mut err = io::stderr().lock();
+            err.write_all(question.as_bytes())?;
+            err.flush()?;
+        }
+        let mut line = String::new();
+        io::stdin().lock().read_line(&mut line)?;
+        if !line.ends_with('\n') {
+            // End of input: end the question's line.
+            let _ = writeln!(io::stderr().lock());
+        }
+        Ok(line)
+    })
+    .await??;
+    let answer = line.trim().to_ascii_lowercase();
+    Ok(answer == "y" || answer == "yes")
+}

@@ -1,0 +1,248 @@
+//! What the commands print: human tables (aligned by hand), JSON values,
+//! lease durations such as `29.8s`, and UTC timestamps.
+
+use std::io::{self, Write};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use alkstore::Holder;
+use serde_json::{Value, json};
+
+/// The table's column headers.
+const HEADERS: [&str; 4] = ["NAME", "OWNER", "FENCE", "EXPIRES IN"];
+
+/// One row of a table: a name and its live holder.
+#[derive(Debug, Clone, Copy)]
+pub struct Row<'a> {
+    /// The lock name.
+    pub name: &'a str,
+    /// Its live holder.
+    pub holder: &'a Holder,
+}
+
+/// Writes `rows` as a table under the headers NAME, OWNER, FENCE and
+/// EXPIRES IN: text columns aligned left, numbers right, two spaces apart.
+pub fn table(out: &mut impl Write, rows: &[Row<'_>]) -> io::Result<()> {
+    let cells: Vec<[String; 4]> = rows
+        .iter()
+        .map(|row| {
+            [
+                printable(row.name),
+                printable(&row.holder.owner),
+                row.holder.fence.to_string(),
+                duration(row.holder.expires_in),
+            ]
+        })
+        .collect();
+    let mut widths = HEADERS.map(|header| header.chars().count());
+    for row in &cells {
+        for (width, cell) in widths.iter_mut().zip(row) {
+            *width = (*width).max(cell.chars().count());
+        }
+    }
+    write_row(out, HEADERS, widths)?;
+    for row in &cells {
+        write_row(out, row.each_ref().map(String::as_str), widths)?;
+    }
+    Ok(())
+}
+
+/// One line of a table (no trailing spaces: the last column is right-aligned).
+fn write_row(out: &mut impl Write, cells: [&str; 4], widths: [usize; 4]) -> io::Result<()> {
+    let [name, owner, fence, expires] = cells;
+    let [w_name, w_owner, w_fence, w_expires] = widths;
+    writeln!(
+        out,
+        "{name:<w_name$}  {owner:<w_owner$}  {fence:>w_fence$}  {expires:>w_expires$}"
+    )
+}
+
+/// The JSON object of one live grant: `{"name", "owner", "fence", "expires_in_ms"}`.
+pub fn entry_json(name: &str, holder: &Holder) -> Value {
+    json!({
+        "name": name,
+        "owner": holder.owner,
+        "fence": holder.fence,
+        "expires_in_ms": millis(holder.expires_in),
+    })
+}
+
+/// Writes `value` as pretty JSON and a newline.
+pub fn write_json(out: &mut impl Write, value: &Value) -> io::Result<()> {
+    serde_json::to_writer_pretty(&mut *out, value).map_err(io::Error::from)?;
+    writeln!(out)
+}
+
+/// How a holder reads in a sentence: `OWNER (fence F)`.
+pub fn describe(holder: &Holder) -> String {
+    format!("{} (fence {})", printable(&holder.owner), holder.fence)
+}
+
+/// Writes one line of `watch` — the UTC time `at`, then who holds the name
+/// (`held by OWNER (fence F, expires in D)`) or `free` — and flushes it.
+pub fn watch_line(out: &mut impl Write, at: SystemTime, holder: Option<&Holder>) -> io::Result<()> {
+    let at = utc_timestamp(at);
+    match holder {
+        Some(holder) => writeln!(
+            out,
+            "{at}  held by {} (fence {}, expires in {})",
+            printable(&holder.owner),
+            holder.fence,
+            duration(holder.expires_in)
+        )?,
+        None => writeln!(out, "{at}  free")?,
+    }
+    out.flush()
+}
+
+/// `text` with control characters escaped, so that nothing read from the
+/// store can drive the terminal.
+pub fn printable(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    for c in text.chars() {
+        if c.is_control() {
+            out.extend(c.escape_default());
+        } else {
+            out.push(c);
+        }
+    }
+    out
+}
+
+/// Whole milliseconds of `d` (saturating).
+fn millis(d: Duration) -> u64 {
+    u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
+}
+
+/// A lease duration the way an operator reads it: `29.8s`, `4m05s`,
+/// `2h03m`, `3d04h`. Rounded down, so a lease never looks longer than it is.
+pub fn duration(d: Duration) -> String {
+    let secs = d.as_secs();
+    if secs < 60 {
+        format!("{secs}.{}s", d.subsec_millis() / 100)
+    } else if secs < 3_600 {
+        format!("{}m{:02}s", secs / 60, secs % 60)
+    } else if secs < 86_400 {
+        format!("{}h{:02}m", secs / 3_600, secs % 3_600 / 60)
+    } else {
+        format!("{}d{:02}h", secs / 86_400, secs % 86_400 / 3_600)
+    }
+}
+
+/// `at` in UTC as ISO 8601 with milliseconds: `2024-05-01T12:34:56.789Z`.
+/// A time before 1970 prints as the epoch.
+pub fn utc_timestamp(at: SystemTime) -> String {
+    let since = at.duration_since(UNIX_EPOCH).unwrap_or_default();
+    let secs = since.as_secs();
+    // At most u64::MAX / 86_400 (about 2e14): fits an i64.
+    let days = i64::try_from(secs / 86_400).unwrap_or(i64::MAX / 2);
+    let (year, month, day) = civil_from_days(days);
+    let of_day = secs % 86_400;
+    format!(
+        "{year:04}-{month:02}-{day:02}T{:02}:{:02}:{:02}.{:03}Z",
+        of_day / 3_600,
+        of_day % 3_600 / 60,
+        of_day % 60,
+        since.subsec_millis()
+    )
+}
+
+/// The proleptic Gregorian (year, month, day) of a count of days since
+/// 1970-01-01 (Howard Hinnant's `civil_from_days`).
+fn civil_from_days(days: i64) -> (i64, i64, i64) {
+    let z = days + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z.rem_euclid(146_097); // [0, 146096]
+    let yoe = (doe - doe / 1_460 + doe / 36_524 - doe / 146_096) / 365; // [0, 399]
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100); // [0, 365]
+    let mp = (5 * doy + 2) / 153; // [0, 11], March first
+    let day = doy - (153 * mp + 2) / 5 + 1; // [1, 31]
+    let month = if mp < 10 { mp + 3 } else { mp - 9 }; // [1, 12]
+    let year = yoe + era * 400 + i64::from(month <= 2);
+    (year, month, day)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn holder(owner: &str, fence: u64, ms: u64) -> Holder {
+        Holder {
+            owner: owner.to_owned(),
+            fence,
+            expires_in: Duration::from_millis(ms),
+        }
+    }
+
+    #[test]
+    fn durations_read_like_an_operator_reads_them() {
+        assert_eq!(duration(Duration::from_millis(29_876)), "29.8s");
+        assert_eq!(duration(Duration::from_millis(999)), "0.9s");
+        assert_eq!(duration(Duration::ZERO), "0.0s");
+        assert_eq!(duration(Duration::from_secs(245)), "4m05s");
+        assert_eq!(duration(Duration::from_secs(2 * 3_600 + 3 * 60 + 9)), "2h03m");
+        assert_eq!(duration(Duration::from_secs(3 * 86_400 + 4 * 3_600)), "3d04h");
+    }
+
+    #[test]
+    fn timestamps_are_utc_iso_8601() {
+        assert_eq!(utc_timestamp(UNIX_EPOCH), "1970-01-01T00:00:00.000Z");
+        let at = UNIX_EPOCH + Duration::from_millis(1_700_000_000_123);
+        assert_eq!(utc_timestamp(at), "2023-11-14T22:13:20.123Z");
+        let leap = UNIX_EPOCH + Duration::from_secs(951_782_400);
+        assert_eq!(utc_timestamp(leap), "2000-02-29T00:00:00.000Z");
+        let new_year = UNIX_EPOCH + Duration::from_secs(1_704_067_199);
+        assert_eq!(utc_timestamp(new_year), "2023-12-31T23:59:59.000Z");
+    }
+
+    #[test]
+    fn tables_align_their_columns() {
+        let a = holder("owner-a", 7, 29_876);
+        let b = holder("o", 12_345, 1_000);
+        let mut out = Vec::new();
+        table(
+            &mut out,
+            &[
+                Row { name: "jobs/a", holder: &a },
+                Row { name: "jobs/long-name", holder: &b },
+            ],
+        )
+        .unwrap();
+        let text = String::from_utf8(out).unwrap();
+        let lines: Vec<&str> = text.lines().collect();
+        assert_eq!(
+            lines,
+            [
+                "NAME            OWNER    FENCE  EXPIRES IN",
+                "jobs/a          owner-a      7       29.8s",
+                "jobs/long-name  o        12345        1.0s",
+            ]
+        );
+    }
+
+    #[test]
+    fn control_characters_are_escaped() {
+        assert_eq!(printable("a\u{1b}[2Jb\n"), "a\\u{1b}[2Jb\\n");
+        assert_eq!(printable("plain é"), "plain é");
+    }
+
+    #[test]
+    fn json_entries_have_the_pinned_fields() {
+        let value = entry_json("jobs/a", &holder("owner-a", 7, 1_500));
+        assert_eq!(
+            value,
+            json!({"name": "jobs/a", "owner": "owner-a", "fence": 7, "expires_in_ms": 1500})
+        );
+    }
+
+    #[test]
+    fn watch_lines_say_who_holds_or_free() {
+        let mut out = Vec::new();
+        watch_line(&mut out, UNIX_EPOCH, Some(&holder("w1", 3, 2_000))).unwrap();
+        watch_line(&mut out, UNIX_EPOCH, None).unwrap();
+        assert_eq!(
+            String::from_utf8(out).unwrap(),
+            "1970-01-01T00:00:00.000Z  held by w1 (fence 3, expires in 2.0s)\n\
+             1970-01-01T00:00:00.000Z  free\n"
+        );
+    }
+}
