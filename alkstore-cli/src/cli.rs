@@ -18,19 +18,14 @@ The URL may come from ALKSTORE_URL instead of --url. No password is ever printed
 
 /// The operator's tool for alkstore locks: list the live holders, show one,
 /// force-release a stuck lock, purge expired rows, watch a name.
-///
-/// No `Debug`: it holds the store URL, password included.
+// No `Debug`: it holds the store URL, password included. (A `//` comment:
+// clap would show a `///` paragraph in `--help`.)
 #[derive(Parser)]
 #[command(name = "alkstore", version, after_help = EXIT_CODES_HELP)]
 pub struct Cli {
     /// The store: sqlite://locks.db (relative path), sqlite:///var/lib/app/locks.db
     /// (absolute), postgres://user@host/db?schema=name, mysql://user@host/database
-    #[arg(
-        long,
-        value_name = "URL",
-        env = "ALKSTORE_URL",
-        hide_env_values = true
-    )]
+    #[arg(long, value_name = "URL", env = "ALKSTORE_URL", hide_env_values = true)]
     pub url: String,
 
     /// What to do.

@@ -7,7 +7,7 @@ use std::io::{self, BufRead, Write};
 use std::time::{Duration, SystemTime};
 
 use alkstore::{BoxError, Holder, Store};
-use alkstore_core::{Listed, MAX_LIST_LIMIT};
+use alkstore::{Listed, MAX_LIST_LIMIT};
 
 use crate::cli::Command;
 use crate::output::{self, Row, printable};
@@ -38,7 +38,7 @@ impl Outcome {
 /// (also when the command failed; the command's error wins over a failed close).
 pub async fn run(url: &str, command: Command) -> Result<Outcome, BoxError> {
     let store = alkstore::open(url).await?;
-    let result = dispatch(store.as_ref(), command).await;
+    let result = dispatch(&*store, command).await;
     let closed = store.close().await;
     let outcome = result?;
     closed?;
@@ -105,7 +105,7 @@ pub async fn list(
         if prefix.is_empty() {
             writeln!(out, "no live locks")?;
         } else {
-            writeln!(out, "no live locks with names starting with {:?}", prefix)?;
+            writeln!(out, "no live locks with names starting with {prefix:?}")?;
         }
     } else {
         let rows: Vec<Row<'_>> = found

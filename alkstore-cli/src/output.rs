@@ -179,8 +179,14 @@ mod tests {
         assert_eq!(duration(Duration::from_millis(999)), "0.9s");
         assert_eq!(duration(Duration::ZERO), "0.0s");
         assert_eq!(duration(Duration::from_secs(245)), "4m05s");
-        assert_eq!(duration(Duration::from_secs(2 * 3_600 + 3 * 60 + 9)), "2h03m");
-        assert_eq!(duration(Duration::from_secs(3 * 86_400 + 4 * 3_600)), "3d04h");
+        assert_eq!(
+            duration(Duration::from_secs(2 * 3_600 + 3 * 60 + 9)),
+            "2h03m"
+        );
+        assert_eq!(
+            duration(Duration::from_secs(3 * 86_400 + 4 * 3_600)),
+            "3d04h"
+        );
     }
 
     #[test]
@@ -202,8 +208,14 @@ mod tests {
         table(
             &mut out,
             &[
-                Row { name: "jobs/a", holder: &a },
-                Row { name: "jobs/long-name", holder: &b },
+                Row {
+                    name: "jobs/a",
+                    holder: &a,
+                },
+                Row {
+                    name: "jobs/long-name",
+                    holder: &b,
+                },
             ],
         )
         .unwrap();

@@ -58,10 +58,7 @@ impl Redactor {
 /// The password of `url` as the `url` crate parses it (percent-encoded, as
 /// it serializes it), if the URL parses and has one.
 pub fn password(url: &str) -> Option<String> {
-    url::Url::parse(url)
-        .ok()?
-        .password()
-        .map(str::to_owned)
+    url::Url::parse(url).ok()?.password().map(str::to_owned)
 }
 
 /// The password as typed, found the way the core's masking finds it, so
@@ -146,7 +143,10 @@ mod tests {
     #[test]
     fn an_unparsable_url_still_has_its_password_masked() {
         let redactor = Redactor::for_url("postgres://app:s3cret@db:notaport/app");
-        assert_eq!(redactor.redact("bad port in app:s3cret@db"), "bad port in app:****@db");
+        assert_eq!(
+            redactor.redact("bad port in app:s3cret@db"),
+            "bad port in app:****@db"
+        );
         let redactor = Redactor::for_url("postgres://app:s3cret@[::1/app");
         assert_eq!(redactor.redact("s3cret"), "****");
     }
@@ -163,7 +163,10 @@ mod tests {
     fn a_url_without_secrets_changes_nothing() {
         for url in ["sqlite://locks.db", "postgres://app@db/app", "", "::"] {
             let redactor = Redactor::for_url(url);
-            assert_eq!(redactor.redact("app@db: locks.db failed"), "app@db: locks.db failed");
+            assert_eq!(
+                redactor.redact("app@db: locks.db failed"),
+                "app@db: locks.db failed"
+            );
         }
     }
 }

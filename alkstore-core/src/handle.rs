@@ -24,7 +24,8 @@ pub(crate) struct EngineLock<E: Engine> {
     /// Shared with every other handle of this grant from this store.
     /// `None` only once `Drop` gave it back.
     state: Option<SharedGrant>,
-    /// Set once a release was sent, so `Drop` stays quiet.
+    /// Set once a release was sent (or the lease is let lapse on purpose),
+    /// so `Drop` stays quiet.
     released: AtomicBool,
 }
 
@@ -137,6 +138,11 @@ impl<E: Engine> Lock for EngineLock<E> {
     async fn release(self: Box<Self>) -> Result<bool> {
         // The handle is consumed whatever happens: no release hides in Drop.
         self.release_shared().await
+    }
+
+    fn let_lapse(self: Box<Self>) {
+        // Quiet on drop, as after a release: the lapse is meant.
+        self.released.store(true, Ordering::Release);
     }
 
     async fn release_shared(&self) -> Result<bool> {

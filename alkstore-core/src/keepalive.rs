@@ -210,6 +210,24 @@ impl KeepAlive {
         }
     }
 
+    /// Stops the renewals and hands the lock back, its lease as the last
+    /// renewal left it: for a holder that goes on without renewals (renews
+    /// once more itself, lets the lease lapse on purpose, releases later).
+    pub async fn stop(mut self) -> Result<Box<dyn Lock>> {
+        if let Some(task) = self.task.take() {
+            task.abort();
+            // Once the task is gone, so is its reference to the lock.
+            let _ = task.await;
+        }
+        let lock = self.lock.take().expect("present until release");
+        Arc::try_unwrap(lock).map_err(|_| {
+            Error::database(
+                "keep_alive",
+                "the renewal task still held the lock after it stopped",
+            )
+        })
+    }
+
     /// Stops the renewals, then releases the lock (see [`Lock::release`]).
     /// After a loss the keep-alive already released it (or the lease is
     /// gone), and this answers `false`.

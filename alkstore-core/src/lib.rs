@@ -25,6 +25,7 @@ mod handle;
 mod keepalive;
 mod name;
 mod owner;
+pub mod schedule;
 mod store;
 pub mod url;
 pub mod wait;

@@ -103,6 +103,16 @@ pub trait Lock: Send + Sync + std::fmt::Debug {
     async fn renew(&self, ttl: Duration) -> Result<bool>;
     /// `Ok(true)`: the row of this grant was still there and is now gone. `Ok(false)`: it was not there.
     async fn release(self: Box<Self>) -> Result<bool>;
+    /// Lets the lease run out at its TTL on purpose: the handle goes without
+    /// touching storage, and without the warning that dropping a live handle
+    /// logs. For leases meant to outlast their holder's interest, such as a
+    /// [schedule](crate::schedule)'s claim of a slot, which holds the slot
+    /// to its end even when the run finished early.
+    ///
+    /// Provided for implementations written before it existed: it drops the
+    /// handle.
+    fn let_lapse(self: Box<Self>) {}
+
     /// What [`Lock::release`] does, through a shared reference: for a
     /// handle shared between tasks, such as the one a
     /// [`KeepAlive`](crate::KeepAlive) gives up when it cannot renew in

@@ -30,9 +30,9 @@
 // What a lock user needs, at the root.
 pub use alkstore_core::{
     BoxError, Closed, DurationError, Error, Field, Holder, KeepAlive, KeepAliveOptions,
-    KeepAliveOptionsError, LeaseStatus, Lock, LostReason, MAX_LEASE_MILLIS, MAX_NAME_BYTES,
-    NameProblem, RESERVED_PREFIX, Result, Store, UrlError, unique_owner, validate_name,
-    validate_owner,
+    KeepAliveOptionsError, LeaseStatus, Listed, Lock, LostReason, MAX_LEASE_MILLIS, MAX_LIST_LIMIT,
+    MAX_NAME_BYTES, NameProblem, RESERVED_PREFIX, Result, Store, UrlError, schedule, unique_owner,
+    validate_listing, validate_name, validate_owner,
 };
 
 /// For engine authors: what an engine implements and what the core gives

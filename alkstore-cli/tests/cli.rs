@@ -1,0 +1,477 @@
+//! The `alkstore` binary end to end: locks are seeded and checked through
+//! the library, the binary runs as a separate process against the same
+//! store (an SQLite file, a PostgreSQL schema, a MariaDB database).
+
+use std::io::{BufRead, BufReader};
+use std::process::{Child, ChildStdout, Stdio};
+use std::sync::mpsc;
+use std::time::{Duration, Instant};
+
+use alkstore::Store;
+use assert_cmd::Command;
+use serde_json::Value;
+
+/// The binary under test.
+const BIN: &str = env!("CARGO_BIN_EXE_alkstore");
+
+/// A lease that outlives every test.
+const TTL: Duration = Duration::from_secs(60);
+
+/// How long to wait for something that should come at once.
+const PATIENCE: Duration = Duration::from_secs(10);
+
+/// What one run of the binary did.
+#[derive(Debug)]
+struct Ran {
+    code: i32,
+    stdout: String,
+    stderr: String,
+}
+
+/// Runs the binary with `--url url` and `args`, feeding it `stdin` if any
+/// (else an empty stdin); `ALKSTORE_URL` is cleared.
+fn run(url: &str, args: &[&str], stdin: Option<&str>) -> Ran {
+    let mut cmd = Command::new(BIN);
+    cmd.env_remove("ALKSTORE_URL")
+        .arg("--url")
+        .arg(url)
+        .args(args);
+    run_command(cmd, stdin)
+}
+
+/// Runs a prepared command of the binary (with a generous time limit).
+fn run_command(mut cmd: Command, stdin: Option<&str>) -> Ran {
+    cmd.timeout(Duration::from_secs(60));
+    if let Some(input) = stdin {
+        cmd.write_stdin(input);
+    }
+    let output = cmd.output().expect("the binary runs");
+    Ran {
+        code: output.status.code().unwrap_or(-1),
+        stdout: String::from_utf8(output.stdout).unwrap(),
+        stderr: String::from_utf8(output.stderr).unwrap(),
+    }
+}
+
+/// The URL of a fresh SQLite file in `dir`.
+fn sqlite_url(dir: &tempfile::TempDir) -> String {
+    format!("sqlite://{}", dir.path().join("locks.db").display())
+}
+
+/// (name, owner, fence) of each entry of a JSON array of grants.
+fn grants(json: &str) -> Vec<(String, String, u64)> {
+    let value: Value = serde_json::from_str(json).unwrap_or_else(|e| panic!("{e}: {json}"));
+    value
+        .as_array()
+        .unwrap_or_else(|| panic!("an array: {json}"))
+        .iter()
+        .map(grant)
+        .collect()
+}
+
+/// (name, owner, fence) of one JSON grant; its `expires_in_ms` is within
+/// the test's lease.
+fn grant(entry: &Value) -> (String, String, u64) {
+    let expires = entry["expires_in_ms"].as_u64().unwrap();
+    assert!(expires <= TTL.as_millis() as u64, "{entry}");
+    (
+        entry["name"].as_str().unwrap().to_owned(),
+        entry["owner"].as_str().unwrap().to_owned(),
+        entry["fence"].as_u64().unwrap(),
+    )
+}
+
+/// A (name, owner, fence) to compare with [`grants`].
+fn triple(name: &str, owner: &str, fence: u64) -> (String, String, u64) {
+    (name.to_owned(), owner.to_owned(), fence)
+}
+
+/// list, show and release, against the store at `url` (empty when given).
+async fn list_show_release(url: &str) {
+    let store = alkstore::open(url).await.unwrap();
+    let a = store
+        .try_lock("jobs/a", "owner-a", TTL)
+        .await
+        .unwrap()
+        .unwrap();
+    let b = store
+        .try_lock("jobs/b", "owner-b", TTL)
+        .await
+        .unwrap()
+        .unwrap();
+    let other = store
+        .try_lock("other", "owner-o", TTL)
+        .await
+        .unwrap()
+        .unwrap();
+
+    // list: a table of every live holder.
+    let ran = run(url, &["list"], None);
+    assert_eq!(ran.code, 0, "{ran:?}");
+    for text in [
+        "NAME",
+        "OWNER",
+        "FENCE",
+        "EXPIRES IN",
+        "jobs/a",
+        "owner-a",
+        "jobs/b",
+        "owner-b",
+        "other",
+        "owner-o",
+    ] {
+        assert!(ran.stdout.contains(text), "{text} missing: {ran:?}");
+    }
+
+    // list --prefix --json: exactly the grants under the prefix.
+    let ran = run(url, &["list", "--prefix", "jobs/", "--json"], None);
+    assert_eq!(ran.code, 0, "{ran:?}");
+    assert_eq!(
+        grants(&ran.stdout),
+        [
+            triple("jobs/a", "owner-a", a.fence()),
+            triple("jobs/b", "owner-b", b.fence())
+        ]
+    );
+    // --limit caps the whole listing, in name order.
+    let ran = run(url, &["list", "--json", "--limit", "2"], None);
+    assert_eq!(ran.code, 0, "{ran:?}");
+    assert_eq!(
+        grants(&ran.stdout),
+        [
+            triple("jobs/a", "owner-a", a.fence()),
+            triple("jobs/b", "owner-b", b.fence())
+        ]
+    );
+    let ran = run(url, &["list", "--prefix", "nothing/", "--json"], None);
+    assert_eq!((ran.code, grants(&ran.stdout)), (0, Vec::new()), "{ran:?}");
+
+    // show: the holder, or exit 1 for a free name.
+    let ran = run(url, &["show", "jobs/a"], None);
+    assert_eq!(ran.code, 0, "{ran:?}");
+    assert!(ran.stdout.contains("owner-a"), "{ran:?}");
+    assert!(ran.stdout.contains(&a.fence().to_string()), "{ran:?}");
+    let ran = run(url, &["show", "jobs/a", "--json"], None);
+    let shown: Value = serde_json::from_str(&ran.stdout).unwrap();
+    assert_eq!(grant(&shown), triple("jobs/a", "owner-a", a.fence()));
+    let ran = run(url, &["show", "free-name"], None);
+    assert_eq!(ran.code, 1, "{ran:?}");
+    let ran = run(url, &["show", "free-name", "--json"], None);
+    assert_eq!((ran.code, ran.stdout.trim()), (1, "null"), "{ran:?}");
+
+    // release --force --yes: the old handle learns it lost the lease.
+    let ran = run(url, &["release", "--force", "jobs/a", "--yes"], None);
+    assert_eq!(ran.code, 0, "{ran:?}");
+    assert!(ran.stdout.contains("owner-a"), "{ran:?}");
+    assert!(!a.renew(TTL).await.unwrap());
+    assert_eq!(store.holder("jobs/a").await.unwrap(), None);
+    let ran = run(url, &["release", "--force", "jobs/a", "--yes"], None);
+    assert_eq!(ran.code, 1, "{ran:?}");
+    // A free name: said so, nothing asked.
+    let ran = run(url, &["release", "--force", "free-name"], Some("y\n"));
+    assert_eq!(ran.code, 1, "{ran:?}");
+    assert!(!ran.stderr.contains("[y/N]"), "{ran:?}");
+
+    // The prompt names the holder; "n" keeps the lock, "y" releases it.
+    let question = format!(
+        "Release other held by owner-o (fence {})? [y/N]",
+        other.fence()
+    );
+    let ran = run(url, &["release", "--force", "other"], Some("n\n"));
+    assert_eq!(ran.code, 4, "{ran:?}");
+    assert!(ran.stderr.contains(&question), "{ran:?}");
+    assert_eq!(
+        store.holder("other").await.unwrap().map(|h| h.fence),
+        Some(other.fence())
+    );
+    // No answer at all (end of input) is no.
+    let ran = run(url, &["release", "--force", "other"], Some(""));
+    assert_eq!(ran.code, 4, "{ran:?}");
+    let ran = run(url, &["release", "--force", "other"], Some("y\n"));
+    assert_eq!(ran.code, 0, "{ran:?}");
+    assert!(ran.stderr.contains(&question), "{ran:?}");
+    assert_eq!(store.holder("other").await.unwrap(), None);
+    assert!(!other.renew(TTL).await.unwrap());
+
+    // Without --force, clap refuses: a usage error, and the lock stays.
+    let ran = run(url, &["release", "jobs/b", "--yes"], None);
+    assert_eq!(ran.code, 2, "{ran:?}");
+    assert_eq!(
+        store.holder("jobs/b").await.unwrap().map(|h| h.fence),
+        Some(b.fence())
+    );
+
+    // The next grant of a force-released name has a higher fence.
+    let again = store
+        .try_lock("jobs/a", "owner-a2", TTL)
+        .await
+        .unwrap()
+        .unwrap();
+    assert!(again.fence() > a.fence());
+
+    assert!(again.release().await.unwrap());
+    assert!(b.release().await.unwrap());
+    assert!(!a.release().await.unwrap());
+    assert!(!other.release().await.unwrap());
+    store.close().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sqlite_list_show_release() {
+    let dir = tempfile::tempdir().unwrap();
+    list_show_release(&sqlite_url(&dir)).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn postgres_list_show_release() {
+    let Some(server) = alkstore_testkit::pg::server() else {
+        return;
+    };
+    let schema = alkstore_testkit::pg::unique_schema("cli");
+    let sep = if server.url.contains('?') { '&' } else { '?' };
+    list_show_release(&format!("{}{sep}schema={schema}", server.url)).await;
+    let direct = alkstore::postgres::PgStore::connect(&server.url, &schema)
+        .await
+        .unwrap();
+    direct.drop_schema().await.unwrap();
+    direct.close().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn mysql_list_show_release() {
+    let Some(server) = alkstore_testkit::mysql::server() else {
+        return;
+    };
+    let database = alkstore_testkit::unique_name("cli");
+    list_show_release(&format!("{}/{database}", server.url)).await;
+    let direct = alkstore::mysql::MySqlStore::connect(&server.url, &database)
+        .await
+        .unwrap();
+    direct.drop_database().await.unwrap();
+    direct.close().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn purge_deletes_expired_rows_and_says_how_many() {
+    let dir = tempfile::tempdir().unwrap();
+    let url = sqlite_url(&dir);
+    let store = alkstore::open(&url).await.unwrap();
+    let short_ttl = Duration::from_millis(200);
+    let short = store
+        .try_lock("short", "o", short_ttl)
+        .await
+        .unwrap()
+        .unwrap();
+    let live = store.try_lock("live", "o", TTL).await.unwrap().unwrap();
+    // Wait out the whole lease, then until the store agrees it is over.
+    tokio::time::sleep(short_ttl).await;
+    let deadline = Instant::now() + PATIENCE;
+    while store.holder("short").await.unwrap().is_some() {
+        assert!(Instant::now() < deadline, "the lease never ended");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+
+    let ran = run(&url, &["purge"], None);
+    assert_eq!(
+        (ran.code, ran.stdout.as_str()),
+        (0, "purged 1 expired lock\n"),
+        "{ran:?}"
+    );
+    let ran = run(&url, &["purge", "--json"], None);
+    let purged: Value = serde_json::from_str(&ran.stdout).unwrap();
+    assert_eq!(purged, serde_json::json!({ "purged": 0 }));
+    assert_eq!(
+        store.holder("live").await.unwrap().map(|h| h.fence),
+        Some(live.fence())
+    );
+
+    assert!(!short.release().await.unwrap());
+    assert!(live.release().await.unwrap());
+    store.close().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_url_can_come_from_the_environment() {
+    let dir = tempfile::tempdir().unwrap();
+    let url = sqlite_url(&dir);
+    let store = alkstore::open(&url).await.unwrap();
+    let lock = store
+        .try_lock("jobs/env", "owner-e", TTL)
+        .await
+        .unwrap()
+        .unwrap();
+
+    let mut cmd = Command::new(BIN);
+    cmd.env("ALKSTORE_URL", &url).args(["show", "jobs/env"]);
+    let ran = run_command(cmd, None);
+    assert_eq!(ran.code, 0, "{ran:?}");
+    assert!(ran.stdout.contains("owner-e"), "{ran:?}");
+
+    // Neither --url nor the variable: a usage error.
+    let mut cmd = Command::new(BIN);
+    cmd.env_remove("ALKSTORE_URL").args(["show", "jobs/env"]);
+    assert_eq!(run_command(cmd, None).code, 2);
+
+    assert!(lock.release().await.unwrap());
+    store.close().await.unwrap();
+}
+
+#[test]
+fn help_names_the_variable_but_never_its_value() {
+    let mut cmd = Command::new(BIN);
+    cmd.env("ALKSTORE_URL", "postgres://app:S3cretPw@db/app")
+        .arg("--help");
+    let ran = run_command(cmd, None);
+    assert_eq!(ran.code, 0, "{ran:?}");
+    assert!(ran.stdout.contains("ALKSTORE_URL"), "{ran:?}");
+    assert!(ran.stdout.contains("Exit codes"), "{ran:?}");
+    assert!(
+        !ran.stdout.contains("S3cretPw") && !ran.stderr.contains("S3cretPw"),
+        "{ran:?}"
+    );
+}
+
+#[test]
+fn bad_urls_exit_3_with_the_cause() {
+    for url in ["redis://nowhere/0", "locks.db", "sqlite://"] {
+        let ran = run(url, &["list"], None);
+        assert_eq!(ran.code, 3, "{url}: {ran:?}");
+        assert!(ran.stderr.starts_with("alkstore: "), "{url}: {ran:?}");
+        assert!(ran.stderr.contains("\n  caused by: "), "{url}: {ran:?}");
+        assert_eq!(ran.stdout, "", "{url}: {ran:?}");
+    }
+}
+
+/// Nothing listens on port 1: the driver's own error, which must not carry
+/// the password in any form, nor may anything else printed.
+#[test]
+fn no_output_holds_the_password() {
+    let urls = [
+        "postgres://user:S3cretPw@127.0.0.1:1/db",
+        "postgres://user:S3cret%50w@127.0.0.1:1/db",
+        "postgres://user@127.0.0.1:1/db?password=S3cretPw",
+        "mysql://user:S3cretPw@127.0.0.1:1/db",
+        "postgres://user:S3cretPw@127.0.0.1:notaport/db",
+    ];
+    // At once: a refused connection is retried until the connect timeout.
+    std::thread::scope(|scope| {
+        for url in urls {
+            scope.spawn(move || {
+                let ran = run(url, &["list"], None);
+                assert_eq!(ran.code, 3, "{url}: {ran:?}");
+                assert!(ran.stderr.starts_with("alkstore: "), "{url}: {ran:?}");
+                for secret in ["S3cretPw", "S3cret%50w"] {
+                    assert!(
+                        !ran.stdout.contains(secret) && !ran.stderr.contains(secret),
+                        "{url}: {ran:?}"
+                    );
+                }
+            });
+        }
+    });
+}
+
+/// A running `watch`, killed when dropped (also when the test fails).
+struct Watch(Child);
+
+impl Drop for Watch {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// The lines `stdout` gives, sent as they come by a thread; the channel
+/// closes at end of output.
+fn lines_of(stdout: ChildStdout) -> mpsc::Receiver<String> {
+    let (send, receive) = mpsc::channel();
+    std::thread::spawn(move || {
+        for line in BufReader::new(stdout).lines() {
+            let Ok(line) = line else { break };
+            if send.send(line).is_err() {
+                break;
+            }
+        }
+    });
+    receive
+}
+
+/// The next line, within [`PATIENCE`].
+fn next_line(lines: &mpsc::Receiver<String>) -> String {
+    lines
+        .recv_timeout(PATIENCE)
+        .expect("watch prints a line within 10 s")
+}
+
+/// A watch line starts with a UTC timestamp such as `2024-05-01T12:34:56.789Z`.
+fn assert_timestamped(line: &str) {
+    let stamp = line.split_whitespace().next().unwrap_or_default();
+    assert!(
+        stamp.len() == 24
+            && stamp.as_bytes()[4] == b'-'
+            && stamp.contains('T')
+            && stamp.ends_with('Z'),
+        "{line}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn watch_prints_each_change_of_holder() {
+    let dir = tempfile::tempdir().unwrap();
+    let url = sqlite_url(&dir);
+    let store = alkstore::open(&url).await.unwrap();
+    let first = store.try_lock("jobs/w", "w1", TTL).await.unwrap().unwrap();
+
+    let child = std::process::Command::new(BIN)
+        .env_remove("ALKSTORE_URL")
+        .args(["--url", &url, "watch", "jobs/w", "--interval", "50"])
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit())
+        .spawn()
+        .unwrap();
+    let mut watch = Watch(child);
+    let lines = lines_of(watch.0.stdout.take().unwrap());
+
+    let line = next_line(&lines);
+    assert_timestamped(&line);
+    assert!(
+        line.contains(&format!("held by w1 (fence {}", first.fence())),
+        "{line}"
+    );
+
+    assert!(first.release().await.unwrap());
+    let line = next_line(&lines);
+    assert_timestamped(&line);
+    assert!(line.ends_with(" free"), "{line}");
+
+    let second = store.try_lock("jobs/w", "w2", TTL).await.unwrap().unwrap();
+    let line = next_line(&lines);
+    assert_timestamped(&line);
+    assert!(
+        line.contains(&format!("held by w2 (fence {}", second.fence())),
+        "{line}"
+    );
+
+    // Ctrl-C ends it with exit 0 (where `kill` can send one).
+    let interrupted = std::process::Command::new("kill")
+        .args(["-INT", &watch.0.id().to_string()])
+        .status()
+        .is_ok_and(|status| status.success());
+    if interrupted {
+        // The output ends (and nothing more was printed) ...
+        assert_eq!(
+            lines.recv_timeout(PATIENCE),
+            Err(mpsc::RecvTimeoutError::Disconnected)
+        );
+        // ... because the process exited, successfully.
+        let status = watch.0.wait().unwrap();
+        assert!(status.success(), "{status}");
+    } else {
+        eprintln!("no `kill` to send SIGINT with: the watch is killed instead");
+    }
+    drop(watch);
+
+    assert!(second.release().await.unwrap());
+    store.close().await.unwrap();
+}

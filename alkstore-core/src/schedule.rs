@@ -1,0 +1,548 @@
+//! Run a job at most once per slot of time across a fleet, over any [`Store`].
+//!
+//! Time is cut into **slots** of a fixed `period`, aligned to the Unix epoch
+//! (plus an optional `offset`): slot `i` runs from `offset + i × period` to
+//! the next. Every replica calls [`Schedule::run_once`] (or loops with
+//! [`Schedule::run`]); the first to claim the slot runs the job, every other
+//! replica is told the slot was claimed elsewhere.
+//!
+//! **Why it holds with skewed clocks.** Each replica reads its own clock to
+//! know which slot it is in. The claim of slot `i` is a lock named
+//! `"{job}/slot/{i}"`, held until the end of the slot *by the claimant's
+//! clock* plus the declared bound on clock disagreement (`max_clock_skew`):
+//! so it is still held when a replica whose clock is up to that bound behind
+//! asks for the same slot. A replica runs the job only if its grant came back
+//! while its own clock was still inside the slot; a grant that arrives later
+//! might have come after the claim ran out, so it is not used. Together:
+//! when no two replicas' clocks disagree by more than `max_clock_skew`, no
+//! slot runs twice (the proof is in docs/schedule.md).
+//!
+//! **Crashes.** By default a claim is never given back: a run that crashes
+//! half-way still holds its slot, and nobody runs that slot again. With
+//! [`Schedule::retry_crashed_runs`] the claim is instead a lease of
+//! `run_lease`, kept alive while the job runs: a crashed run's claim lapses
+//! and another replica may run the slot again within it. Either way the slot
+//! is held to its end once a run finishes — a run that ends early does not
+//! let another replica run the same slot ("lock at least for" the slot).
+//!
+//! **Overlap.** A run that outlives its slot does not stop the next slot's
+//! run ([`Overlap::Allowed`], the default). With [`Overlap::Skip`], a
+//! job-wide lock (`"{job}/running"`, kept alive while a run lasts) makes a
+//! slot whose turn comes while an earlier run is still going skip.
+//!
+//! **Fences.** The job gets its claim's fence ([`SlotRun::fence`]), to hand
+//! to what it writes. Fences of one name only are comparable, and each slot
+//! has its own name; with [`Overlap::Skip`] the running lock's fence
+//! ([`SlotRun::running_fence`]) grows from run to run across slots.
+//!
+//! Claims of past slots expire on their own; [`Store::purge_expired`] removes
+//! them (nothing here deletes rows by hand).
+//!
+//! ```
+//! # async fn demo() -> alkstore_core::Result<()> {
+//! # let store: Box<dyn alkstore_core::Store> = unimplemented!();
+//! use std::time::Duration;
+//! use alkstore_core::schedule::{Outcome, Schedule};
+//!
+//! let nightly = Schedule::every("reports/nightly", Duration::from_secs(24 * 3600))
+//!     .unwrap()
+//!     .max_clock_skew(Duration::from_secs(2))
+//!     .unwrap();
+//! let owner = alkstore_core::unique_owner("reporter");
+//! match nightly.run_once(&*store, &owner, |run| async move { run.fence }).await? {
+//!     Outcome::Ran { output: fence, .. } => println!("ran with fence {fence}"),
+//!     other => println!("not this replica's turn: {other:?}"),
+//! }
+//! # Ok(())
+//! # }
+//! ```
+
+use std::future::Future;
+use std::sync::Arc;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use crate::error::{Error, Result};
+use crate::keepalive::KeepAlive;
+use crate::name::validate_name;
+use crate::store::Store;
+
+/// Kept on top of every claim's hold, for engines that truncate their clock
+/// to whole milliseconds (a lease can end up to 1 ms early).
+const ROUNDING_MARGIN: Duration = Duration::from_millis(5);
+
+/// The default lease of a running job's locks ([`Schedule::run_lease`]).
+const DEFAULT_RUN_LEASE: Duration = Duration::from_secs(30);
+
+/// What the clock of a schedule is: the system clock, or one a test sets.
+type Clock = Arc<dyn Fn() -> SystemTime + Send + Sync>;
+
+/// Whether a slot's run may start while an earlier run still goes on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Overlap {
+    /// Each slot runs in its turn, whatever earlier runs still do.
+    #[default]
+    Allowed,
+    /// A slot whose turn comes while an earlier run of the job still goes on
+    /// is skipped ([`Outcome::PreviousRunStillRunning`]).
+    Skip,
+}
+
+/// A schedule that cannot work; nothing was started.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum ScheduleError {
+    /// The job name, or a slot name made from it, is not a valid lock name.
+    #[error("the job name cannot name its slots: {0}")]
+    JobName(String),
+    /// A period of less than a millisecond.
+    #[error("the period must be at least 1 ms")]
+    PeriodTooShort,
+    /// An offset not shorter than the period.
+    #[error("the offset must be shorter than the period")]
+    OffsetNotBelowPeriod,
+    /// A duration too large to count in milliseconds.
+    #[error("{0} is too large")]
+    TooLarge(&'static str),
+    /// A run lease too short to keep alive.
+    #[error("the run lease must be at least 3 ms")]
+    RunLeaseTooShort,
+}
+
+/// One slot of a schedule.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct Slot {
+    /// Its number: slots since the epoch (plus the offset).
+    pub index: u64,
+    /// When it starts.
+    pub start: SystemTime,
+    /// When it ends (the next slot's start).
+    pub end: SystemTime,
+}
+
+/// What the job of a slot is handed.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SlotRun {
+    /// The slot being run.
+    pub slot: Slot,
+    /// The fence of this run's claim of the slot, for what it writes.
+    pub fence: u64,
+    /// With [`Overlap::Skip`], the fence of the job-wide running lock, which
+    /// grows from run to run.
+    pub running_fence: Option<u64>,
+}
+
+/// How a call of [`Schedule::run_once`] ended.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Outcome<T> {
+    /// This replica ran the slot.
+    Ran {
+        /// The slot it ran.
+        slot: Slot,
+        /// Its claim's fence.
+        fence: u64,
+        /// What the job answered.
+        output: T,
+        /// Whether the claim still held when the run ended (always, unless
+        /// [`Schedule::retry_crashed_runs`] is on and the claim was lost
+        /// during the run: then another replica may have run the slot too).
+        held_to_end: bool,
+    },
+    /// Another replica claimed the slot.
+    ClaimedElsewhere {
+        /// The slot.
+        slot: Slot,
+    },
+    /// The claim came back after the slot had ended by this replica's clock,
+    /// so it could not be trusted; the job did not run.
+    TooLate {
+        /// The slot.
+        slot: Slot,
+    },
+    /// [`Overlap::Skip`]: an earlier run still goes on; the slot was skipped.
+    PreviousRunStillRunning {
+        /// The slot.
+        slot: Slot,
+    },
+}
+
+/// A job run at most once per slot across every replica that shares a store.
+#[derive(Clone)]
+pub struct Schedule {
+    job: String,
+    period: Duration,
+    offset: Duration,
+    max_clock_skew: Duration,
+    overlap: Overlap,
+    retry: bool,
+    run_lease: Duration,
+    clock: Clock,
+}
+
+impl std::fmt::Debug for Schedule {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Schedule")
+            .field("job", &self.job)
+            .field("period", &self.period)
+            .field("offset", &self.offset)
+            .field("max_clock_skew", &self.max_clock_skew)
+            .field("overlap", &self.overlap)
+            .field("retry", &self.retry)
+            .field("run_lease", &self.run_lease)
+            .finish_non_exhaustive()
+    }
+}
+
+/// Whole milliseconds of `d`, if it fits the lock's lease arithmetic.
+fn millis(d: Duration, what: &'static str) -> std::result::Result<u64, ScheduleError> {
+    u64::try_from(d.as_millis())
+        .ok()
+        .filter(|ms| *ms <= crate::MAX_LEASE_MILLIS)
+        .ok_or(ScheduleError::TooLarge(what))
+}
+
+impl Schedule {
+    /// A schedule of `job` with slots of `period`, aligned to the Unix
+    /// epoch, no offset, no clock skew allowed for, overlapping runs allowed,
+    /// and crashed runs not retried. Slot claims are named
+    /// `"{job}/slot/{index}"`, so the job name follows the rules of lock
+    /// names with room for that suffix.
+    pub fn every(job: &str, period: Duration) -> std::result::Result<Self, ScheduleError> {
+        for name in [job.to_owned(), slot_name(job, u64::MAX)] {
+            validate_name(&name).map_err(|e| ScheduleError::JobName(e.to_string()))?;
+        }
+        if millis(period, "the period")? == 0 {
+            return Err(ScheduleError::PeriodTooShort);
+        }
+        Ok(Schedule {
+            job: job.to_owned(),
+            period,
+            offset: Duration::ZERO,
+            max_clock_skew: Duration::ZERO,
+            overlap: Overlap::Allowed,
+            retry: false,
+            run_lease: DEFAULT_RUN_LEASE,
+            clock: Arc::new(SystemTime::now),
+        })
+    }
+
+    /// Slots start `offset` after each multiple of the period (the nightly
+    /// job at 02:00 UTC: a day's period with a 2 h offset).
+    pub fn offset(mut self, offset: Duration) -> std::result::Result<Self, ScheduleError> {
+        if offset >= self.period {
+            return Err(ScheduleError::OffsetNotBelowPeriod);
+        }
+        self.offset = offset;
+        Ok(self)
+    }
+
+    /// The most that the clocks of any two replicas may disagree by. A slot
+    /// is held that much longer than its end, so that a replica whose clock
+    /// is behind still finds it claimed. Clocks that disagree by more can
+    /// run a slot twice.
+    pub fn max_clock_skew(mut self, skew: Duration) -> std::result::Result<Self, ScheduleError> {
+        millis(skew, "the clock skew bound")?;
+        self.max_clock_skew = skew;
+        Ok(self)
+    }
+
+    /// Whether a slot may run while an earlier run still goes on.
+    pub fn overlap(mut self, overlap: Overlap) -> Self {
+        self.overlap = overlap;
+        self
+    }
+
+    /// Lets another replica run a slot again, within the slot, when the run
+    /// that claimed it crashed (its claim, kept alive while it runs, lapses
+    /// after the run lease). Off by default: a crashed run's slot is not
+    /// run again. With it on, a run cut off from the store for longer than
+    /// the run lease can overlap a retry of its slot; the fences tell them
+    /// apart.
+    pub fn retry_crashed_runs(mut self) -> Self {
+        self.retry = true;
+        self
+    }
+
+    /// The lease of the locks a run holds while it runs (kept alive in the
+    /// background): the job-wide lock of [`Overlap::Skip`], and with
+    /// [`Schedule::retry_crashed_runs`] the claim itself. A crashed run's
+    /// locks lapse this long after its last renewal. Default 30 s.
+    pub fn run_lease(mut self, lease: Duration) -> std::result::Result<Self, ScheduleError> {
+        if millis(lease, "the run lease")? < 3 {
+            return Err(ScheduleError::RunLeaseTooShort);
+        }
+        self.run_lease = lease;
+        Ok(self)
+    }
+
+    /// Reads time from `clock` instead of the system clock: for tests and
+    /// simulations of replicas whose clocks disagree.
+    pub fn clock(mut self, clock: impl Fn() -> SystemTime + Send + Sync + 'static) -> Self {
+        self.clock = Arc::new(clock);
+        self
+    }
+
+    /// The job's name.
+    pub fn job(&self) -> &str {
+        &self.job
+    }
+
+    /// The slot that holds `at`. A time before the epoch (plus the offset)
+    /// falls in slot 0.
+    pub fn slot_at(&self, at: SystemTime) -> Slot {
+        let since = at.duration_since(UNIX_EPOCH).unwrap_or_default();
+        let period = self.period.as_millis().max(1);
+        let index = since.saturating_sub(self.offset).as_millis() / period;
+        let index = u64::try_from(index).unwrap_or(u64::MAX);
+        let start = self.slot_start(index);
+        Slot {
+            index,
+            start,
+            end: start + self.period,
+        }
+    }
+
+    /// When slot `index` starts.
+    fn slot_start(&self, index: u64) -> SystemTime {
+        let period_ms = self.period.as_millis();
+        let offset = u64::try_from(u128::from(index) * period_ms).unwrap_or(u64::MAX);
+        UNIX_EPOCH + self.offset + Duration::from_millis(offset)
+    }
+
+    /// The slot this replica's clock is in now.
+    pub fn current_slot(&self) -> Slot {
+        self.slot_at((self.clock)())
+    }
+
+    /// How long until the next slot starts, by this replica's clock.
+    pub fn until_next_slot(&self) -> Duration {
+        let now = (self.clock)();
+        self.slot_at(now)
+            .end
+            .duration_since(now)
+            .unwrap_or_default()
+    }
+
+    /// The lock name of slot `index`'s claim.
+    pub fn slot_name(&self, index: u64) -> String {
+        slot_name(&self.job, index)
+    }
+
+    /// The lock name that [`Overlap::Skip`] holds while a run goes on.
+    pub fn running_name(&self) -> String {
+        format!("{}/running", self.job)
+    }
+
+    /// How long a claim made now must hold so that a replica whose clock is
+    /// up to the skew bound behind still finds it: to the slot's end by this
+    /// clock, plus the bound, plus the rounding margin.
+    fn hold_for(&self, slot: &Slot, now: SystemTime) -> Duration {
+        slot.end.duration_since(now).unwrap_or_default() + self.max_clock_skew + ROUNDING_MARGIN
+    }
+
+    /// Runs `job` if this replica is the one to run the current slot, and
+    /// says what happened. `owner` names this replica's run (one per
+    /// replica: [`unique_owner`](crate::unique_owner)).
+    ///
+    /// Errors from the store end the call; a claim made before the error
+    /// holds its slot as a crashed run's would.
+    pub async fn run_once<F, Fut, T>(
+        &self,
+        store: &dyn Store,
+        owner: &str,
+        job: F,
+    ) -> Result<Outcome<T>>
+    where
+        F: FnOnce(SlotRun) -> Fut,
+        Fut: Future<Output = T>,
+    {
+        let slot = self.current_slot();
+        let running = match self.overlap {
+            Overlap::Allowed => None,
+            Overlap::Skip => match store
+                .try_lock(&self.running_name(), owner, self.run_lease)
+                .await?
+            {
+                Some(lock) => Some(KeepAlive::start(lock, self.run_lease)?),
+                None => return Ok(Outcome::PreviousRunStillRunning { slot }),
+            },
+        };
+        let outcome = self.claim_and_run(store, owner, slot, &running, job).await;
+        if let Some(running) = running {
+            // Freed at once for the next slot; if this fails, it lapses.
+            if let Err(error) = running.release().await {
+                tracing::warn!(%error, job = %self.job, "could not release the running lock");
+            }
+        }
+        outcome
+    }
+
+    async fn claim_and_run<F, Fut, T>(
+        &self,
+        store: &dyn Store,
+        owner: &str,
+        slot: Slot,
+        running: &Option<KeepAlive>,
+        job: F,
+    ) -> Result<Outcome<T>>
+    where
+        F: FnOnce(SlotRun) -> Fut,
+        Fut: Future<Output = T>,
+    {
+        let name = self.slot_name(slot.index);
+        let ttl = if self.retry {
+            self.run_lease
+        } else {
+            self.hold_for(&slot, (self.clock)())
+        };
+        let Some(claim) = store.try_lock(&name, owner, ttl).await? else {
+            return Ok(Outcome::ClaimedElsewhere { slot });
+        };
+        // The grant is trusted only if it came back inside the slot by this
+        // clock: then it reached the store while every earlier claim of the
+        // slot (held to the slot's end plus the skew bound by its
+        // claimant's clock) still held.
+        if (self.clock)() >= slot.end {
+            claim.let_lapse();
+            return Ok(Outcome::TooLate { slot });
+        }
+        let run = SlotRun {
+            slot,
+            fence: claim.fence(),
+            running_fence: running.as_ref().map(|kept| kept.lock().fence()),
+        };
+        let fence = run.fence;
+        if !self.retry {
+            // Already held to the slot's end plus the bound.
+            claim.let_lapse();
+            let output = job(run).await;
+            return Ok(Outcome::Ran {
+                slot,
+                fence,
+                output,
+                held_to_end: true,
+            });
+        }
+        let kept = KeepAlive::start(claim, self.run_lease)?;
+        let output = job(run).await;
+        // Hold the slot to its end now that the run is over.
+        let claim = kept.stop().await?;
+        let hold = self.hold_for(&slot, (self.clock)());
+        let held_to_end = claim.renew(hold).await.unwrap_or(false);
+        if !held_to_end {
+            tracing::warn!(job = %self.job, slot = slot.index, fence, "the claim was lost during the run");
+        }
+        claim.let_lapse();
+        Ok(Outcome::Ran {
+            slot,
+            fence,
+            output,
+            held_to_end,
+        })
+    }
+
+    /// Runs the job slot after slot, forever: tries each slot once at its
+    /// start (by this replica's clock) and hands every outcome to
+    /// `on_outcome`. With [`Schedule::retry_crashed_runs`], a slot claimed
+    /// elsewhere is tried again every half run lease until it ends, so that
+    /// a crashed run's slot is picked up. Returns only on a store error.
+    pub async fn run<F, Fut, T>(
+        &self,
+        store: &dyn Store,
+        owner: &str,
+        mut job: F,
+        mut on_outcome: impl FnMut(&Outcome<T>),
+    ) -> Result<std::convert::Infallible>
+    where
+        F: FnMut(SlotRun) -> Fut,
+        Fut: Future<Output = T>,
+    {
+        loop {
+            let outcome = self.run_once(store, owner, &mut job).await?;
+            on_outcome(&outcome);
+            let retry_later = self.retry && matches!(outcome, Outcome::ClaimedElsewhere { .. });
+            let nap = self.until_next_slot();
+            let nap = if retry_later {
+                nap.min(self.run_lease / 2)
+            } else {
+                nap
+            };
+            tokio::time::sleep(nap + Duration::from_millis(1)).await;
+        }
+    }
+}
+
+/// The lock name of slot `index` of `job`.
+fn slot_name(job: &str, index: u64) -> String {
+    format!("{job}/slot/{index}")
+}
+
+impl From<ScheduleError> for Error {
+    fn from(error: ScheduleError) -> Self {
+        Error::database("schedule", error)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn slots_are_aligned_to_the_epoch_plus_the_offset() {
+        let hourly = Schedule::every("j", Duration::from_secs(3600))
+            .unwrap()
+            .offset(Duration::from_secs(60))
+            .unwrap();
+        let at = UNIX_EPOCH + Duration::from_secs(10 * 3600 + 59);
+        let slot = hourly.slot_at(at);
+        assert_eq!(slot.index, 9);
+        assert_eq!(slot.start, UNIX_EPOCH + Duration::from_secs(9 * 3600 + 60));
+        assert_eq!(slot.end, UNIX_EPOCH + Duration::from_secs(10 * 3600 + 60));
+        let next = hourly.slot_at(UNIX_EPOCH + Duration::from_secs(10 * 3600 + 60));
+        assert_eq!(next.index, 10);
+        assert_eq!(hourly.slot_name(10), "j/slot/10");
+    }
+
+    #[test]
+    fn a_claim_holds_to_the_slot_end_plus_the_skew() {
+        let s = Schedule::every("j", Duration::from_secs(10))
+            .unwrap()
+            .max_clock_skew(Duration::from_secs(2))
+            .unwrap();
+        let slot = s.slot_at(UNIX_EPOCH + Duration::from_secs(20));
+        let now = UNIX_EPOCH + Duration::from_secs(23);
+        assert_eq!(
+            s.hold_for(&slot, now),
+            Duration::from_secs(9) + ROUNDING_MARGIN
+        );
+    }
+
+    #[test]
+    fn bad_schedules_are_refused() {
+        assert_eq!(
+            Schedule::every("j", Duration::from_micros(999)).unwrap_err(),
+            ScheduleError::PeriodTooShort
+        );
+        assert!(matches!(
+            Schedule::every("", Duration::from_secs(1)),
+            Err(ScheduleError::JobName(_))
+        ));
+        assert!(matches!(
+            Schedule::every(&"x".repeat(240), Duration::from_secs(1)),
+            Err(ScheduleError::JobName(_))
+        ));
+        assert!(matches!(
+            Schedule::every("j", Duration::MAX),
+            Err(ScheduleError::TooLarge(_))
+        ));
+        let s = Schedule::every("j", Duration::from_secs(1)).unwrap();
+        assert_eq!(
+            s.clone().offset(Duration::from_secs(1)).unwrap_err(),
+            ScheduleError::OffsetNotBelowPeriod
+        );
+        assert_eq!(
+            s.run_lease(Duration::from_millis(2)).unwrap_err(),
+            ScheduleError::RunLeaseTooShort
+        );
+    }
+}
