@@ -48,8 +48,7 @@
 //!     .unwrap()
 //!     .max_clock_skew(Duration::from_secs(2))
 //!     .unwrap();
-//! let owner = alkstore_core::unique_owner("reporter");
-//! match nightly.run_once(&*store, &owner, |run| async move { run.fence }).await? {
+//! match nightly.run_once(&*store, "reporter", |run| async move { run.fence }).await? {
 //!     Outcome::Ran { output: fence, .. } => println!("ran with fence {fence}"),
 //!     other => println!("not this replica's turn: {other:?}"),
 //! }
@@ -309,14 +308,20 @@ impl Schedule {
         UNIX_EPOCH + self.offset + Duration::from_millis(offset)
     }
 
+    /// This replica's clock now (the system clock unless
+    /// [`Schedule::clock`] set another).
+    pub fn now(&self) -> SystemTime {
+        (self.clock)()
+    }
+
     /// The slot this replica's clock is in now.
     pub fn current_slot(&self) -> Slot {
-        self.slot_at((self.clock)())
+        self.slot_at(self.now())
     }
 
     /// How long until the next slot starts, by this replica's clock.
     pub fn until_next_slot(&self) -> Duration {
-        let now = (self.clock)();
+        let now = self.now();
         self.slot_at(now)
             .end
             .duration_since(now)
@@ -341,21 +346,26 @@ impl Schedule {
     }
 
     /// Runs `job` if this replica is the one to run the current slot, and
-    /// says what happened. `owner` names this replica's run (one per
-    /// replica: [`unique_owner`](crate::unique_owner)).
+    /// says what happened. `replica` is a label for this replica (a host or
+    /// service name; may be empty): every claim gets an owner id of its own
+    /// made from it ([`unique_owner`](crate::unique_owner)), so that no try
+    /// ever counts as the same owner asking again for a claim it made
+    /// before — which the store would grant again — whether in this process
+    /// or in one restarted under the same label.
     ///
     /// Errors from the store end the call; a claim made before the error
     /// holds its slot as a crashed run's would.
     pub async fn run_once<F, Fut, T>(
         &self,
         store: &dyn Store,
-        owner: &str,
+        replica: &str,
         job: F,
     ) -> Result<Outcome<T>>
     where
         F: FnOnce(SlotRun) -> Fut,
         Fut: Future<Output = T>,
     {
+        let owner = &crate::unique_owner(replica)?;
         let slot = self.current_slot();
         let running = match self.overlap {
             Overlap::Allowed => None,
@@ -393,7 +403,7 @@ impl Schedule {
         let ttl = if self.retry {
             self.run_lease
         } else {
-            self.hold_for(&slot, (self.clock)())
+            self.hold_for(&slot, self.now())
         };
         let Some(claim) = store.try_lock(&name, owner, ttl).await? else {
             return Ok(Outcome::ClaimedElsewhere { slot });
@@ -402,7 +412,7 @@ impl Schedule {
         // clock: then it reached the store while every earlier claim of the
         // slot (held to the slot's end plus the skew bound by its
         // claimant's clock) still held.
-        if (self.clock)() >= slot.end {
+        if self.now() >= slot.end {
             claim.let_lapse();
             return Ok(Outcome::TooLate { slot });
         }
@@ -427,7 +437,7 @@ impl Schedule {
         let output = job(run).await;
         // Hold the slot to its end now that the run is over.
         let claim = kept.stop().await?;
-        let hold = self.hold_for(&slot, (self.clock)());
+        let hold = self.hold_for(&slot, self.now());
         let held_to_end = claim.renew(hold).await.unwrap_or(false);
         if !held_to_end {
             tracing::warn!(job = %self.job, slot = slot.index, fence, "the claim was lost during the run");
@@ -449,7 +459,7 @@ impl Schedule {
     pub async fn run<F, Fut, T>(
         &self,
         store: &dyn Store,
-        owner: &str,
+        replica: &str,
         mut job: F,
         mut on_outcome: impl FnMut(&Outcome<T>),
     ) -> Result<std::convert::Infallible>
@@ -458,7 +468,7 @@ impl Schedule {
         Fut: Future<Output = T>,
     {
         loop {
-            let outcome = self.run_once(store, owner, &mut job).await?;
+            let outcome = self.run_once(store, replica, &mut job).await?;
             on_outcome(&outcome);
             let retry_later = self.retry && matches!(outcome, Outcome::ClaimedElsewhere { .. });
             let nap = self.until_next_slot();

@@ -24,6 +24,7 @@
 //! ```
 
 pub mod cases;
+pub mod fleet;
 mod fresh;
 pub mod gallery;
 pub mod load;
@@ -83,7 +84,9 @@ macro_rules! __with_cases {
             list_pages_live_holders_by_prefix,
             force_release_ends_the_grant;
             peers: fences_in_commit_order_across_stores,
-            renew_false_ends_valid_until
+            renew_false_ends_valid_until,
+            schedule_runs_each_slot_once_across_skewed_clocks,
+            schedule_crashed_run_is_not_run_again
         );
     };
 }

@@ -70,3 +70,42 @@ async fn the_race_catches_fences_drawn_before_the_check() {
         outcome.history.len()
     );
 }
+
+/// The schedule cases' checker, with clocks that disagree by more than the
+/// schedule was told (200 ms apart, declared 10 ms): the replica whose clock
+/// is behind asks for a slot after the claim of the one ahead ran out, and
+/// runs it again. The fleet log must show it; a fleet driver that could not
+/// see a double run would prove nothing of the real cases.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_schedule_checker_sees_slots_run_twice_beyond_the_skew_bound() {
+    use alkstore_contract_suite::fleet::run_fleet;
+    use alkstore_contract_suite::reference::MemoryEngine;
+    use alkstore_core::Store;
+    use alkstore_core::schedule::Schedule;
+
+    let engine = MemoryEngine::default();
+    let replicas: Vec<Arc<dyn Store>> = (0..2)
+        .map(|_| Arc::new(EngineStore::new(engine.clone())) as Arc<dyn Store>)
+        .collect();
+    let schedule = Schedule::every("control/skew", Duration::from_millis(400))
+        .unwrap()
+        .max_clock_skew(Duration::from_millis(10))
+        .unwrap();
+    let log = run_fleet(
+        replicas,
+        schedule,
+        &[0, 200],
+        4,
+        Duration::from_millis(20),
+        Duration::from_millis(15),
+        &[],
+    )
+    .await;
+    let doubles = log.doubles();
+    assert!(
+        !doubles.is_empty(),
+        "the fleet log shows no slot run twice with clocks 200 ms apart and a bound of 10 ms: \
+         {log:?}"
+    );
+    eprintln!("negative control: slots run twice {doubles:?} of {}..={}", log.first, log.last);
+}

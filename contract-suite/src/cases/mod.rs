@@ -13,6 +13,7 @@ mod operator;
 mod release;
 mod renew;
 mod safety;
+mod schedule;
 mod validation;
 mod waiting;
 
@@ -26,5 +27,6 @@ pub use operator::*;
 pub use release::*;
 pub use renew::*;
 pub use safety::*;
+pub use schedule::*;
 pub use validation::*;
 pub use waiting::*;
