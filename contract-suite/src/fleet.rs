@@ -107,7 +107,11 @@ pub async fn replica(
 /// The moments a replica tries a slot: start, middle, end less `late`.
 fn tries(slot: &Slot, late: Duration) -> [SystemTime; 3] {
     let period = slot.end.duration_since(slot.start).unwrap_or_default();
-    [slot.start, slot.start + period / 2, slot.end - late.min(period)]
+    [
+        slot.start,
+        slot.start + period / 2,
+        slot.end - late.min(period),
+    ]
 }
 
 /// Sleeps until `at` by the schedule's clock (not at all if it passed).

@@ -135,6 +135,8 @@ impl Flaw {
                 "per_holder_owners_count_exactly",
                 "reacquire_same_owner_keeps_grant",
                 "safety_many_holders_one_name",
+                "schedule_crashed_run_is_not_run_again",
+                "schedule_runs_each_slot_once_across_skewed_clocks",
                 "valid_until_never_outlasts_the_lease",
             ],
             Flaw::NeverExpires => &[
@@ -217,6 +219,8 @@ impl Flaw {
                 "handles_of_one_grant_are_one_grant",
                 "lock_granted_after_expiry",
                 "safety_many_holders_one_name",
+                "schedule_crashed_run_is_not_run_again",
+                "schedule_runs_each_slot_once_across_skewed_clocks",
                 "valid_until_never_outlasts_the_lease",
             ],
             Flaw::SweepsOnAcquire => &[

@@ -107,5 +107,8 @@ async fn the_schedule_checker_sees_slots_run_twice_beyond_the_skew_bound() {
         "the fleet log shows no slot run twice with clocks 200 ms apart and a bound of 10 ms: \
          {log:?}"
     );
-    eprintln!("negative control: slots run twice {doubles:?} of {}..={}", log.first, log.last);
+    eprintln!(
+        "negative control: slots run twice {doubles:?} of {}..={}",
+        log.first, log.last
+    );
 }
