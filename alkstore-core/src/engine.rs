@@ -123,6 +123,12 @@ pub trait Engine: Send + Sync + 'static {
         Ok(())
     }
 
+    /// The engine's name, as metrics label it (`"sqlite"`, `"postgres"`):
+    /// a short constant, never anything that names a lock or a host.
+    fn name(&self) -> &'static str {
+        "unnamed"
+    }
+
     /// The longest a waiting acquire sleeps between attempts when no release
     /// signal comes (releases from processes this engine cannot hear, and
     /// holders that crash).

@@ -13,6 +13,10 @@ use crate::engine::{Attempt, Engine, GrantKey};
 use crate::error::{Error, Result};
 use crate::grant::Grants;
 use crate::handle::EngineLock;
+use crate::metrics::{
+    self, ACQUIRE_TOTAL, FORCE_RELEASE_TOTAL, HANDOFF_SECONDS, LOCK_REFUSED_ATTEMPTS_TOTAL,
+    LOCK_WAIT_SECONDS,
+};
 use crate::name::{validate_listing, validate_name, validate_owner};
 use crate::store::{Holder, Listed, Lock, MAX_LIST_LIMIT, Store};
 use crate::wait::Backoff;
@@ -142,18 +146,21 @@ fn check_request(
     LeaseMillis::new(ttl).map_err(|e| Error::database(operation, e))
 }
 
-/// Records how an acquire ended on the current span.
-fn record_outcome(span: &tracing::Span, result: &Result<Option<Box<dyn Lock>>>) {
+/// Records how an acquire ended on the current span; the outcome's label.
+fn record_outcome(span: &tracing::Span, result: &Result<Option<Box<dyn Lock>>>) -> &'static str {
     match result {
         Ok(Some(lock)) => {
             span.record("outcome", "granted");
             span.record("fence", lock.fence());
+            "granted"
         }
         Ok(None) => {
             span.record("outcome", "held elsewhere");
+            "held"
         }
         Err(_) => {
             span.record("outcome", "error");
+            "error"
         }
     }
 }
@@ -179,7 +186,16 @@ impl<E: Engine> Store for EngineStore<E> {
         }
         .instrument(span.clone())
         .await;
-        record_outcome(&span, &result);
+        let outcome = record_outcome(&span, &result);
+        let engine = self.shared.engine.name();
+        metrics::count(
+            ACQUIRE_TOTAL,
+            &[
+                ("engine", engine),
+                ("operation", "try_lock"),
+                ("outcome", outcome),
+            ],
+        );
         result
     }
 
@@ -198,6 +214,7 @@ impl<E: Engine> Store for EngineStore<E> {
             fence = field::Empty,
             attempts = field::Empty
         );
+        let started = Instant::now();
         let result = async {
             let ttl = check_request("lock", name, owner, ttl)?;
             self.shared.check_open("lock")?;
@@ -208,6 +225,8 @@ impl<E: Engine> Store for EngineStore<E> {
             let mut prepared = false;
             let mut backoff = Backoff::new(engine.poll_ceiling());
             let mut attempts = 0u64;
+            // When a release last woke this waiter, for the handoff time.
+            let mut woken: Option<Instant> = None;
             loop {
                 // Enabled before the attempt: a release landing while it runs still wakes us.
                 let released = subscription.notify().notified();
@@ -220,8 +239,13 @@ impl<E: Engine> Store for EngineStore<E> {
                 let (granted, expires_in) =
                     self.attempt("lock", name, owner, ttl, deadline).await?;
                 if granted.is_some() {
+                    if let Some(woken) = woken {
+                        let engine = engine.name();
+                        metrics::observe(HANDOFF_SECONDS, &[("engine", engine)], woken.elapsed());
+                    }
                     return Ok(granted);
                 }
+                metrics::count(LOCK_REFUSED_ATTEMPTS_TOTAL, &[("engine", engine.name())]);
                 let now = Instant::now();
                 let remaining = match deadline {
                     Some(deadline) if deadline <= now => return Ok(None),
@@ -252,14 +276,28 @@ impl<E: Engine> Store for EngineStore<E> {
                 tokio::select! {
                     // Woken by a release; if another contender wins it, keep
                     // the back-off growing: the next release wakes us again.
-                    _ = &mut released => {}
-                    _ = tokio::time::sleep(nap) => {}
+                    _ = &mut released => woken = Some(Instant::now()),
+                    _ = tokio::time::sleep(nap) => woken = None,
                 }
             }
         }
         .instrument(span.clone())
         .await;
-        record_outcome(&span, &result);
+        let outcome = record_outcome(&span, &result);
+        let engine = self.shared.engine.name();
+        metrics::count(
+            ACQUIRE_TOTAL,
+            &[
+                ("engine", engine),
+                ("operation", "lock"),
+                ("outcome", outcome),
+            ],
+        );
+        metrics::observe(
+            LOCK_WAIT_SECONDS,
+            &[("engine", engine), ("outcome", outcome)],
+            started.elapsed(),
+        );
         result
     }
 
@@ -334,12 +372,15 @@ impl<E: Engine> Store for EngineStore<E> {
         async {
             validate_name(name)?;
             self.shared.check_open("force_release")?;
-            let removed = self
-                .shared
-                .engine
-                .force_release(name)
-                .await
-                .map_err(|e| Error::database("force_release", e))?;
+            let removed = self.shared.engine.force_release(name).await;
+            let outcome = match &removed {
+                Ok(Some(_)) => "removed",
+                Ok(None) => "free",
+                Err(_) => "error",
+            };
+            let engine = self.shared.engine.name();
+            metrics::count(FORCE_RELEASE_TOTAL, &[("engine", engine), ("outcome", outcome)]);
+            let removed = removed.map_err(|e| Error::database("force_release", e))?;
             let span = tracing::Span::current();
             match &removed {
                 Some(holder) => {

@@ -14,6 +14,7 @@ use crate::engine_store::Shared;
 use crate::error::{Error, Result};
 use crate::finish::run_to_end;
 use crate::grant::{self, Renewal, SharedGrant};
+use crate::metrics::{self, RELEASE_TOTAL, RENEW_TOTAL};
 use crate::store::Lock;
 
 /// One grant: renew and release act on exactly this name + owner + fence.
@@ -127,6 +128,11 @@ impl<E: Engine> Lock for EngineLock<E> {
                 answer
             })
             .await;
+            let outcome = metrics::outcome(&answer, "renewed", "lost");
+            metrics::count(
+                RENEW_TOTAL,
+                &[("engine", self.shared.engine.name()), ("outcome", outcome)],
+            );
             let renewed = answer.map_err(|e| Error::database("renew", e))?;
             tracing::Span::current().record("outcome", if renewed { "renewed" } else { "lost" });
             Ok(renewed)
@@ -174,8 +180,13 @@ impl<E: Engine> Lock for EngineLock<E> {
                 shared.grants.release_answered(&task_key);
                 released
             })
-            .await
-            .map_err(|e| Error::database("release", e))?;
+            .await;
+            let outcome = metrics::outcome(&released, "released", "lost");
+            metrics::count(
+                RELEASE_TOTAL,
+                &[("engine", self.shared.engine.name()), ("outcome", outcome)],
+            );
+            let released = released.map_err(|e| Error::database("release", e))?;
             tracing::Span::current().record("outcome", if released { "released" } else { "lost" });
             Ok(released)
         }

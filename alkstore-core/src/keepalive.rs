@@ -359,6 +359,12 @@ async fn keep(
         };
         if let Some(reason) = verdict {
             let given_up = matches!(reason, LostReason::NotRenewedInTime { .. });
+            let label = if given_up {
+                "not_renewed_in_time"
+            } else {
+                "revoked"
+            };
+            crate::metrics::count(crate::metrics::KEEPALIVE_LOST_TOTAL, &[("reason", label)]);
             if given_up {
                 tracing::warn!(
                     name = lock.name(),

@@ -23,6 +23,7 @@ mod finish;
 mod grant;
 mod handle;
 mod keepalive;
+mod metrics;
 mod name;
 mod owner;
 pub mod schedule;

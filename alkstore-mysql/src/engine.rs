@@ -258,6 +258,10 @@ impl Engine for MySqlEngine {
         &self.bus
     }
 
+    fn name(&self) -> &'static str {
+        "mysql"
+    }
+
     fn poll_ceiling(&self) -> Duration {
         POLL_CEILING
     }

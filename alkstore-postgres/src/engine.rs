@@ -259,6 +259,10 @@ impl Engine for PgEngine {
         Ok(())
     }
 
+    fn name(&self) -> &'static str {
+        "postgres"
+    }
+
     fn poll_ceiling(&self) -> Duration {
         POLL_CEILING
     }

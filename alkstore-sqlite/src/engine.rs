@@ -238,6 +238,10 @@ impl Engine for SqliteEngine {
         &self.bus
     }
 
+    fn name(&self) -> &'static str {
+        "sqlite"
+    }
+
     fn poll_ceiling(&self) -> Duration {
         POLL_CEILING
     }

@@ -48,17 +48,15 @@ async fn schedule_replica_child() {
         let _ = writeln!(out, "{STARTED}{slot}");
         let _ = out.flush();
     });
-    let log = alkstore_contract_suite::fleet::replica(
-        store.clone(),
-        schedule,
+    let plan = alkstore_contract_suite::fleet::Plan {
         first,
         last,
-        Duration::from_millis(20),
-        Duration::from_millis(15),
-        crash_at,
-        report,
-    )
-    .await;
+        work: Duration::from_millis(20),
+        late: Duration::from_millis(15),
+    };
+    let log =
+        alkstore_contract_suite::fleet::replica(store.clone(), schedule, plan, crash_at, report)
+            .await;
     if log.crashed {
         // Dies inside its run: no release, no close, nothing after.
         std::process::abort();

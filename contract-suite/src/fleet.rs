@@ -45,21 +45,38 @@ pub struct ReplicaLog {
 /// for a replica in another process). Called before the job's work.
 pub type Report = Arc<dyn Fn(u64) + Send + Sync>;
 
-/// Runs one replica over the slots `first..=last` of `schedule` (whose clock
-/// is the replica's), trying each slot at its start, middle and end less
-/// `late`. The job reports its start, then works for `work`; in the first
-/// job it runs from slot `crash_at` on, it stops for good instead (the
-/// replica's remaining slots are not tried), as a process that died mid-run.
+/// Which slots a replica runs over, and how its job and tries behave.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Plan {
+    /// The first slot to try.
+    pub first: u64,
+    /// The last slot to try.
+    pub last: u64,
+    /// How long a run works.
+    pub work: Duration,
+    /// How long before a slot's end the last try of it comes.
+    pub late: Duration,
+}
+
+/// Runs one replica over the slots `plan.first..=plan.last` of `schedule`
+/// (whose clock is the replica's), trying each slot at its start, middle
+/// and end less `plan.late`. The job reports its start, then works for
+/// `plan.work`; in the first job it runs from slot `crash_at` on, it stops
+/// for good instead (the replica's remaining slots are not tried), as a
+/// process that died mid-run.
 pub async fn replica(
     store: Arc<dyn Store>,
     schedule: Schedule,
-    first: u64,
-    last: u64,
-    work: Duration,
-    late: Duration,
+    plan: Plan,
     crash_at: CrashAt,
     report: Report,
 ) -> ReplicaLog {
+    let Plan {
+        first,
+        last,
+        work,
+        late,
+    } = plan;
     let mut log = ReplicaLog::default();
     loop {
         let slot = schedule.current_slot();
@@ -176,9 +193,13 @@ pub async fn run_fleet(
             runs.lock().unwrap().entry(slot).or_default().push(i);
         });
         let crash = crash_at.get(i).copied().flatten();
-        tasks.push(tokio::spawn(replica(
-            store, schedule, first, last, work, late, crash, report,
-        )));
+        let plan = Plan {
+            first,
+            last,
+            work,
+            late,
+        };
+        tasks.push(tokio::spawn(replica(store, schedule, plan, crash, report)));
     }
     let mut crashed = Vec::new();
     for (i, task) in tasks.into_iter().enumerate() {

@@ -206,6 +206,10 @@ impl Engine for MemoryEngine {
         &self.0.bus
     }
 
+    fn name(&self) -> &'static str {
+        "memory"
+    }
+
     fn poll_ceiling(&self) -> Duration {
         Duration::from_millis(50)
     }

@@ -1,0 +1,211 @@
+//! The `metrics` feature: every operation counts its outcome with bounded
+//! labels, read back through a test recorder. One test per binary: the
+//! recorder is process-wide.
+#![cfg(all(feature = "metrics", feature = "sqlite"))]
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use alkstore::{KeepAlive, LostReason, Store};
+use metrics_util::debugging::{DebugValue, DebuggingRecorder, Snapshotter};
+
+const TTL: Duration = Duration::from_secs(30);
+
+/// A metric as `name{label=value,…}`, labels sorted.
+fn key(name: &str, labels: &[(&str, &str)]) -> String {
+    let mut labels: Vec<String> = labels.iter().map(|(k, v)| format!("{k}={v}")).collect();
+    labels.sort();
+    format!("{name}{{{}}}", labels.join(","))
+}
+
+/// What was recorded, summed over snapshots (a snapshot drains what it
+/// reads): counters by `name{labels}`, and how many values each histogram got.
+#[derive(Debug, Default)]
+struct Recorded {
+    counters: HashMap<String, u64>,
+    histograms: HashMap<String, usize>,
+}
+
+impl Recorded {
+    fn take(&mut self, snapshotter: &Snapshotter) {
+        for (composite, _, _, value) in snapshotter.snapshot().into_vec() {
+            let (_, k) = composite.into_parts();
+            let labels: Vec<(&str, &str)> = k.labels().map(|l| (l.key(), l.value())).collect();
+            for (_, value) in &labels {
+                assert!(
+                    !value.contains("secret"),
+                    "a label holds a lock name or owner: {k:?}"
+                );
+            }
+            let name = key(k.name(), &labels);
+            match value {
+                DebugValue::Counter(n) => *self.counters.entry(name).or_default() += n,
+                DebugValue::Histogram(values) => {
+                    *self.histograms.entry(name).or_default() += values.len()
+                }
+                DebugValue::Gauge(_) => {}
+            }
+        }
+    }
+
+    fn counted(&self, name: &str, labels: &[(&str, &str)]) -> u64 {
+        self.counters.get(&key(name, labels)).copied().unwrap_or(0)
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn operations_are_counted_with_bounded_labels() {
+    let recorder = DebuggingRecorder::new();
+    let snapshotter = recorder.snapshotter();
+    recorder.install().unwrap();
+
+    let dir = tempfile::tempdir().unwrap();
+    let url = format!("sqlite://{}", dir.path().join("metrics.db").display());
+    let store: Arc<dyn Store> = alkstore::open(&url).await.unwrap().into();
+
+    let a = store
+        .try_lock("secret-name", "secret-owner", TTL)
+        .await
+        .unwrap()
+        .unwrap();
+    assert!(
+        store
+            .try_lock("secret-name", "b", TTL)
+            .await
+            .unwrap()
+            .is_none()
+    );
+    assert!(store.try_lock("", "b", TTL).await.is_err());
+    assert!(a.renew(TTL).await.unwrap());
+    assert!(a.renew(TTL).await.unwrap());
+    // A waiter woken by the release: one handoff. Released only once the
+    // waiter's first attempt was refused (its wake-up is armed by then).
+    let waiter = {
+        let store = store.clone();
+        tokio::spawn(async move { store.lock("secret-name", "c", TTL, TTL).await })
+    };
+    let mut recorded = Recorded::default();
+    loop {
+        recorded.take(&snapshotter);
+        if recorded.counted(
+            "alkstore_lock_refused_attempts_total",
+            &[("engine", "sqlite")],
+        ) >= 1
+        {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(1)).await;
+    }
+    assert!(a.release().await.unwrap());
+    let c = waiter.await.unwrap().unwrap().unwrap();
+    // A lock whose wait runs out.
+    assert!(
+        store
+            .lock("secret-name", "d", TTL, Duration::from_millis(20))
+            .await
+            .unwrap()
+            .is_none()
+    );
+    // Forced: the keep-alive of c hears of it; c's renew and release answer false.
+    let kept = KeepAlive::start(c, Duration::from_millis(600)).unwrap();
+    assert!(store.force_release("secret-name").await.unwrap().is_some());
+    assert_eq!(kept.lost().await, LostReason::Revoked);
+    assert!(!kept.release().await.unwrap());
+    assert!(store.force_release("secret-name").await.unwrap().is_none());
+    store.close().await.unwrap();
+
+    recorded.take(&snapshotter);
+    let counted = |name: &str, labels: &[(&str, &str)]| recorded.counted(name, labels);
+    let (counters, histograms) = (&recorded.counters, &recorded.histograms);
+    let sqlite = ("engine", "sqlite");
+    let acquire = "alkstore_acquire_total";
+    assert_eq!(
+        counted(
+            acquire,
+            &[sqlite, ("operation", "try_lock"), ("outcome", "granted")]
+        ),
+        1,
+        "{counters:#?}"
+    );
+    assert_eq!(
+        counted(
+            acquire,
+            &[sqlite, ("operation", "try_lock"), ("outcome", "held")]
+        ),
+        1
+    );
+    assert_eq!(
+        counted(
+            acquire,
+            &[sqlite, ("operation", "try_lock"), ("outcome", "error")]
+        ),
+        1
+    );
+    assert_eq!(
+        counted(
+            acquire,
+            &[sqlite, ("operation", "lock"), ("outcome", "granted")]
+        ),
+        1
+    );
+    assert_eq!(
+        counted(
+            acquire,
+            &[sqlite, ("operation", "lock"), ("outcome", "held")]
+        ),
+        1
+    );
+    assert!(counted("alkstore_lock_refused_attempts_total", &[sqlite]) >= 2);
+    assert_eq!(
+        counted("alkstore_renew_total", &[sqlite, ("outcome", "renewed")]),
+        2
+    );
+    assert_eq!(
+        counted("alkstore_renew_total", &[sqlite, ("outcome", "lost")]),
+        1
+    );
+    assert_eq!(
+        counted("alkstore_release_total", &[sqlite, ("outcome", "released")]),
+        1
+    );
+    assert_eq!(
+        counted("alkstore_release_total", &[sqlite, ("outcome", "lost")]),
+        1
+    );
+    assert_eq!(
+        counted(
+            "alkstore_force_release_total",
+            &[sqlite, ("outcome", "removed")]
+        ),
+        1
+    );
+    assert_eq!(
+        counted(
+            "alkstore_force_release_total",
+            &[sqlite, ("outcome", "free")]
+        ),
+        1
+    );
+    assert_eq!(
+        counted("alkstore_keepalive_lost_total", &[("reason", "revoked")]),
+        1
+    );
+    let waits = |outcome| {
+        histograms
+            .get(&key(
+                "alkstore_lock_wait_seconds",
+                &[sqlite, ("outcome", outcome)],
+            ))
+            .copied()
+    };
+    assert_eq!(waits("granted"), Some(1), "{histograms:#?}");
+    assert_eq!(waits("held"), Some(1));
+    assert_eq!(
+        histograms
+            .get(&key("alkstore_handoff_seconds", &[sqlite]))
+            .copied(),
+        Some(1),
+        "the waiter woken by the release records one handoff: {histograms:#?}"
+    );
+}
