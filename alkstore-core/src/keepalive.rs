@@ -4,7 +4,7 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use tokio::sync::watch;
+use tokio::sync::{Notify, watch};
 use tokio::task::JoinHandle;
 
 use crate::duration::LeaseMillis;
@@ -128,6 +128,8 @@ pub struct KeepAlive {
     status: watch::Receiver<LeaseStatus>,
     /// `None` once `release` took it.
     task: Option<JoinHandle<()>>,
+    /// Asks the renewal task to end between renewals ([`KeepAlive::stop`]).
+    stop: Arc<Notify>,
 }
 
 impl KeepAlive {
@@ -162,11 +164,13 @@ impl KeepAlive {
         });
         let runtime =
             tokio::runtime::Handle::try_current().map_err(|e| Error::database("keep_alive", e))?;
-        let task = runtime.spawn(keep(lock.clone(), options, tx));
+        let stop = Arc::new(Notify::new());
+        let task = runtime.spawn(keep(lock.clone(), options, tx, stop.clone()));
         Ok(KeepAlive {
             lock: Some(lock),
             status,
             task: Some(task),
+            stop,
         })
     }
 
@@ -213,18 +217,28 @@ impl KeepAlive {
     /// Stops the renewals and hands the lock back, its lease as the last
     /// renewal left it: for a holder that goes on without renewals (renews
     /// once more itself, lets the lease lapse on purpose, releases later).
-    pub async fn stop(mut self) -> Result<Box<dyn Lock>> {
+    ///
+    /// A renewal in flight is waited for, not cut off: once this returns, no
+    /// renewal of the keep-alive can still land and overwrite what the
+    /// holder does next with the lock (a longer or shorter lease). If the
+    /// lease was lost before the renewals stopped, the answer is why (the
+    /// lock was released or is lapsing, as [`KeepAlive::lost`] describes).
+    pub async fn stop(mut self) -> std::result::Result<Box<dyn Lock>, LostReason> {
         if let Some(task) = self.task.take() {
-            task.abort();
-            // Once the task is gone, so is its reference to the lock.
-            let _ = task.await;
+            self.stop.notify_one();
+            if task.await.is_err() {
+                return Err(LostReason::NotRenewedInTime {
+                    last_error: Some("the renewal task ended abnormally".to_owned()),
+                });
+            }
+        }
+        if let LeaseStatus::Lost(reason) = &*self.status.borrow() {
+            return Err(reason.clone());
         }
         let lock = self.lock.take().expect("present until release");
-        Arc::try_unwrap(lock).map_err(|_| {
-            Error::database(
-                "keep_alive",
-                "the renewal task still held the lock after it stopped",
-            )
+        // The task has ended without a loss: its reference to the lock is gone.
+        Arc::try_unwrap(lock).map_err(|_| LostReason::NotRenewedInTime {
+            last_error: Some("the renewal task still held the lock".to_owned()),
         })
     }
 
@@ -282,6 +296,7 @@ async fn keep(
     lock: Arc<Box<dyn Lock>>,
     options: KeepAliveOptions,
     status: watch::Sender<LeaseStatus>,
+    stop: Arc<Notify>,
 ) {
     // A renewal's own lease ends `ttl` after it is sent: an answer later than
     // this much after sending comes too late to be of use.
@@ -301,7 +316,12 @@ async fn keep(
             if due <= now {
                 break;
             }
-            tokio::time::sleep_until(due.min(now + watch).into()).await;
+            // A stop is heard only here and between retries: never while a
+            // renewal is on its way.
+            tokio::select! {
+                () = tokio::time::sleep_until(due.min(now + watch).into()) => {}
+                () = stop.notified() => return,
+            }
             let (next, until) = schedule(lock.valid_until(), last, Instant::now(), &options);
             due = due.min(next);
             give_up = give_up.min(until);
@@ -349,7 +369,10 @@ async fn keep(
                     last_error = Some(error_chain(&error));
                     let pause = Instant::now() + RETRY_PAUSE;
                     if pause < give_up {
-                        tokio::time::sleep_until(pause.into()).await;
+                        tokio::select! {
+                            () = tokio::time::sleep_until(pause.into()) => {}
+                            () = stop.notified() => return,
+                        }
                         continue;
                     }
                     break Some(LostReason::NotRenewedInTime { last_error });
@@ -635,6 +658,47 @@ mod tests {
             at_drop,
             "renewed after the drop"
         );
+    }
+
+    /// `stop` waits for the renewal on its way: when it returns, that
+    /// renewal has been answered (the lease is the one it set), and no
+    /// other is sent after.
+    #[tokio::test]
+    async fn stop_waits_for_the_renewal_in_flight_and_sends_no_more() {
+        let ttl = Duration::from_millis(300);
+        let lock = Scripted {
+            delay: Duration::from_millis(100),
+            ..Scripted::new(ttl, vec![])
+        };
+        let sent = lock.sent.clone();
+        let options = KeepAliveOptions {
+            interval: Duration::from_millis(20),
+            ..KeepAliveOptions::new(ttl)
+        };
+        let kept = KeepAlive::with_options(Box::new(lock), options).unwrap();
+        while sent.lock().unwrap().is_empty() {
+            tokio::time::sleep(Duration::from_millis(1)).await;
+        }
+        let in_flight = sent.lock().unwrap()[0];
+        let lock = kept.stop().await.expect("held");
+        assert_eq!(
+            lock.valid_until(),
+            in_flight + ttl,
+            "stop returned before the renewal on its way was answered"
+        );
+        let at_stop = sent.lock().unwrap().len();
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        assert_eq!(sent.lock().unwrap().len(), at_stop, "renewed after stop");
+        assert_eq!(lock.valid_until(), in_flight + ttl);
+    }
+
+    /// `stop` after the lease was lost says why, instead of a lock.
+    #[tokio::test]
+    async fn stop_after_a_loss_answers_the_reason() {
+        let ttl = Duration::from_millis(300);
+        let kept = KeepAlive::start(Box::new(Scripted::new(ttl, vec![Some(false)])), ttl).unwrap();
+        assert_eq!(kept.lost().await, LostReason::Revoked);
+        assert_eq!(kept.stop().await.err(), Some(LostReason::Revoked));
     }
 
     #[tokio::test]

@@ -58,16 +58,19 @@
 
 use std::future::Future;
 use std::sync::Arc;
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use crate::error::{Error, Result};
 use crate::keepalive::KeepAlive;
 use crate::name::validate_name;
-use crate::store::Store;
+use crate::store::{Lock, Store};
 
 /// Kept on top of every claim's hold, for engines that truncate their clock
 /// to whole milliseconds (a lease can end up to 1 ms early).
 const ROUNDING_MARGIN: Duration = Duration::from_millis(5);
+
+/// The pause between two tries of holding a claim to its slot's end.
+const HOLD_RETRY_PAUSE: Duration = Duration::from_millis(50);
 
 /// The default lease of a running job's locks ([`Schedule::run_lease`]).
 const DEFAULT_RUN_LEASE: Duration = Duration::from_secs(30);
@@ -105,6 +108,10 @@ pub enum ScheduleError {
     /// A run lease too short to keep alive.
     #[error("the run lease must be at least 3 ms")]
     RunLeaseTooShort,
+    /// A duration with a part of a millisecond: slots are counted in whole
+    /// milliseconds, as the stores count leases.
+    #[error("{0} must be a whole number of milliseconds")]
+    NotWholeMillis(&'static str),
 }
 
 /// One slot of a schedule.
@@ -192,12 +199,27 @@ impl std::fmt::Debug for Schedule {
     }
 }
 
-/// Whole milliseconds of `d`, if it fits the lock's lease arithmetic.
+/// Whole milliseconds of `d`, if it is a whole number of them and fits the
+/// lock's lease arithmetic.
 fn millis(d: Duration, what: &'static str) -> std::result::Result<u64, ScheduleError> {
-    u64::try_from(d.as_millis())
+    let ms = u64::try_from(d.as_millis())
         .ok()
         .filter(|ms| *ms <= crate::MAX_LEASE_MILLIS)
-        .ok_or(ScheduleError::TooLarge(what))
+        .ok_or(ScheduleError::TooLarge(what))?;
+    if d.subsec_nanos() % 1_000_000 != 0 {
+        return Err(ScheduleError::NotWholeMillis(what));
+    }
+    Ok(ms)
+}
+
+/// Checks that the longest hold of a claim — a whole period, plus the skew
+/// bound, plus the rounding margin — is a lease the stores accept.
+fn check_longest_hold(period: Duration, skew: Duration) -> std::result::Result<(), ScheduleError> {
+    let longest = period
+        .checked_add(skew)
+        .and_then(|d| d.checked_add(ROUNDING_MARGIN))
+        .ok_or(ScheduleError::TooLarge("the period plus the clock skew bound"))?;
+    millis(longest, "the period plus the clock skew bound").map(|_| ())
 }
 
 impl Schedule {
@@ -213,6 +235,7 @@ impl Schedule {
         if millis(period, "the period")? == 0 {
             return Err(ScheduleError::PeriodTooShort);
         }
+        check_longest_hold(period, Duration::ZERO)?;
         Ok(Schedule {
             job: job.to_owned(),
             period,
@@ -228,6 +251,7 @@ impl Schedule {
     /// Slots start `offset` after each multiple of the period (the nightly
     /// job at 02:00 UTC: a day's period with a 2 h offset).
     pub fn offset(mut self, offset: Duration) -> std::result::Result<Self, ScheduleError> {
+        millis(offset, "the offset")?;
         if offset >= self.period {
             return Err(ScheduleError::OffsetNotBelowPeriod);
         }
@@ -241,6 +265,7 @@ impl Schedule {
     /// run a slot twice.
     pub fn max_clock_skew(mut self, skew: Duration) -> std::result::Result<Self, ScheduleError> {
         millis(skew, "the clock skew bound")?;
+        check_longest_hold(self.period, skew)?;
         self.max_clock_skew = skew;
         Ok(self)
     }
@@ -297,15 +322,19 @@ impl Schedule {
         Slot {
             index,
             start,
-            end: start + self.period,
+            // Past the end of representable time there is no next slot.
+            end: start.checked_add(self.period).unwrap_or(start),
         }
     }
 
     /// When slot `index` starts.
     fn slot_start(&self, index: u64) -> SystemTime {
         let period_ms = self.period.as_millis();
-        let offset = u64::try_from(u128::from(index) * period_ms).unwrap_or(u64::MAX);
-        UNIX_EPOCH + self.offset + Duration::from_millis(offset)
+        let since = u64::try_from(u128::from(index) * period_ms).unwrap_or(u64::MAX);
+        UNIX_EPOCH
+            .checked_add(self.offset)
+            .and_then(|t| t.checked_add(Duration::from_millis(since)))
+            .unwrap_or(UNIX_EPOCH)
     }
 
     /// This replica's clock now (the system clock unless
@@ -353,8 +382,13 @@ impl Schedule {
     /// before — which the store would grant again — whether in this process
     /// or in one restarted under the same label.
     ///
+    /// The slot is claimed first; with [`Overlap::Skip`] the job-wide
+    /// running lock is taken only then, so a slot is skipped only by the
+    /// replica that won it, and nobody else runs it.
+    ///
     /// Errors from the store end the call; a claim made before the error
-    /// holds its slot as a crashed run's would.
+    /// holds its slot as a crashed run's would. Dropping the returned future
+    /// mid-run is a crash too.
     pub async fn run_once<F, Fut, T>(
         &self,
         store: &dyn Store,
@@ -367,38 +401,6 @@ impl Schedule {
     {
         let owner = &crate::unique_owner(replica)?;
         let slot = self.current_slot();
-        let running = match self.overlap {
-            Overlap::Allowed => None,
-            Overlap::Skip => match store
-                .try_lock(&self.running_name(), owner, self.run_lease)
-                .await?
-            {
-                Some(lock) => Some(KeepAlive::start(lock, self.run_lease)?),
-                None => return Ok(Outcome::PreviousRunStillRunning { slot }),
-            },
-        };
-        let outcome = self.claim_and_run(store, owner, slot, &running, job).await;
-        if let Some(running) = running {
-            // Freed at once for the next slot; if this fails, it lapses.
-            if let Err(error) = running.release().await {
-                tracing::warn!(%error, job = %self.job, "could not release the running lock");
-            }
-        }
-        outcome
-    }
-
-    async fn claim_and_run<F, Fut, T>(
-        &self,
-        store: &dyn Store,
-        owner: &str,
-        slot: Slot,
-        running: &Option<KeepAlive>,
-        job: F,
-    ) -> Result<Outcome<T>>
-    where
-        F: FnOnce(SlotRun) -> Fut,
-        Fut: Future<Output = T>,
-    {
         let name = self.slot_name(slot.index);
         let ttl = if self.retry {
             self.run_lease
@@ -416,12 +418,57 @@ impl Schedule {
             claim.let_lapse();
             return Ok(Outcome::TooLate { slot });
         }
+        let running = match self.overlap {
+            Overlap::Allowed => None,
+            Overlap::Skip => {
+                match store
+                    .try_lock(&self.running_name(), owner, self.run_lease)
+                    .await
+                {
+                    Ok(Some(lock)) => Some(KeepAlive::start(lock, self.run_lease)?),
+                    Ok(None) => {
+                        // Skipped for everyone: the claim holds the slot to
+                        // its end (already so, unless it is a run lease).
+                        if self.retry {
+                            self.hold_to_end(&*claim, &slot).await;
+                        }
+                        claim.let_lapse();
+                        return Ok(Outcome::PreviousRunStillRunning { slot });
+                    }
+                    Err(error) => {
+                        claim.let_lapse();
+                        return Err(error);
+                    }
+                }
+            }
+        };
         let run = SlotRun {
             slot,
             fence: claim.fence(),
             running_fence: running.as_ref().map(|kept| kept.lock().fence()),
         };
-        let fence = run.fence;
+        let outcome = self.run_claimed(claim, run, job).await;
+        if let Some(running) = running {
+            // Freed at once for the next slot; if this fails, it lapses.
+            if let Err(error) = running.release().await {
+                tracing::warn!(%error, job = %self.job, "could not release the running lock");
+            }
+        }
+        outcome
+    }
+
+    /// Runs the job of a trusted claim, and holds the slot to its end.
+    async fn run_claimed<F, Fut, T>(
+        &self,
+        claim: Box<dyn Lock>,
+        run: SlotRun,
+        job: F,
+    ) -> Result<Outcome<T>>
+    where
+        F: FnOnce(SlotRun) -> Fut,
+        Fut: Future<Output = T>,
+    {
+        let (slot, fence) = (run.slot, run.fence);
         if !self.retry {
             // Already held to the slot's end plus the bound.
             claim.let_lapse();
@@ -435,14 +482,20 @@ impl Schedule {
         }
         let kept = KeepAlive::start(claim, self.run_lease)?;
         let output = job(run).await;
-        // Hold the slot to its end now that the run is over.
-        let claim = kept.stop().await?;
-        let hold = self.hold_for(&slot, self.now());
-        let held_to_end = claim.renew(hold).await.unwrap_or(false);
-        if !held_to_end {
-            tracing::warn!(job = %self.job, slot = slot.index, fence, "the claim was lost during the run");
-        }
-        claim.let_lapse();
+        // Hold the slot to its end now that the run is over. `stop` waits
+        // for a renewal on its way, so none lands after the hold below and
+        // shortens it.
+        let held_to_end = match kept.stop().await {
+            Ok(claim) => {
+                let held = self.hold_to_end(&*claim, &slot).await;
+                claim.let_lapse();
+                held
+            }
+            Err(reason) => {
+                tracing::warn!(job = %self.job, slot = slot.index, fence, ?reason, "the claim was lost during the run");
+                false
+            }
+        };
         Ok(Outcome::Ran {
             slot,
             fence,
@@ -451,11 +504,37 @@ impl Schedule {
         })
     }
 
-    /// Runs the job slot after slot, forever: tries each slot once at its
-    /// start (by this replica's clock) and hands every outcome to
-    /// `on_outcome`. With [`Schedule::retry_crashed_runs`], a slot claimed
-    /// elsewhere is tried again every half run lease until it ends, so that
-    /// a crashed run's slot is picked up. Returns only on a store error.
+    /// Renews `claim` to the slot's end plus the skew bound; an error is
+    /// tried again while the claim is still valid. Whether it holds.
+    async fn hold_to_end(&self, claim: &dyn Lock, slot: &Slot) -> bool {
+        loop {
+            match claim.renew(self.hold_for(slot, self.now())).await {
+                Ok(held) => {
+                    if !held {
+                        tracing::warn!(job = %self.job, slot = slot.index, fence = claim.fence(), "the claim was lost before it could be held to the slot's end");
+                    }
+                    return held;
+                }
+                Err(error) if claim.valid_until() > Instant::now() + HOLD_RETRY_PAUSE => {
+                    tracing::warn!(%error, job = %self.job, slot = slot.index, "holding the claim to the slot's end failed; retrying");
+                    tokio::time::sleep(HOLD_RETRY_PAUSE).await;
+                }
+                Err(error) => {
+                    tracing::warn!(%error, job = %self.job, slot = slot.index, "could not hold the claim to the slot's end");
+                    return false;
+                }
+            }
+        }
+    }
+
+    /// Runs the job slot after slot, forever, and hands every outcome to
+    /// `on_outcome`: tries each slot at its start (by this replica's clock),
+    /// and at once if a run outlasted its slot and the next one has begun.
+    /// A slot is never tried again once this loop has had its outcome (a
+    /// clock stepped back does not bring it round again) — except that
+    /// with [`Schedule::retry_crashed_runs`], a slot claimed elsewhere is
+    /// tried again every half run lease until it ends, so that a crashed
+    /// run's slot is picked up. Returns only on a store error.
     pub async fn run<F, Fut, T>(
         &self,
         store: &dyn Store,
@@ -467,10 +546,24 @@ impl Schedule {
         F: FnMut(SlotRun) -> Fut,
         Fut: Future<Output = T>,
     {
+        // The last slot whose outcome is final for this loop.
+        let mut done: Option<u64> = None;
         loop {
+            if done.is_some_and(|done| self.current_slot().index <= done) {
+                tokio::time::sleep(self.until_next_slot() + Duration::from_millis(1)).await;
+                continue;
+            }
             let outcome = self.run_once(store, replica, &mut job).await?;
             on_outcome(&outcome);
+            let slot = outcome.slot().index;
             let retry_later = self.retry && matches!(outcome, Outcome::ClaimedElsewhere { .. });
+            if !retry_later {
+                done = Some(slot);
+            }
+            if self.current_slot().index > slot {
+                // The run outlasted its slot: the next one is due now.
+                continue;
+            }
             let nap = self.until_next_slot();
             let nap = if retry_later {
                 nap.min(self.run_lease / 2)
@@ -478,6 +571,18 @@ impl Schedule {
                 nap
             };
             tokio::time::sleep(nap + Duration::from_millis(1)).await;
+        }
+    }
+}
+
+impl<T> Outcome<T> {
+    /// The slot the outcome is about.
+    pub fn slot(&self) -> Slot {
+        match self {
+            Outcome::Ran { slot, .. }
+            | Outcome::ClaimedElsewhere { slot }
+            | Outcome::TooLate { slot }
+            | Outcome::PreviousRunStillRunning { slot } => *slot,
         }
     }
 }
@@ -530,8 +635,30 @@ mod tests {
     #[test]
     fn bad_schedules_are_refused() {
         assert_eq!(
-            Schedule::every("j", Duration::from_micros(999)).unwrap_err(),
+            Schedule::every("j", Duration::ZERO).unwrap_err(),
             ScheduleError::PeriodTooShort
+        );
+        assert_eq!(
+            Schedule::every("j", Duration::from_micros(1500)).unwrap_err(),
+            ScheduleError::NotWholeMillis("the period")
+        );
+        let longest = Duration::from_millis(crate::MAX_LEASE_MILLIS);
+        assert!(matches!(
+            Schedule::every("j", longest),
+            Err(ScheduleError::TooLarge(_))
+        ));
+        let day = Schedule::every("j", Duration::from_secs(86_400)).unwrap();
+        assert!(matches!(
+            day.clone().max_clock_skew(longest - Duration::from_secs(86_400)),
+            Err(ScheduleError::TooLarge(_))
+        ));
+        assert_eq!(
+            day.clone().offset(Duration::from_micros(10)).unwrap_err(),
+            ScheduleError::NotWholeMillis("the offset")
+        );
+        assert_eq!(
+            day.max_clock_skew(Duration::from_nanos(1)).unwrap_err(),
+            ScheduleError::NotWholeMillis("the clock skew bound")
         );
         assert!(matches!(
             Schedule::every("", Duration::from_secs(1)),

@@ -14,6 +14,7 @@ use std::time::{Duration, SystemTime};
 
 use alkstore_core::Store;
 use alkstore_core::schedule::{Outcome, Schedule, Slot};
+use tokio::sync::Notify;
 
 /// A clock offset: how far a replica's clock is ahead (positive) or behind
 /// (negative) the host's, in milliseconds.
@@ -29,7 +30,10 @@ pub fn shifted_clock(offset: OffsetMs) -> impl Fn() -> SystemTime + Send + Sync 
 }
 
 /// When a replica crashes: in the first job it runs of this slot or a later
-/// one, after saying it started.
+/// one, after saying it started. The crash is real as far as the schedule
+/// can tell: the job never ends, and the replica drops the `run_once`
+/// future in the middle of it (its keep-alive, if any, with it) and tries
+/// nothing more; a replica in a child process then aborts.
 pub type CrashAt = Option<u64>;
 
 /// What one replica saw: the slots whose job it started.
@@ -61,9 +65,9 @@ pub struct Plan {
 /// Runs one replica over the slots `plan.first..=plan.last` of `schedule`
 /// (whose clock is the replica's), trying each slot at its start, middle
 /// and end less `plan.late`. The job reports its start, then works for
-/// `plan.work`; in the first job it runs from slot `crash_at` on, it stops
-/// for good instead (the replica's remaining slots are not tried), as a
-/// process that died mid-run.
+/// `plan.work`; in the first job it runs from slot `crash_at` on, it never
+/// ends instead, and the replica drops the run mid-job and returns (see
+/// [`CrashAt`]).
 pub async fn replica(
     store: Arc<dyn Store>,
     schedule: Schedule,
@@ -94,25 +98,29 @@ pub async fn replica(
             }
             let crash = crash_at.is_some_and(|at| slot.index >= at);
             let report = report.clone();
-            let outcome = schedule
-                .run_once(&*store, "replica", |run| async move {
+            let dying = Arc::new(Notify::new());
+            let run = schedule.run_once(&*store, "replica", |run| {
+                let dying = dying.clone();
+                async move {
                     report(run.slot.index);
                     if crash {
-                        // A dead process: the job never ends, nothing more is tried.
-                        return false;
+                        dying.notify_one();
+                        std::future::pending::<()>().await;
                     }
                     tokio::time::sleep(work).await;
-                    true
-                })
-                .await;
-            match outcome {
-                Ok(Outcome::Ran { slot, output, .. }) => {
-                    log.started.push(slot.index);
-                    if !output {
-                        log.crashed = true;
-                        return log;
-                    }
                 }
+            });
+            let outcome = tokio::select! {
+                outcome = run => outcome,
+                () = dying.notified() => {
+                    // Dies mid-job: the run is dropped where it stands.
+                    log.started.push(slot.index);
+                    log.crashed = true;
+                    return log;
+                }
+            };
+            match outcome {
+                Ok(Outcome::Ran { slot, .. }) => log.started.push(slot.index),
                 Ok(_) => {}
                 Err(error) => panic!("replica: the store failed: {error:?}"),
             }

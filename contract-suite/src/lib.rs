@@ -86,7 +86,8 @@ macro_rules! __with_cases {
             peers: fences_in_commit_order_across_stores,
             renew_false_ends_valid_until,
             schedule_runs_each_slot_once_across_skewed_clocks,
-            schedule_crashed_run_is_not_run_again
+            schedule_crashed_run_is_not_run_again,
+            schedule_retry_runs_a_crashed_slot_once_more
         );
     };
 }

@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use alkstore_core::Store;
 
-use crate::support::{assert_closed, granted};
+use crate::support::{assert_closed, granted, refused};
 
 /// After `close`, every operation fails closed, on the store and on handles
 /// taken before; closing again is fine.
@@ -52,6 +52,9 @@ pub async fn calls_racing_close_finish_or_fail_closed(store: Arc<dyn Store>) {
         })
         .collect();
     let held = granted(store.try_lock("held", "a", ttl).await);
+    // The waiter has something to wait for (checked here, not left to the
+    // race between the waiter's first try and close).
+    refused(store.try_lock("held", "b", ttl).await);
     let waiter = {
         let store = store.clone();
         tokio::spawn(async move { store.lock("held", "b", ttl, Duration::from_secs(60)).await })

@@ -1,6 +1,6 @@
 //! The schedule guard over the engine: each slot runs once across replicas
-//! whose clocks disagree within the declared bound, and a crashed run's slot
-//! is not run again.
+//! whose clocks disagree within the declared bound; a crashed run's slot is
+//! not run again, or, with retries on, run once more.
 
 use std::time::Duration;
 
@@ -86,4 +86,57 @@ pub async fn schedule_crashed_run_is_not_run_again(stores: Stores) {
         first_slot_soon + 1
     );
     check_each_slot_once(&log, "one replica crashed mid-run");
+}
+
+/// With retries on (run lease 60 ms, kept alive through runs of 150 ms, then
+/// held to the slot's end): three replicas, the one furthest ahead dying in
+/// its first run from the second slot on. That slot is run once more by
+/// another replica, within the slot; every other slot runs exactly once —
+/// a run that outlived its run lease many times over still holds its slot
+/// to the end.
+pub async fn schedule_retry_runs_a_crashed_slot_once_more(stores: Stores) {
+    let replicas = stores.open(3).await;
+    let base = schedule("fleet/retry")
+        .retry_crashed_runs()
+        .run_lease(Duration::from_millis(60))
+        .unwrap();
+    let first_slot_soon = base.slot_at(std::time::SystemTime::now()).index + 2;
+    let crash_at = first_slot_soon + 1;
+    let log = run_fleet(
+        replicas,
+        base,
+        &[0, 50, 100],
+        5,
+        Duration::from_millis(150),
+        LATE,
+        &[None, None, Some(crash_at)],
+    )
+    .await;
+    assert_eq!(
+        log.crashed,
+        [2],
+        "the replica set to crash did not (it never started a run from slot {crash_at}): {log:?}"
+    );
+    // Replica 2 died in the first run it started from `crash_at` on.
+    let crashed_slot = log
+        .runs
+        .iter()
+        .find(|(slot, who)| **slot >= crash_at && who.contains(&2))
+        .map(|(slot, _)| *slot);
+    for (slot, who) in &log.runs {
+        let expected = if Some(*slot) == crashed_slot { 2 } else { 1 };
+        assert_eq!(
+            who.len(),
+            expected,
+            "rule: with retries on, a crashed run's slot is run once more and every other slot \
+             exactly once; slot {slot} was started by replicas {who:?} (crashed run in slot \
+             {crashed_slot:?}; all: {:?})",
+            log.runs
+        );
+    }
+    assert!(
+        log.missed().is_empty(),
+        "rule: every slot runs while a replica is healthy; saw slots {:?} run by nobody",
+        log.missed()
+    );
 }
