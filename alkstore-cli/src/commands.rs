@@ -6,7 +6,7 @@
 use std::io::{self, BufRead, Write};
 use std::time::{Duration, SystemTime};
 
-use alkstore::{BoxError, Holder, Store};
+use alkstore::{BoxError, Store};
 use alkstore::{Listed, MAX_LIST_LIMIT};
 
 use crate::cli::Command;
@@ -140,10 +140,14 @@ pub async fn show(store: &dyn Store, name: &str, json: bool) -> Result<Outcome, 
     })
 }
 
-/// `release --force`: removes the live grant of `name` with
-/// [`Store::force_release`]. Unless `yes`, first shows the holder and asks
-/// on stderr; anything but `y`/`yes` on stdin is [`Outcome::Aborted`]. A
-/// free name is [`Outcome::Nothing`] (and nothing is asked).
+/// `release --force`: removes the live grant of `name`. Unless `yes`, first
+/// shows the holder and asks on stderr; anything but `y`/`yes` on stdin is
+/// [`Outcome::Aborted`]. The answer removes exactly the grant shown
+/// ([`Store::force_release_grant`]): if another grant holds the name by
+/// then, nothing is removed and that is [`Outcome::Aborted`] too. With
+/// `yes`, whatever grant holds the name is removed
+/// ([`Store::force_release`]). A free name is [`Outcome::Nothing`] (and
+/// nothing is asked).
 pub async fn release(
     store: &dyn Store,
     name: &str,
@@ -172,9 +176,29 @@ pub async fn release(
         }
         Some(holder)
     };
-    let Some(released) = store.force_release(name).await? else {
-        say_free(name)?;
-        return Ok(Outcome::Nothing);
+    // What was confirmed is what is removed: a grant that replaced it
+    // after the question (the lease lapsed, another holder came) stays.
+    let released = match &confirmed {
+        Some(confirmed) => store.force_release_grant(name, confirmed.fence).await?,
+        None => store.force_release(name).await?,
+    };
+    let Some(released) = released else {
+        match (&confirmed, store.holder(name).await?) {
+            (Some(confirmed), Some(now)) => {
+                note(&format!(
+                    "the holder changed after the question: {} is now held by {}; nothing \
+                     released (it was {})",
+                    printable(name),
+                    output::describe(&now),
+                    output::describe(confirmed)
+                ));
+                return Ok(Outcome::Aborted);
+            }
+            _ => {
+                say_free(name)?;
+                return Ok(Outcome::Nothing);
+            }
+        }
     };
     let mut out = io::stdout().lock();
     writeln!(
@@ -184,15 +208,6 @@ pub async fn release(
         output::describe(&released)
     )?;
     out.flush()?;
-    if let Some(confirmed) = confirmed {
-        if !same_grant(&confirmed, &released) {
-            note(&format!(
-                "the holder changed after the question: released {} instead of {}",
-                output::describe(&released),
-                output::describe(&confirmed)
-            ));
-        }
-    }
     Ok(Outcome::Done)
 }
 
@@ -243,11 +258,6 @@ pub async fn watch(store: &dyn Store, name: &str, interval: Duration) -> Result<
         }
     }
     Ok(Outcome::Done)
-}
-
-/// Whether two reports name the same grant (owner and fence).
-fn same_grant(a: &Holder, b: &Holder) -> bool {
-    a.owner == b.owner && a.fence == b.fence
 }
 
 /// Says on stdout that `name` is free and nothing was released.

@@ -18,7 +18,9 @@
 //! - 1: nothing there (`show`: the name is free; `release`: it was free);
 //! - 2: usage error (clap's own);
 //! - 3: an error from the store or the URL;
-//! - 4: aborted at the confirmation prompt of `release`.
+//! - 4: aborted at the confirmation prompt of `release`, or confirmed but
+//!   nothing removed: another grant held the name by then (the answer
+//!   removes only the grant that was shown).
 //!
 //! Errors print to stderr as `alkstore: <error>`, then one
 //! `  caused by: <source>` line for each source in the chain.

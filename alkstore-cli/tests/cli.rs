@@ -290,6 +290,61 @@ async fn purge_deletes_expired_rows_and_says_how_many() {
     store.close().await.unwrap();
 }
 
+/// The operator is shown one grant and answers yes; meanwhile that grant
+/// was released and another holder took the name. The answer removes
+/// nothing: the new holder keeps the lock, and the binary says why (exit 4).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_confirmed_release_removes_only_the_grant_shown() {
+    use std::io::{Read, Write};
+
+    let dir = tempfile::tempdir().unwrap();
+    let url = sqlite_url(&dir);
+    let store = alkstore::open(&url).await.unwrap();
+    let shown = store.try_lock("swap", "first", TTL).await.unwrap().unwrap();
+    let mut child = Running(
+        std::process::Command::new(BIN)
+            .env_remove("ALKSTORE_URL")
+            .args(["--url", url.as_str(), "release", "--force", "swap"])
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap(),
+    );
+    let child = &mut child.0;
+    // Wait for the question (it ends without a newline).
+    let mut stderr = child.stderr.take().unwrap();
+    let mut seen = Vec::new();
+    let mut byte = [0u8; 1];
+    while !String::from_utf8_lossy(&seen).contains("[y/N] ") {
+        assert_eq!(stderr.read(&mut byte).unwrap(), 1, "no question: {seen:?}");
+        seen.push(byte[0]);
+    }
+    assert!(shown.release().await.unwrap());
+    let next = store
+        .try_lock("swap", "second", TTL)
+        .await
+        .unwrap()
+        .unwrap();
+    child.stdin.take().unwrap().write_all(b"y\n").unwrap();
+    let status = child.wait().unwrap();
+    let mut rest = String::new();
+    stderr.read_to_string(&mut rest).unwrap();
+    assert_eq!(status.code(), Some(4), "{rest}");
+    assert!(rest.contains("the holder changed"), "{rest}");
+    assert_eq!(
+        store
+            .holder("swap")
+            .await
+            .unwrap()
+            .map(|h| (h.owner, h.fence)),
+        Some(("second".to_owned(), next.fence())),
+        "the confirmed release removed a grant the operator never saw"
+    );
+    assert!(next.release().await.unwrap());
+    store.close().await.unwrap();
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_url_can_come_from_the_environment() {
     let dir = tempfile::tempdir().unwrap();
@@ -371,10 +426,11 @@ fn no_output_holds_the_password() {
     });
 }
 
-/// A running `watch`, killed when dropped (also when the test fails).
-struct Watch(Child);
+/// A running binary (a `watch`, a question waiting for its answer), killed
+/// when dropped (also when the test fails).
+struct Running(Child);
 
-impl Drop for Watch {
+impl Drop for Running {
     fn drop(&mut self) {
         let _ = self.0.kill();
         let _ = self.0.wait();
@@ -430,7 +486,7 @@ async fn watch_prints_each_change_of_holder() {
         .stderr(Stdio::inherit())
         .spawn()
         .unwrap();
-    let mut watch = Watch(child);
+    let mut watch = Running(child);
     let lines = lines_of(watch.0.stdout.take().unwrap());
 
     let line = next_line(&lines);

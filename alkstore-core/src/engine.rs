@@ -107,8 +107,14 @@ pub trait Engine: Send + Sync + 'static {
     /// [`Engine::purge_expired`]'s. The core wakes this process's waiters
     /// when it answers `Some`; an engine signals other processes (if it
     /// can) itself, as for a release. A removal answered must stay removed
-    /// through a crash: the operator was told the name is free.
-    async fn force_release(&self, name: &str) -> Result<Option<Holder>, BoxError>;
+    /// through a crash: the operator was told the name is free. With
+    /// `fence`, only the live grant of that fence is removed: any other
+    /// live grant (or none) answers `None` and stays.
+    async fn force_release(
+        &self,
+        name: &str,
+        fence: Option<u64>,
+    ) -> Result<Option<Holder>, BoxError>;
 
     /// Release the engine's resources (connections, threads).
     async fn close(&self) -> Result<(), BoxError>;

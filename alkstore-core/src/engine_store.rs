@@ -111,6 +111,49 @@ impl<E: Engine> EngineStore<E> {
             Attempt::Held { expires_in } => (None, expires_in),
         })
     }
+
+    /// `force_release` and `force_release_grant`: of any live grant, or of
+    /// the one with `fence`.
+    async fn forced_release(&self, name: &str, fence: Option<u64>) -> Result<Option<Holder>> {
+        let span = tracing::debug_span!(
+            "alkstore.force_release",
+            name,
+            expected_fence = fence,
+            outcome = field::Empty,
+            owner = field::Empty,
+            fence = field::Empty
+        );
+        async {
+            validate_name(name)?;
+            self.shared.check_open("force_release")?;
+            let removed = self.shared.engine.force_release(name, fence).await;
+            let outcome = match &removed {
+                Ok(Some(_)) => "removed",
+                Ok(None) => "free",
+                Err(_) => "error",
+            };
+            let engine = self.shared.engine.name();
+            metrics::count(FORCE_RELEASE_TOTAL, &[("engine", engine), ("outcome", outcome)]);
+            let removed = removed.map_err(|e| Error::database("force_release", e))?;
+            let span = tracing::Span::current();
+            match &removed {
+                Some(holder) => {
+                    // Waiters in this process hear of it as of a release.
+                    self.shared.engine.releases().released(name);
+                    span.record("outcome", "removed");
+                    span.record("owner", holder.owner.as_str());
+                    span.record("fence", holder.fence);
+                    tracing::info!(name, owner = %holder.owner, fence = holder.fence, "lock released by force");
+                }
+                None => {
+                    span.record("outcome", "free");
+                }
+            }
+            Ok(removed)
+        }
+        .instrument(span)
+        .await
+    }
 }
 
 /// An acquire in flight, for [`Grants`]' memory of releases.
@@ -362,43 +405,11 @@ impl<E: Engine> Store for EngineStore<E> {
     }
 
     async fn force_release(&self, name: &str) -> Result<Option<Holder>> {
-        let span = tracing::debug_span!(
-            "alkstore.force_release",
-            name,
-            outcome = field::Empty,
-            owner = field::Empty,
-            fence = field::Empty
-        );
-        async {
-            validate_name(name)?;
-            self.shared.check_open("force_release")?;
-            let removed = self.shared.engine.force_release(name).await;
-            let outcome = match &removed {
-                Ok(Some(_)) => "removed",
-                Ok(None) => "free",
-                Err(_) => "error",
-            };
-            let engine = self.shared.engine.name();
-            metrics::count(FORCE_RELEASE_TOTAL, &[("engine", engine), ("outcome", outcome)]);
-            let removed = removed.map_err(|e| Error::database("force_release", e))?;
-            let span = tracing::Span::current();
-            match &removed {
-                Some(holder) => {
-                    // Waiters in this process hear of it as of a release.
-                    self.shared.engine.releases().released(name);
-                    span.record("outcome", "removed");
-                    span.record("owner", holder.owner.as_str());
-                    span.record("fence", holder.fence);
-                    tracing::info!(name, owner = %holder.owner, fence = holder.fence, "lock released by force");
-                }
-                None => {
-                    span.record("outcome", "free");
-                }
-            }
-            Ok(removed)
-        }
-        .instrument(span)
-        .await
+        self.forced_release(name, None).await
+    }
+
+    async fn force_release_grant(&self, name: &str, fence: u64) -> Result<Option<Holder>> {
+        self.forced_release(name, Some(fence)).await
     }
 
     async fn close(&self) -> Result<()> {
@@ -472,6 +483,14 @@ macro_rules! delegate_store {
                 name: &str,
             ) -> $crate::Result<::std::option::Option<$crate::Holder>> {
                 self.$field.force_release(name).await
+            }
+
+            async fn force_release_grant(
+                &self,
+                name: &str,
+                fence: u64,
+            ) -> $crate::Result<::std::option::Option<$crate::Holder>> {
+                self.$field.force_release_grant(name, fence).await
             }
 
             async fn close(&self) -> $crate::Result<()> {
@@ -573,7 +592,7 @@ mod tests {
         async fn list(&self, _: &str, _: Option<&str>, _: usize) -> Result<Vec<Listed>, BoxError> {
             Ok(Vec::new())
         }
-        async fn force_release(&self, _: &str) -> Result<Option<Holder>, BoxError> {
+        async fn force_release(&self, _: &str, _: Option<u64>) -> Result<Option<Holder>, BoxError> {
             Ok(None)
         }
         async fn close(&self) -> Result<(), BoxError> {

@@ -218,7 +218,9 @@ fn check_longest_hold(period: Duration, skew: Duration) -> std::result::Result<(
     let longest = period
         .checked_add(skew)
         .and_then(|d| d.checked_add(ROUNDING_MARGIN))
-        .ok_or(ScheduleError::TooLarge("the period plus the clock skew bound"))?;
+        .ok_or(ScheduleError::TooLarge(
+            "the period plus the clock skew bound",
+        ))?;
     millis(longest, "the period plus the clock skew bound").map(|_| ())
 }
 
@@ -649,7 +651,8 @@ mod tests {
         ));
         let day = Schedule::every("j", Duration::from_secs(86_400)).unwrap();
         assert!(matches!(
-            day.clone().max_clock_skew(longest - Duration::from_secs(86_400)),
+            day.clone()
+                .max_clock_skew(longest - Duration::from_secs(86_400)),
             Err(ScheduleError::TooLarge(_))
         ));
         assert_eq!(

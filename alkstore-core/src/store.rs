@@ -76,6 +76,13 @@ pub trait Store: Send + Sync {
     /// whatever checks fences. Waiters for the name are woken as by a release.
     async fn force_release(&self, name: &str) -> Result<Option<Holder>>;
 
+    /// [`Store::force_release`] of one grant: removes the live grant of
+    /// `name` only if its fence is `fence` (the one an operator was shown
+    /// and confirmed), and answers it. `None`: the name is free or held by
+    /// another grant (which stays held) — look again with
+    /// [`Store::holder`].
+    async fn force_release_grant(&self, name: &str, fence: u64) -> Result<Option<Holder>>;
+
     /// Closes the store; every later call on it or its handles fails with
     /// [`Error::Database`](crate::Error::Database) holding [`Closed`](crate::Closed).
     /// Closing twice is not an error.

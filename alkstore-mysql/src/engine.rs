@@ -208,11 +208,18 @@ impl Engine for MySqlEngine {
     /// live (no `DELETE … RETURNING` in MySQL): two statements, no lock
     /// held between them. A grant that changed in between (renewed, taken
     /// over, released) is read again.
-    async fn force_release(&self, name: &str) -> Result<Option<Holder>, BoxError> {
+    async fn force_release(
+        &self,
+        name: &str,
+        fence: Option<u64>,
+    ) -> Result<Option<Holder>, BoxError> {
         for _ in 0..FORCE_RELEASE_TRIES {
             let Some(holder) = self.holder(name).await? else {
                 return Ok(None);
             };
+            if fence.is_some_and(|fence| fence != holder.fence) {
+                return Ok(None);
+            }
             let done = self
                 .connections
                 // Not retried after a lost connection: the first try may

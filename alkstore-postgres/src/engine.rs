@@ -200,7 +200,12 @@ impl Engine for PgEngine {
             .collect())
     }
 
-    async fn force_release(&self, name: &str) -> Result<Option<Holder>, BoxError> {
+    async fn force_release(
+        &self,
+        name: &str,
+        fence: Option<u64>,
+    ) -> Result<Option<Holder>, BoxError> {
+        let fence = fence.map(fence_to_sql);
         let row: Option<(String, i64, i64, Option<String>)> = self
             .connections
             // Not retried after a lost connection: the first try may have
@@ -211,6 +216,7 @@ impl Engine for PgEngine {
                         .bind(name)
                         .bind(&self.channel)
                         .bind(&self.tag)
+                        .bind(fence)
                         .fetch_optional(conn),
                 )
             })

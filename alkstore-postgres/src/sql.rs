@@ -308,6 +308,7 @@ END"
                 "WITH {DURABLE_COMMIT_CTE},
                  gone AS (
                      DELETE FROM {locks} WHERE name = $1 AND expires_at > {NOW_MS}
+                       AND ($4::bigint IS NULL OR fence = $4)
                        AND EXISTS (SELECT 1 FROM durable_commit)
                      RETURNING owner, fence, expires_at
                  )

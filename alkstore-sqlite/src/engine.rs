@@ -207,12 +207,17 @@ impl Engine for SqliteEngine {
             .await
     }
 
-    async fn force_release(&self, name: &str) -> Result<Option<Holder>, BoxError> {
+    async fn force_release(
+        &self,
+        name: &str,
+        fence: Option<u64>,
+    ) -> Result<Option<Holder>, BoxError> {
         let name = name.to_owned();
+        let fence = fence.map(fence_to_sql);
         self.worker
             .run(move |conn, _| {
                 conn.prepare_cached(sql::FORCE_RELEASE)?
-                    .query_row(params![name, system_millis()], |r| holder_of(r, 0))
+                    .query_row(params![name, system_millis(), fence], |r| holder_of(r, 0))
                     .optional()
             })
             .await

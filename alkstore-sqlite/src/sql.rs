@@ -65,7 +65,7 @@ ORDER BY name LIMIT ?4";
 
 /// ?1 the name, ?2 now: removes the live row only, and answers it.
 pub(crate) const FORCE_RELEASE: &str = "
-DELETE FROM alkstore_locks WHERE name = ?1 AND expires_at > ?2
+DELETE FROM alkstore_locks WHERE name = ?1 AND expires_at > ?2 AND (?3 IS NULL OR fence = ?3)
 RETURNING owner, fence, expires_at - ?2";
 
 pub(crate) const PURGE: &str = "DELETE FROM alkstore_locks WHERE expires_at <= ?1";

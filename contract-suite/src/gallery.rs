@@ -60,11 +60,14 @@ pub enum Flaw {
     /// Hands the fence of a grant removed by force out again (as an engine
     /// drawing the next fence from the rows left would).
     ForcedReleaseRewindsTheFence,
+    /// Removes whatever grant holds the name when asked to remove one
+    /// grant (the fence is not looked at).
+    ForcedReleaseIgnoresTheFence,
 }
 
 impl Flaw {
     /// Every flaw in the gallery.
-    pub const ALL: [Flaw; 20] = [
+    pub const ALL: [Flaw; 21] = [
         Flaw::GrantsOverALiveRow,
         Flaw::NeverExpires,
         Flaw::KeepsTheFenceOnTakeover,
@@ -85,6 +88,7 @@ impl Flaw {
         Flaw::PurgeCountsNothing,
         Flaw::ListsExpiredRows,
         Flaw::ForcedReleaseRewindsTheFence,
+        Flaw::ForcedReleaseIgnoresTheFence,
     ];
 
     /// The rule of docs/contract.md it breaks.
@@ -113,6 +117,9 @@ impl Flaw {
             Flaw::ListsExpiredRows => "list shows live holders only",
             Flaw::ForcedReleaseRewindsTheFence => {
                 "the grant after a forced release has a higher fence"
+            }
+            Flaw::ForcedReleaseIgnoresTheFence => {
+                "a forced release of one grant removes that grant only"
             }
         }
     }
@@ -241,6 +248,7 @@ impl Flaw {
             ],
             Flaw::ListsExpiredRows => &["list_pages_live_holders_by_prefix"],
             Flaw::ForcedReleaseRewindsTheFence => &["force_release_ends_the_grant"],
+            Flaw::ForcedReleaseIgnoresTheFence => &["force_release_ends_the_grant"],
         }
     }
 
@@ -475,8 +483,16 @@ impl Engine for Broken {
         self.inner.list(prefix, after, limit).await
     }
 
-    async fn force_release(&self, name: &str) -> Result<Option<Holder>, BoxError> {
-        let removed = self.inner.force_release(name).await?;
+    async fn force_release(
+        &self,
+        name: &str,
+        fence: Option<u64>,
+    ) -> Result<Option<Holder>, BoxError> {
+        let fence = match self.flaw {
+            Flaw::ForcedReleaseIgnoresTheFence => None,
+            _ => fence,
+        };
+        let removed = self.inner.force_release(name, fence).await?;
         if self.flaw == Flaw::ForcedReleaseRewindsTheFence {
             // As an engine that draws the next fence from the rows left
             // (max + 1) would: the removed grant's fence is handed out again.

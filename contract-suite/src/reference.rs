@@ -178,10 +178,16 @@ impl Engine for MemoryEngine {
         Ok(self.with_rows(|rows| rows.list(prefix, after, limit, now)))
     }
 
-    async fn force_release(&self, name: &str) -> Result<Option<Holder>, BoxError> {
+    async fn force_release(
+        &self,
+        name: &str,
+        fence: Option<u64>,
+    ) -> Result<Option<Holder>, BoxError> {
         let now = Instant::now();
         Ok(self.with_rows(|rows| {
-            let live = rows.live(name, now);
+            let live = rows
+                .live(name, now)
+                .filter(|holder| fence.is_none_or(|fence| holder.fence == fence));
             if live.is_some() {
                 rows.rows.remove(name);
             }

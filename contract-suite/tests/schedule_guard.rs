@@ -59,8 +59,12 @@ impl Engine for LateAnswers {
     ) -> Result<Vec<Listed>, BoxError> {
         self.inner.list(prefix, after, limit).await
     }
-    async fn force_release(&self, name: &str) -> Result<Option<Holder>, BoxError> {
-        self.inner.force_release(name).await
+    async fn force_release(
+        &self,
+        name: &str,
+        fence: Option<u64>,
+    ) -> Result<Option<Holder>, BoxError> {
+        self.inner.force_release(name, fence).await
     }
     async fn close(&self) -> Result<(), BoxError> {
         self.inner.close().await
@@ -263,7 +267,10 @@ async fn run_does_not_run_a_slot_again_when_the_clock_steps_back() {
             if outcomes.is_empty() {
                 // Back a slot and a half: the slot just run comes round
                 // again after its claim (held to its end) has lapsed.
-                shift.store(-((PERIOD + PERIOD / 2).as_millis() as i64), Ordering::SeqCst);
+                shift.store(
+                    -((PERIOD + PERIOD / 2).as_millis() as i64),
+                    Ordering::SeqCst,
+                );
             }
             outcomes.push(outcome.clone());
         },
@@ -283,8 +290,5 @@ async fn run_does_not_run_a_slot_again_when_the_clock_steps_back() {
         ran, all,
         "rule: run does not run a slot again after its clock steps back"
     );
-    assert!(
-        all.windows(2).all(|w| w[1] == w[0] + 1),
-        "runs {all:?}"
-    );
+    assert!(all.windows(2).all(|w| w[1] == w[0] + 1), "runs {all:?}");
 }

@@ -122,9 +122,11 @@ pub async fn list_pages_live_holders_by_prefix(store: Arc<dyn Store>) {
 /// the old handle's `renew` and `release` then answer `false`, its
 /// keep-alive reports the lease revoked, and the next grant has a higher
 /// fence. A free name, or an expired row, answers `None` (the expired row
-/// is left for `purge_expired`).
+/// is left for `purge_expired`). `force_release_grant` removes only the
+/// live grant of the fence it is given.
 pub async fn force_release_ends_the_grant(store: Arc<dyn Store>) {
     let stuck = granted(store.try_lock("stuck", "a", LONG).await);
+    let stuck_fence = stuck.fence();
     let removed = store.force_release("stuck").await.unwrap();
     let removed = removed.expect(
         "rule: force_release answers the live holder it removed; saw None, expected a's grant",
@@ -196,5 +198,36 @@ pub async fn force_release_ends_the_grant(store: Arc<dyn Store>) {
         store.force_release("alkstore.x").await,
         Err(Error::ReservedName { .. })
     ));
-    assert!(next.release().await.unwrap());
+    assert!(matches!(
+        store.force_release_grant("alkstore.x", 1).await,
+        Err(Error::ReservedName { .. })
+    ));
+
+    // The grant an operator confirmed, and no other: `next` holds "stuck".
+    let other = store
+        .force_release_grant("stuck", stuck_fence)
+        .await
+        .unwrap();
+    assert!(
+        other.is_none(),
+        "rule: force_release_grant of a fence that no longer holds the name answers None; \
+         saw {other:?}"
+    );
+    assert_eq!(
+        store.holder("stuck").await.unwrap().map(|h| h.fence),
+        Some(next.fence()),
+        "rule: force_release_grant leaves another grant of the name alone"
+    );
+    let confirmed = store
+        .force_release_grant("stuck", next.fence())
+        .await
+        .unwrap()
+        .map(|h| (h.owner, h.fence));
+    assert_eq!(
+        confirmed,
+        Some(("b".to_owned(), next.fence())),
+        "rule: force_release_grant removes the live grant of its fence and answers it"
+    );
+    assert!(store.holder("stuck").await.unwrap().is_none());
+    assert!(!next.release().await.unwrap());
 }

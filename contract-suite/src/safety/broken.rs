@@ -80,7 +80,7 @@ impl Engine for GrantsEverything {
         Err(NOT_FOR_LISTING.into())
     }
 
-    async fn force_release(&self, _: &str) -> Result<Option<Holder>, BoxError> {
+    async fn force_release(&self, _: &str, _: Option<u64>) -> Result<Option<Holder>, BoxError> {
         Err(NOT_FOR_LISTING.into())
     }
 
@@ -205,7 +205,7 @@ impl Engine for DrawsFenceEarly {
         Err(NOT_FOR_LISTING.into())
     }
 
-    async fn force_release(&self, _: &str) -> Result<Option<Holder>, BoxError> {
+    async fn force_release(&self, _: &str, _: Option<u64>) -> Result<Option<Holder>, BoxError> {
         Err(NOT_FOR_LISTING.into())
     }
 
