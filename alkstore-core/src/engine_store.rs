@@ -126,11 +126,17 @@ impl<E: Engine> EngineStore<E> {
         async {
             validate_name(name)?;
             self.shared.check_open("force_release")?;
-            let removed = self.shared.engine.force_release(name, fence).await;
-            let outcome = match &removed {
-                Ok(Some(_)) => "removed",
-                Ok(None) => "free",
-                Err(_) => "error",
+            // No grant has a fence the stores cannot hold (above i64::MAX).
+            let removed = if fence.is_some_and(|fence| i64::try_from(fence).is_err()) {
+                Ok(None)
+            } else {
+                self.shared.engine.force_release(name, fence).await
+            };
+            let outcome = match (&removed, fence) {
+                (Ok(Some(_)), _) => "removed",
+                (Ok(None), None) => "free",
+                (Ok(None), Some(_)) => "not_that_grant",
+                (Err(_), _) => "error",
             };
             let engine = self.shared.engine.name();
             metrics::count(FORCE_RELEASE_TOTAL, &[("engine", engine), ("outcome", outcome)]);
@@ -146,7 +152,7 @@ impl<E: Engine> EngineStore<E> {
                     tracing::info!(name, owner = %holder.owner, fence = holder.fence, "lock released by force");
                 }
                 None => {
-                    span.record("outcome", "free");
+                    span.record("outcome", outcome);
                 }
             }
             Ok(removed)

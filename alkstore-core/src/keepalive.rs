@@ -21,12 +21,17 @@ const WATCH_CEILING: Duration = Duration::from_millis(100);
 const WATCH_FLOOR: Duration = Duration::from_millis(5);
 
 /// Why a kept lease was lost.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[non_exhaustive]
 pub enum LostReason {
     /// A renewal answered `false`: the grant is gone (taken over, purged, or lapsed).
+    #[error("the lease was revoked: a renewal found the grant gone")]
     Revoked,
     /// No renewal succeeded in time; the last error, if any, says why.
+    #[error(
+        "the lease could not be renewed in time{}",
+        last_error.as_ref().map(|e| format!(" (last error: {e})")).unwrap_or_default()
+    )]
     NotRenewedInTime {
         /// The last renewal error, as text.
         last_error: Option<String>,
@@ -218,11 +223,14 @@ impl KeepAlive {
     /// renewal left it: for a holder that goes on without renewals (renews
     /// once more itself, lets the lease lapse on purpose, releases later).
     ///
-    /// A renewal in flight is waited for, not cut off: once this returns, no
-    /// renewal of the keep-alive can still land and overwrite what the
-    /// holder does next with the lock (a longer or shorter lease). If the
-    /// lease was lost before the renewals stopped, the answer is why (the
-    /// lock was released or is lapsing, as [`KeepAlive::lost`] describes).
+    /// A renewal in flight is waited for, not cut off: once this returns the
+    /// lock, no renewal of the keep-alive can still land and overwrite what
+    /// the holder does next with it (a longer or shorter lease). If the
+    /// lease was lost before the renewals stopped, the answer is why, and
+    /// there is no lock to go on with: after `NotRenewedInTime` the
+    /// keep-alive has made its one attempt to release the grant, and the
+    /// renewal it gave up on may still land — if that release failed too,
+    /// the grant can outlive the loss by up to one `ttl`.
     pub async fn stop(mut self) -> std::result::Result<Box<dyn Lock>, LostReason> {
         if let Some(task) = self.task.take() {
             self.stop.notify_one();
@@ -319,8 +327,9 @@ async fn keep(
             // A stop is heard only here and between retries: never while a
             // renewal is on its way.
             tokio::select! {
-                () = tokio::time::sleep_until(due.min(now + watch).into()) => {}
+                biased;
                 () = stop.notified() => return,
+                () = tokio::time::sleep_until(due.min(now + watch).into()) => {}
             }
             let (next, until) = schedule(lock.valid_until(), last, Instant::now(), &options);
             due = due.min(next);
@@ -370,8 +379,9 @@ async fn keep(
                     let pause = Instant::now() + RETRY_PAUSE;
                     if pause < give_up {
                         tokio::select! {
-                            () = tokio::time::sleep_until(pause.into()) => {}
+                            biased;
                             () = stop.notified() => return,
+                            () = tokio::time::sleep_until(pause.into()) => {}
                         }
                         continue;
                     }
@@ -680,7 +690,10 @@ mod tests {
             tokio::time::sleep(Duration::from_millis(1)).await;
         }
         let in_flight = sent.lock().unwrap()[0];
-        let lock = kept.stop().await.expect("held");
+        let lock = tokio::time::timeout(Duration::from_secs(5), kept.stop())
+            .await
+            .expect("stop returned within 5 s")
+            .expect("held");
         assert_eq!(
             lock.valid_until(),
             in_flight + ttl,

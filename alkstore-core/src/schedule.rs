@@ -401,8 +401,24 @@ impl Schedule {
         F: FnOnce(SlotRun) -> Fut,
         Fut: Future<Output = T>,
     {
+        self.run_slot(store, replica, self.current_slot(), job)
+            .await
+    }
+
+    /// [`Schedule::run_once`] of `slot`, which the caller read from this
+    /// replica's clock.
+    async fn run_slot<F, Fut, T>(
+        &self,
+        store: &dyn Store,
+        replica: &str,
+        slot: Slot,
+        job: F,
+    ) -> Result<Outcome<T>>
+    where
+        F: FnOnce(SlotRun) -> Fut,
+        Fut: Future<Output = T>,
+    {
         let owner = &crate::unique_owner(replica)?;
-        let slot = self.current_slot();
         let name = self.slot_name(slot.index);
         let ttl = if self.retry {
             self.run_lease
@@ -444,6 +460,16 @@ impl Schedule {
                 }
             }
         };
+        // A run lease (retries on) is not kept alive until the run starts:
+        // if the running lock's round trip outlasted it, another replica
+        // may hold the slot by now.
+        if claim.valid_until() <= Instant::now() {
+            claim.let_lapse();
+            if let Some(running) = running {
+                let _ = running.release().await;
+            }
+            return Ok(Outcome::TooLate { slot });
+        }
         let run = SlotRun {
             slot,
             fence: claim.fence(),
@@ -507,10 +533,16 @@ impl Schedule {
     }
 
     /// Renews `claim` to the slot's end plus the skew bound; an error is
-    /// tried again while the claim is still valid. Whether it holds.
+    /// tried again while the claim is still valid, and no try waits past
+    /// that. Whether it holds.
     async fn hold_to_end(&self, claim: &dyn Lock, slot: &Slot) -> bool {
         loop {
-            match claim.renew(self.hold_for(slot, self.now())).await {
+            let hold = claim.renew(self.hold_for(slot, self.now()));
+            let Ok(answer) = tokio::time::timeout_at(claim.valid_until().into(), hold).await else {
+                tracing::warn!(job = %self.job, slot = slot.index, "holding the claim to the slot's end took longer than the claim");
+                return false;
+            };
+            match answer {
                 Ok(held) => {
                     if !held {
                         tracing::warn!(job = %self.job, slot = slot.index, fence = claim.fence(), "the claim was lost before it could be held to the slot's end");
@@ -531,7 +563,10 @@ impl Schedule {
 
     /// Runs the job slot after slot, forever, and hands every outcome to
     /// `on_outcome`: tries each slot at its start (by this replica's clock),
-    /// and at once if a run outlasted its slot and the next one has begun.
+    /// and at once if a run outlasted its slot and the next one has begun —
+    /// with [`Overlap::Skip`] that slot is skipped instead (its turn came
+    /// during the run) and reported as
+    /// [`Outcome::PreviousRunStillRunning`], without a call to the store.
     /// A slot is never tried again once this loop has had its outcome (a
     /// clock stepped back does not bring it round again) — except that
     /// with [`Schedule::retry_crashed_runs`], a slot claimed elsewhere is
@@ -548,23 +583,31 @@ impl Schedule {
         F: FnMut(SlotRun) -> Fut,
         Fut: Future<Output = T>,
     {
-        // The last slot whose outcome is final for this loop.
+        // The last slot whose outcome is final for this loop; never lowered.
         let mut done: Option<u64> = None;
         loop {
-            if done.is_some_and(|done| self.current_slot().index <= done) {
+            let slot = self.current_slot();
+            if done.is_some_and(|done| slot.index <= done) {
                 tokio::time::sleep(self.until_next_slot() + Duration::from_millis(1)).await;
                 continue;
             }
-            let outcome = self.run_once(store, replica, &mut job).await?;
+            let outcome = self.run_slot(store, replica, slot, &mut job).await?;
             on_outcome(&outcome);
-            let slot = outcome.slot().index;
             let retry_later = self.retry && matches!(outcome, Outcome::ClaimedElsewhere { .. });
             if !retry_later {
-                done = Some(slot);
+                done = done.max(Some(slot.index));
             }
-            if self.current_slot().index > slot {
-                // The run outlasted its slot: the next one is due now.
-                continue;
+            let now = self.current_slot();
+            if now.index > slot.index {
+                // The run outlasted its slot. The slot that began meanwhile
+                // is due now — unless runs must not overlap: its turn came
+                // during the run, so it is skipped.
+                if self.overlap == Overlap::Skip && matches!(outcome, Outcome::Ran { .. }) {
+                    done = done.max(Some(now.index));
+                    on_outcome(&Outcome::PreviousRunStillRunning { slot: now });
+                } else {
+                    continue;
+                }
             }
             let nap = self.until_next_slot();
             let nap = if retry_later {

@@ -300,8 +300,9 @@ END"
                    AND expires_at > {NOW_MS}
                  ORDER BY name COLLATE \"C\" LIMIT $3"
             )),
-            // $1 name, $2 channel, $3 store tag. Removes the live row only,
-            // answers it, and notifies waiters as a release does. Durable
+            // $1 name, $2 channel, $3 store tag, $4 the fence or NULL. Removes
+            // the live row only (of that fence, when one is given), answers
+            // it, and notifies waiters as a release does. Durable
             // (the operator is told the name is free; a crash must not bring
             // the grant back).
             force_release: audited(format!(

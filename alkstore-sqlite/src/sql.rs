@@ -63,7 +63,8 @@ SELECT name, owner, fence, expires_at - ?1 FROM alkstore_locks
 WHERE name >= ?2 AND name > ?3 AND substr(name, 1, length(?2)) = ?2 AND expires_at > ?1
 ORDER BY name LIMIT ?4";
 
-/// ?1 the name, ?2 now: removes the live row only, and answers it.
+/// ?1 the name, ?2 now, ?3 the fence or NULL: removes the live row only (of
+/// that fence, when one is given), and answers it.
 pub(crate) const FORCE_RELEASE: &str = "
 DELETE FROM alkstore_locks WHERE name = ?1 AND expires_at > ?2 AND (?3 IS NULL OR fence = ?3)
 RETURNING owner, fence, expires_at - ?2";

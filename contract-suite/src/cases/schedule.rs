@@ -88,17 +88,17 @@ pub async fn schedule_crashed_run_is_not_run_again(stores: Stores) {
     check_each_slot_once(&log, "one replica crashed mid-run");
 }
 
-/// With retries on (run lease 60 ms, kept alive through runs of 150 ms, then
-/// held to the slot's end): three replicas, the one furthest ahead dying in
-/// its first run from the second slot on. That slot is run once more by
-/// another replica, within the slot; every other slot runs exactly once —
-/// a run that outlived its run lease many times over still holds its slot
-/// to the end.
+/// With retries on (run lease 150 ms, kept alive through runs of 250 ms —
+/// renewed every 50 ms — then held to the slot's end): three replicas, the
+/// one furthest ahead dying in its first run from the second slot on. That
+/// slot is run once more by another replica, within the slot; every other
+/// slot runs exactly once — a run that outlived its run lease still holds
+/// its slot to the end.
 pub async fn schedule_retry_runs_a_crashed_slot_once_more(stores: Stores) {
     let replicas = stores.open(3).await;
     let base = schedule("fleet/retry")
         .retry_crashed_runs()
-        .run_lease(Duration::from_millis(60))
+        .run_lease(Duration::from_millis(150))
         .unwrap();
     let first_slot_soon = base.slot_at(std::time::SystemTime::now()).index + 2;
     let crash_at = first_slot_soon + 1;
@@ -107,7 +107,7 @@ pub async fn schedule_retry_runs_a_crashed_slot_once_more(stores: Stores) {
         base,
         &[0, 50, 100],
         5,
-        Duration::from_millis(150),
+        Duration::from_millis(250),
         LATE,
         &[None, None, Some(crash_at)],
     )
