@@ -532,6 +532,27 @@ impl Schedule {
         })
     }
 
+    /// Claims `slot` without running it, held to its end plus the skew
+    /// bound, so that no replica runs it late: a slot skipped because its
+    /// turn came during a run.
+    async fn skip_slot<T>(
+        &self,
+        store: &dyn Store,
+        replica: &str,
+        slot: Slot,
+    ) -> Result<Outcome<T>> {
+        let owner = crate::unique_owner(replica)?;
+        let ttl = self.hold_for(&slot, self.now());
+        let Some(claim) = store
+            .try_lock(&self.slot_name(slot.index), &owner, ttl)
+            .await?
+        else {
+            return Ok(Outcome::ClaimedElsewhere { slot });
+        };
+        claim.let_lapse();
+        Ok(Outcome::PreviousRunStillRunning { slot })
+    }
+
     /// Renews `claim` to the slot's end plus the skew bound; an error is
     /// tried again while the claim is still valid, and no try waits past
     /// that. Whether it holds.
@@ -565,8 +586,9 @@ impl Schedule {
     /// `on_outcome`: tries each slot at its start (by this replica's clock),
     /// and at once if a run outlasted its slot and the next one has begun —
     /// with [`Overlap::Skip`] that slot is skipped instead (its turn came
-    /// during the run) and reported as
-    /// [`Outcome::PreviousRunStillRunning`], without a call to the store.
+    /// during the run): claimed without running, so that no replica runs it
+    /// late, and reported as [`Outcome::PreviousRunStillRunning`] (or
+    /// [`Outcome::ClaimedElsewhere`] if another replica had it).
     /// A slot is never tried again once this loop has had its outcome (a
     /// clock stepped back does not bring it round again) — except that
     /// with [`Schedule::retry_crashed_runs`], a slot claimed elsewhere is
@@ -601,10 +623,10 @@ impl Schedule {
             if now.index > slot.index {
                 // The run outlasted its slot. The slot that began meanwhile
                 // is due now — unless runs must not overlap: its turn came
-                // during the run, so it is skipped.
+                // during the run, so it is skipped, for every replica.
                 if self.overlap == Overlap::Skip && matches!(outcome, Outcome::Ran { .. }) {
                     done = done.max(Some(now.index));
-                    on_outcome(&Outcome::PreviousRunStillRunning { slot: now });
+                    on_outcome(&self.skip_slot(store, replica, now).await?);
                 } else {
                     continue;
                 }

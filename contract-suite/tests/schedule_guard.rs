@@ -12,6 +12,7 @@ use alkstore_contract_suite::reference::MemoryEngine;
 use alkstore_core::schedule::{Outcome, Overlap, Schedule, Slot};
 use alkstore_core::{
     Attempt, BoxError, Engine, EngineStore, GrantKey, Holder, LeaseMillis, Listed, ReleaseBus,
+    Store,
 };
 use async_trait::async_trait;
 
@@ -206,7 +207,8 @@ async fn overlap_skip_skips_the_slot_whose_turn_comes_during_a_run() {
 /// `run` over five slots, the first run lasting 1.5 slots: every slot is
 /// tried, the one that began during the long run at once when it ended
 /// (not skipped by sleeping to the start of the next). With
-/// `Overlap::Skip`, that slot is skipped instead, and the next runs.
+/// `Overlap::Skip`, that slot is skipped instead — claimed, so no replica
+/// runs it late — and the next runs.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn run_tries_the_next_slot_at_once_after_a_run_that_outlasted_its_slot() {
     for overlap in [Overlap::Allowed, Overlap::Skip] {
@@ -216,7 +218,12 @@ async fn run_tries_the_next_slot_at_once_after_a_run_that_outlasted_its_slot() {
 
 async fn run_after_a_long_run(overlap: Overlap) {
     let store = EngineStore::new(MemoryEngine::default());
-    let schedule = schedule(&format!("loop-{overlap:?}")).overlap(overlap);
+    // A skew bound of 1 s keeps every claim of the test alive to its end.
+    let schedule = Schedule::every(&format!("loop-{overlap:?}"), PERIOD)
+        .unwrap()
+        .max_clock_skew(Duration::from_secs(1))
+        .unwrap()
+        .overlap(overlap);
     into_next_slot(&schedule, Duration::from_millis(10)).await;
     let runs = AtomicU64::new(0);
     let mut outcomes = Vec::new();
@@ -269,6 +276,14 @@ async fn run_after_a_long_run(overlap: Overlap) {
                  outcomes {outcomes:?}"
             );
             assert_eq!(ran[1], ran[0] + 2, "{outcomes:?}");
+            assert!(
+                store
+                    .holder(&schedule.slot_name(skipped[0]))
+                    .await
+                    .unwrap()
+                    .is_some(),
+                "rule: a slot skipped by the loop is claimed, so that no replica runs it late"
+            );
             for pair in ran[1..].windows(2) {
                 assert_eq!(pair[1], pair[0] + 1, "{outcomes:?}");
             }
