@@ -54,13 +54,18 @@ async fn schedule_replica_child() {
         work: Duration::from_millis(20),
         late: Duration::from_millis(15),
     };
-    let log =
-        alkstore_contract_suite::fleet::replica(store.clone(), schedule, plan, crash_at, report)
-            .await;
-    if log.crashed {
-        // Dies inside its run: no release, no close, nothing after.
-        std::process::abort();
-    }
+    // Dies inside its job: no release, no close, nothing after.
+    let die: alkstore_contract_suite::fleet::Die = Arc::new(|| std::process::abort());
+    let log = alkstore_contract_suite::fleet::replica(
+        store.clone(),
+        schedule,
+        plan,
+        crash_at,
+        report,
+        Some(die),
+    )
+    .await;
+    assert!(!log.crashed, "a replica set to die returned instead");
     store.close().await.unwrap();
 }
 
@@ -113,8 +118,12 @@ fn run_children(
                     .push(i);
             }
         }
-        if !child.wait().unwrap().success() {
+        let status = child.wait().unwrap();
+        // Died by a signal (its abort); a panic or error exit is a failure.
+        if status.code().is_none() {
             died.push(i);
+        } else {
+            assert!(status.success(), "replica {i} failed: {status}");
         }
     }
     (first, last, runs, died)

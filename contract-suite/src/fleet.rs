@@ -20,13 +20,15 @@ use tokio::sync::Notify;
 /// (negative) the host's, in milliseconds.
 pub type OffsetMs = i64;
 
+/// `at` shifted by `offset`.
+pub fn shifted(at: SystemTime, offset: OffsetMs) -> SystemTime {
+    let by = Duration::from_millis(offset.unsigned_abs());
+    if offset >= 0 { at + by } else { at - by }
+}
+
 /// The host's clock shifted by `offset`.
 pub fn shifted_clock(offset: OffsetMs) -> impl Fn() -> SystemTime + Send + Sync + 'static {
-    move || {
-        let now = SystemTime::now();
-        let by = Duration::from_millis(offset.unsigned_abs());
-        if offset >= 0 { now + by } else { now - by }
-    }
+    move || shifted(SystemTime::now(), offset)
 }
 
 /// When a replica crashes: in the first job it runs of this slot or a later
@@ -44,6 +46,11 @@ pub struct ReplicaLog {
     /// Whether it crashed (in the job of its last started slot).
     pub crashed: bool,
 }
+
+/// How a replica in a process of its own dies at its crash point, inside
+/// the job (`std::process::abort`); a replica without one is dropped
+/// mid-job instead (see [`CrashAt`]).
+pub type Die = Arc<dyn Fn() + Send + Sync>;
 
 /// Where a replica reports a started run as it happens (a line on stdout,
 /// for a replica in another process). Called before the job's work.
@@ -65,15 +72,16 @@ pub struct Plan {
 /// Runs one replica over the slots `plan.first..=plan.last` of `schedule`
 /// (whose clock is the replica's), trying each slot at its start, middle
 /// and end less `plan.late`. The job reports its start, then works for
-/// `plan.work`; in the first job it runs from slot `crash_at` on, it never
-/// ends instead, and the replica drops the run mid-job and returns (see
-/// [`CrashAt`]).
+/// `plan.work`; in the first job it runs from slot `crash_at` on, it calls
+/// `die` (if given: a process's abort) or else never ends, and the replica
+/// drops the run mid-job and returns (see [`CrashAt`]).
 pub async fn replica(
     store: Arc<dyn Store>,
     schedule: Schedule,
     plan: Plan,
     crash_at: CrashAt,
     report: Report,
+    die: Option<Die>,
 ) -> ReplicaLog {
     let Plan {
         first,
@@ -100,10 +108,13 @@ pub async fn replica(
             let report = report.clone();
             let dying = Arc::new(Notify::new());
             let run = schedule.run_once(&*store, "replica", |run| {
-                let dying = dying.clone();
+                let (dying, die) = (dying.clone(), die.clone());
                 async move {
                     report(run.slot.index);
                     if crash {
+                        if let Some(die) = die {
+                            die();
+                        }
                         dying.notify_one();
                         std::future::pending::<()>().await;
                     }
@@ -207,7 +218,9 @@ pub async fn run_fleet(
             work,
             late,
         };
-        tasks.push(tokio::spawn(replica(store, schedule, plan, crash, report)));
+        tasks.push(tokio::spawn(replica(
+            store, schedule, plan, crash, report, None,
+        )));
     }
     let mut crashed = Vec::new();
     for (i, task) in tasks.into_iter().enumerate() {

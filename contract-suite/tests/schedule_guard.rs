@@ -8,6 +8,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, Ordering};
 use std::time::{Duration, Instant, SystemTime};
 
+use alkstore_contract_suite::fleet::shifted;
 use alkstore_contract_suite::reference::MemoryEngine;
 use alkstore_core::schedule::{Outcome, Overlap, Schedule, Slot};
 use alkstore_core::{
@@ -299,15 +300,7 @@ async fn run_does_not_run_a_slot_again_when_the_clock_steps_back() {
     let shift = Arc::new(AtomicI64::new(0));
     let clock = {
         let shift = shift.clone();
-        move || {
-            let by = shift.load(Ordering::SeqCst);
-            let now = SystemTime::now();
-            if by >= 0 {
-                now + Duration::from_millis(by.unsigned_abs())
-            } else {
-                now - Duration::from_millis(by.unsigned_abs())
-            }
-        }
+        move || shifted(SystemTime::now(), shift.load(Ordering::SeqCst))
     };
     // No skew allowed for: the claim of a slot ends with it.
     let schedule = Schedule::every("steps", PERIOD).unwrap().clock(clock);
