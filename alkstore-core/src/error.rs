@@ -184,6 +184,17 @@ pub enum DurationError {
 #[error("the store is closed")]
 pub struct Closed;
 
+/// The connection was lost while a statement that changes state ran, and
+/// the try after it could not tell whether the first took effect; found in
+/// the source chain of [`Error::Database`]. A release so answered may have
+/// removed its grant or not: the lease ends at its TTL either way.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+#[error("the connection was lost while the {operation} ran, and whether it took effect is unknown")]
+pub struct OutcomeUnknown {
+    /// The operation whose outcome is unknown.
+    pub operation: &'static str,
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

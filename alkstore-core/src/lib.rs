@@ -37,7 +37,9 @@ pub use engine::{
     Attempt, Engine, GrantKey, SchemaVersionError, fence_from_sql, fence_to_sql, lease_left,
 };
 pub use engine_store::EngineStore;
-pub use error::{BoxError, Closed, DurationError, Error, Field, NameProblem, Result};
+pub use error::{
+    BoxError, Closed, DurationError, Error, Field, NameProblem, OutcomeUnknown, Result,
+};
 pub use keepalive::{KeepAlive, KeepAliveOptions, KeepAliveOptionsError, LeaseStatus, LostReason};
 pub use name::{
     MAX_NAME_BYTES, RESERVED_PREFIX, check_text, validate_listing, validate_name, validate_owner,

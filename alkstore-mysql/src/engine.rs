@@ -8,11 +8,12 @@ use alkstore_core::{
     Attempt, BoxError, Engine, GrantKey, Holder, LeaseMillis, Listed, ReleaseBus, fence_from_sql,
     fence_to_sql, lease_left,
 };
-use alkstore_sqlx::{OutOfTime, decoded};
+use alkstore_sqlx::{OnLostConnection, OutOfTime, decoded, removed};
 use async_trait::async_trait;
 use sqlx::MySqlPool;
 
 use crate::connection::{Connections, LOCK_WAIT_TIMEOUT, error_number};
+use crate::schema::LostFencesError;
 use crate::sql::Statements;
 
 /// How long a waiter in another process sleeps at most between attempts:
@@ -37,10 +38,6 @@ impl MySqlEngine {
     }
 }
 
-/// How many times a forced release reads the grant again when it changed
-/// between its read and its delete, before it gives up.
-const FORCE_RELEASE_TRIES: usize = 100;
-
 /// The longest wait the procedure is given: a year (the server's
 /// `lock_wait_timeout` goes no higher).
 const MAX_WAIT_MS: u128 = 365 * 24 * 3600 * 1000;
@@ -62,6 +59,19 @@ fn ran_out_of_time(error: &BoxError) -> bool {
             .is_some_and(|e| error_number(e) == Some(LOCK_WAIT_TIMEOUT))
 }
 
+/// `ER_NO_SUCH_TABLE`.
+const NO_SUCH_TABLE: u16 = 1146;
+
+/// True when the acquire procedure found no `fences` sequence to draw from
+/// (dropped after the store was opened, or before, by a role that cannot
+/// see it): the grant rolled back, and nothing was drawn.
+fn fences_gone(error: &BoxError) -> bool {
+    error.downcast_ref::<sqlx::Error>().is_some_and(|e| {
+        error_number(e) == Some(NO_SUCH_TABLE)
+            && matches!(e, sqlx::Error::Database(db) if db.message().contains(".fences'"))
+    })
+}
+
 /// Names and owners are stored as bytes; alkstore wrote them from `&str`.
 fn text(bytes: Vec<u8>) -> Result<String, BoxError> {
     Ok(String::from_utf8(bytes)?)
@@ -78,15 +88,14 @@ impl Engine for MySqlEngine {
     ) -> Result<Attempt, BoxError> {
         let row: Result<Option<(i64, i64, i64)>, BoxError> = self
             .connections
-            .run(true, deadline, |conn, may_have_committed| {
+            // Run again, the same owner is granted its own grant back.
+            .run(OnLostConnection::RunAgain, deadline, |conn, attempt| {
                 Box::pin(
                     sqlx::query(self.sql.acquire.clone())
                         .bind(name.as_bytes())
                         .bind(owner.as_bytes())
                         .bind(ttl.as_i64())
-                        // A retry after a lost connection waits for the first try's
-                        // locks, so as to learn whether it committed.
-                        .bind(deadline.filter(|_| !may_have_committed).map(lock_wait_ms))
+                        .bind(attempt.bound.map(lock_wait_ms))
                         .fetch_optional(conn),
                 )
             })
@@ -104,6 +113,12 @@ impl Engine for MySqlEngine {
             Err(error) if deadline.is_some() && ran_out_of_time(&error) => {
                 Attempt::Held { expires_in: None }
             }
+            Err(error) if fences_gone(&error) => {
+                return Err(LostFencesError {
+                    database: self.database.clone(),
+                }
+                .into());
+            }
             Err(error) => return Err(error),
         })
     }
@@ -111,7 +126,7 @@ impl Engine for MySqlEngine {
     async fn renew(&self, grant: &GrantKey, ttl: LeaseMillis) -> Result<bool, BoxError> {
         let done = self
             .connections
-            .run(true, None, |conn, _| {
+            .run(OnLostConnection::RunAgain, None, |conn, _| {
                 Box::pin(
                     sqlx::query(self.sql.renew.clone())
                         .bind(ttl.as_i64())
@@ -126,9 +141,11 @@ impl Engine for MySqlEngine {
     }
 
     async fn release(&self, grant: &GrantKey) -> Result<bool, BoxError> {
+        let mut after_lost_connection = false;
         let done = self
             .connections
-            .run(false, None, |conn, _| {
+            .run(OnLostConnection::RunAgain, None, |conn, attempt| {
+                after_lost_connection = attempt.after_lost_connection;
                 Box::pin(
                     sqlx::query(self.sql.release.clone())
                         .bind(grant.name.as_bytes())
@@ -138,13 +155,14 @@ impl Engine for MySqlEngine {
                 )
             })
             .await?;
-        Ok(done.rows_affected() == 1)
+        let deleted = done.rows_affected() == 1;
+        Ok(removed(deleted.then_some(()), after_lost_connection, "release")?.is_some())
     }
 
     async fn holder(&self, name: &str) -> Result<Option<Holder>, BoxError> {
         let row: Option<(Vec<u8>, i64, i64)> = self
             .connections
-            .run(true, None, |conn, _| {
+            .run(OnLostConnection::RunAgain, None, |conn, _| {
                 Box::pin(
                     sqlx::query(self.sql.holder.clone())
                         .bind(name.as_bytes())
@@ -178,7 +196,7 @@ impl Engine for MySqlEngine {
         );
         let rows: Vec<(Vec<u8>, Vec<u8>, i64, i64)> = self
             .connections
-            .run(true, None, |conn, _| {
+            .run(OnLostConnection::RunAgain, None, |conn, _| {
                 Box::pin(
                     sqlx::query_as(self.sql.list.clone())
                         .bind(prefix.clone())
@@ -204,43 +222,43 @@ impl Engine for MySqlEngine {
             .collect()
     }
 
-    /// Reads the live grant, then deletes exactly that grant if it is still
-    /// live (no `DELETE … RETURNING` in MySQL): two statements, no lock
-    /// held between them. A grant that changed in between (renewed, taken
-    /// over, released) is read again.
     async fn force_release(
         &self,
         name: &str,
         fence: Option<u64>,
     ) -> Result<Option<Holder>, BoxError> {
-        for _ in 0..FORCE_RELEASE_TRIES {
-            let Some(holder) = self.holder(name).await? else {
-                return Ok(None);
-            };
-            if fence.is_some_and(|fence| fence != holder.fence) {
-                return Ok(None);
-            }
-            let done = self
-                .connections
-                // Not retried after a lost connection: the first try may
-                // have removed the row, and a second would answer None.
-                .run(false, None, |conn, _| {
-                    Box::pin(
-                        sqlx::query(self.sql.remove_live.clone())
-                            .bind(name.as_bytes())
-                            .bind(fence_to_sql(holder.fence))
-                            .execute(conn),
-                    )
+        // Of one grant, run again after a lost connection: a second try that
+        // removes the grant proves the first did not. Of a name, not: a
+        // second try could remove a grant made after the first removed its.
+        let on_lost = match fence {
+            Some(_) => OnLostConnection::RunAgain,
+            None => OnLostConnection::Fail,
+        };
+        let fence = fence.map(fence_to_sql);
+        let mut after_lost_connection = false;
+        let row: Option<(Vec<u8>, i64, i64)> = self
+            .connections
+            .run(on_lost, None, |conn, attempt| {
+                after_lost_connection = attempt.after_lost_connection;
+                Box::pin(
+                    sqlx::query(self.sql.force_release.clone())
+                        .bind(name.as_bytes())
+                        .bind(fence)
+                        .bind(fence)
+                        .fetch_optional(conn),
+                )
+            })
+            .await
+            .and_then(decoded)?;
+        removed(row, after_lost_connection, "forced release")?
+            .map(|(owner, fence, expires_in_ms)| {
+                Ok(Holder {
+                    owner: text(owner)?,
+                    fence: fence_from_sql(fence),
+                    expires_in: lease_left(expires_in_ms),
                 })
-                .await?;
-            if done.rows_affected() == 1 {
-                return Ok(Some(holder));
-            }
-        }
-        Err(format!(
-            "the grant of this name changed under {FORCE_RELEASE_TRIES} forced releases in a row"
-        )
-        .into())
+            })
+            .transpose()
     }
 
     async fn purge_expired(&self) -> Result<u64, BoxError> {
@@ -248,7 +266,7 @@ impl Engine for MySqlEngine {
             .connections
             // Not retried after a lost connection: the first try may have
             // deleted rows, and a second would count fewer.
-            .run(false, None, |conn, _| {
+            .run(OnLostConnection::Fail, None, |conn, _| {
                 Box::pin(sqlx::query(self.sql.purge.clone()).execute(conn))
             })
             .await?;

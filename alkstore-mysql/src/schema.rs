@@ -40,12 +40,16 @@ pub struct ForeignObjectsError {
 }
 
 /// alkstore's database lost its `fences` sequence: a new one would hand out
-/// fences from 1 again, below fences already handed out.
+/// fences from 1 again, below fences already handed out, so alkstore
+/// refuses to make one, and a grant refuses to draw from none.
 #[derive(Debug, thiserror::Error)]
 #[error(
-    "database {database:?} is alkstore's but its fences sequence is gone; a new one would hand \
-     out fences already used. Restore it (CREATE SEQUENCE … START WITH a value above every \
-     fence ever handed out) or drop the database's alkstore objects"
+    "database {database:?} is alkstore's but its fences sequence is gone; a new one starting at 1 \
+     would hand out fences already used, so alkstore will not make one. Restore it with \
+     CREATE SEQUENCE … START WITH a value above every fence ever handed out (when that is \
+     unknown: the current Unix time in microseconds, above any count of grants made at under a \
+     million a second). Do not drop alkstore's objects to start over: fences would restart at 1 \
+     too"
 )]
 pub struct LostFencesError {
     /// The database.
@@ -159,8 +163,7 @@ fn refuse_unmarked(database: &str, objects: Objects) -> Result<(), BoxError> {
 
 /// Finds or creates the store's objects in `database`. Reads only, when
 /// everything is there; otherwise decides and creates under the database's
-/// creation lock, on a connection of its own that is closed afterwards (a
-/// dropped future closes it too, and the server lets go of the lock).
+/// creation lock.
 pub(crate) async fn open(
     pool: &MySqlPool,
     database: &str,
@@ -169,25 +172,52 @@ pub(crate) async fn open(
     {
         let mut conn = pool.acquire().await?;
         let (exists, objects) = inspect(&mut conn, database).await?;
-        if exists && objects.all() {
+        // `information_schema` shows only what the role has a privilege
+        // on, and a role with the documented grants has none on `fences`
+        // (the procedure uses it with its definer's rights): what it uses
+        // itself being there is enough. A `fences` that is truly gone is
+        // found by the first grant (`LostFencesError`), which draws nothing.
+        if exists && objects.meta && objects.locks && objects.acquire {
             read_meta(&mut conn, database, statements).await?;
             return Ok(());
         }
     }
+    under_creation_lock(pool, database, statements, Work::CreateMissing).await
+}
+
+/// What is done under the creation lock.
+#[derive(Debug, Clone, Copy)]
+enum Work {
+    CreateMissing,
+    DropOurs,
+}
+
+/// Does `work` holding the creation lock of `database`, on a connection of
+/// its own that is closed afterwards (a dropped future closes it too, and
+/// the server lets go of the lock). DDL commits on its own in MySQL: the
+/// named lock keeps other openers and droppers out until `work` is done.
+async fn under_creation_lock(
+    pool: &MySqlPool,
+    database: &str,
+    statements: &Statements,
+    work: Work,
+) -> Result<(), BoxError> {
     let mut conn = pool.connect_options().connect().await?;
-    let made = async {
-        // DDL commits on its own in MySQL: a named lock, held by this
-        // session, keeps other openers out until everything is made.
+    let done = async {
         let (locked,): (Option<i64>,) = sqlx::query_as(sql::LOCK_CREATION)
             .bind(database)
             .fetch_one(&mut conn)
             .await?;
         if locked != Some(1) {
             return Err(
-                "timed out waiting for another process creating the store's objects".into(),
+                "timed out waiting for another process creating or dropping the store's objects"
+                    .into(),
             );
         }
-        create_missing(&mut conn, database, statements).await?;
+        match work {
+            Work::CreateMissing => create_missing(&mut conn, database, statements).await?,
+            Work::DropOurs => drop_ours(&mut conn, database, statements).await?,
+        }
         sqlx::query(sql::UNLOCK_CREATION)
             .bind(database)
             .execute(&mut conn)
@@ -196,7 +226,7 @@ pub(crate) async fn open(
     }
     .await;
     let _ = conn.close().await;
-    made
+    done
 }
 
 /// Under the creation lock: looks again, refuses what is not alkstore's,
@@ -255,14 +285,24 @@ async fn create_missing(
 }
 
 /// Drops alkstore's objects in `database`, and the database itself when
-/// alkstore created it and nothing else lives in it.
+/// alkstore created it and nothing else lives in it — decided and done under
+/// the creation lock, so that no opener makes objects in between. Refuses,
+/// dropping nothing, when someone else's trigger sits on alkstore's tables
+/// (dropping a table drops its triggers along).
 pub(crate) async fn drop(
     pool: &MySqlPool,
     database: &str,
     statements: &Statements,
 ) -> Result<(), BoxError> {
-    let mut conn = pool.acquire().await?;
-    let (exists, objects) = inspect(&mut conn, database).await?;
+    under_creation_lock(pool, database, statements, Work::DropOurs).await
+}
+
+async fn drop_ours(
+    conn: &mut MySqlConnection,
+    database: &str,
+    statements: &Statements,
+) -> Result<(), BoxError> {
+    let (exists, objects) = inspect(conn, database).await?;
     if !exists {
         return Ok(());
     }
@@ -270,17 +310,26 @@ pub(crate) async fn drop(
     if !objects.meta {
         return Ok(());
     }
-    let created_database = match read_meta(&mut conn, database, statements).await {
+    let created_database = match read_meta(conn, database, statements).await {
         Ok(created) => created,
         // A version this build does not use is still alkstore's to drop.
         Err(error) if error.is::<SchemaVersionError>() => false,
         Err(error) => return Err(error),
     };
+    let (triggers,): (i64,) = sqlx::query_as(sql::COUNT_TRIGGERS_ON_OURS)
+        .bind(database)
+        .fetch_one(&mut *conn)
+        .await?;
+    if triggers > 0 {
+        return Err(foreign(database, "a trigger on alkstore's tables").into());
+    }
     for statement in &statements.drop_objects {
         sqlx::raw_sql(statement.clone()).execute(&mut *conn).await?;
     }
     if created_database {
         let (others,): (i64,) = sqlx::query_as(sql::COUNT_OBJECTS)
+            .bind(database)
+            .bind(database)
             .bind(database)
             .bind(database)
             .fetch_one(&mut *conn)

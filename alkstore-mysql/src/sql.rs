@@ -8,7 +8,9 @@ use std::sync::Arc;
 use sqlx::{AssertSqlSafe, SqlSafeStr, SqlStr};
 
 /// The layout version this crate writes and reads.
-pub(crate) const SCHEMA_VERSION: i64 = 1;
+/// Pre-release versions are not migrated: 1's acquire procedure rolled the
+/// caller's transaction back when it refused to run inside one.
+pub(crate) const SCHEMA_VERSION: i64 = 2;
 
 /// The `meta` key whose presence marks the database's objects as alkstore's.
 pub(crate) const MARKER_KEY: &str = "made_by_alkstore";
@@ -79,10 +81,19 @@ SELECT EXISTS (SELECT 1 FROM information_schema.SCHEMATA WHERE SCHEMA_NAME = ?),
        EXISTS (SELECT 1 FROM information_schema.ROUTINES
                WHERE ROUTINE_SCHEMA = ? AND ROUTINE_NAME = 'acquire' AND ROUTINE_TYPE = 'PROCEDURE')";
 
-/// How many tables and routines the database named `?` (bound twice) holds.
+/// How many objects the database named `?` (bound four times) holds that
+/// the asking role can see: tables and views, routines, events, triggers.
 pub(crate) const COUNT_OBJECTS: &str = "
 SELECT (SELECT COUNT(*) FROM information_schema.TABLES WHERE TABLE_SCHEMA = ?)
-     + (SELECT COUNT(*) FROM information_schema.ROUTINES WHERE ROUTINE_SCHEMA = ?)";
+     + (SELECT COUNT(*) FROM information_schema.ROUTINES WHERE ROUTINE_SCHEMA = ?)
+     + (SELECT COUNT(*) FROM information_schema.EVENTS WHERE EVENT_SCHEMA = ?)
+     + (SELECT COUNT(*) FROM information_schema.TRIGGERS WHERE TRIGGER_SCHEMA = ?)";
+
+/// How many triggers sit on alkstore's tables in the database named `?`:
+/// someone else's, which dropping the tables would drop along.
+pub(crate) const COUNT_TRIGGERS_ON_OURS: &str = "
+SELECT COUNT(*) FROM information_schema.TRIGGERS
+WHERE EVENT_OBJECT_SCHEMA = ? AND EVENT_OBJECT_TABLE IN ('locks', 'meta')";
 
 /// Takes the creation lock of the database named `?` (a session-level named
 /// lock, released by [`UNLOCK_CREATION`] or when the session ends; the name
@@ -120,7 +131,7 @@ pub(crate) struct Statements {
     pub(crate) release: SqlStr,
     pub(crate) holder: SqlStr,
     pub(crate) list: SqlStr,
-    pub(crate) remove_live: SqlStr,
+    pub(crate) force_release: SqlStr,
     pub(crate) purge: SqlStr,
 }
 
@@ -163,70 +174,74 @@ impl Statements {
                  p_owner VARBINARY({TEXT_BYTES}), p_ttl BIGINT, p_wait_ms BIGINT)
 MODIFIES SQL DATA
 BEGIN
-    DECLARE now_ms BIGINT DEFAULT {NOW_MS};
-    DECLARE wait_until DATETIME(6) DEFAULT SYSDATE(6) + INTERVAL p_wait_ms * 1000 MICROSECOND;
-    DECLARE saved_row_wait BIGINT DEFAULT @@SESSION.innodb_lock_wait_timeout;
-    DECLARE saved_metadata_wait BIGINT DEFAULT @@SESSION.lock_wait_timeout;
-    DECLARE found INT;
-    DECLARE held_owner VARBINARY({TEXT_BYTES});
-    DECLARE held_fence BIGINT;
-    DECLARE held_until BIGINT;
-    DECLARE duplicate BOOL DEFAULT FALSE;
-    DECLARE CONTINUE HANDLER FOR 1062 SET duplicate = TRUE;
-    DECLARE EXIT HANDLER FOR SQLEXCEPTION
-    BEGIN
-        ROLLBACK;
-        {RESTORE_WAITS}
-        RESIGNAL;
-    END;
+    -- Outside the block with the handlers: refusing here must not roll
+    -- back the caller's transaction.
     IF @@in_transaction THEN
         SIGNAL SQLSTATE '25000'
             SET MESSAGE_TEXT = 'alkstore: acquire called inside an open transaction';
     END IF;
-    look: LOOP
-        {BOUND_WAITS}
-        SELECT COUNT(*), MAX(owner), MAX(fence), MAX(expires_at)
-          INTO found, held_owner, held_fence, held_until
-          FROM {locks} WHERE name = p_name;
-        IF found = 1 AND held_until > now_ms THEN
-            {RESTORE_WAITS}
-            SELECT held_owner = p_owner, held_fence, held_until - now_ms;
-            LEAVE look;
-        END IF;
-        SET TRANSACTION ISOLATION LEVEL READ COMMITTED;
-        START TRANSACTION;
-        {BOUND_WAITS}
-        SELECT COUNT(*), MAX(owner), MAX(fence), MAX(expires_at)
-          INTO found, held_owner, held_fence, held_until
-          FROM {locks} WHERE name = p_name FOR UPDATE;
-        IF found = 1 AND held_until > now_ms THEN
-            COMMIT;
-            {RESTORE_WAITS}
-            SELECT held_owner = p_owner, held_fence, held_until - now_ms;
-            LEAVE look;
-        END IF;
-        SET duplicate = FALSE;
-        IF found = 1 THEN
-            UPDATE {locks} SET owner = p_owner, fence = NEXTVAL({fences}),
-                   expires_at = now_ms + p_ttl
-             WHERE name = p_name;
-        ELSE
-            {BOUND_WAITS}
-            INSERT INTO {locks} (name, owner, fence, expires_at)
-            VALUES (p_name, p_owner, 0, now_ms + p_ttl);
-            IF NOT duplicate THEN
-                UPDATE {locks} SET fence = NEXTVAL({fences}) WHERE name = p_name;
-            END IF;
-        END IF;
-        IF duplicate THEN
+    BEGIN
+        DECLARE now_ms BIGINT DEFAULT {NOW_MS};
+        DECLARE wait_until DATETIME(6) DEFAULT SYSDATE(6) + INTERVAL p_wait_ms * 1000 MICROSECOND;
+        DECLARE saved_row_wait BIGINT DEFAULT @@SESSION.innodb_lock_wait_timeout;
+        DECLARE saved_metadata_wait BIGINT DEFAULT @@SESSION.lock_wait_timeout;
+        DECLARE found INT;
+        DECLARE held_owner VARBINARY({TEXT_BYTES});
+        DECLARE held_fence BIGINT;
+        DECLARE held_until BIGINT;
+        DECLARE duplicate BOOL DEFAULT FALSE;
+        DECLARE CONTINUE HANDLER FOR 1062 SET duplicate = TRUE;
+        DECLARE EXIT HANDLER FOR SQLEXCEPTION
+        BEGIN
             ROLLBACK;
-        ELSE
-            COMMIT;
             {RESTORE_WAITS}
-            SELECT TRUE, LASTVAL({fences}), p_ttl;
-            LEAVE look;
-        END IF;
-    END LOOP;
+            RESIGNAL;
+        END;
+        look: LOOP
+            {BOUND_WAITS}
+            SELECT COUNT(*), MAX(owner), MAX(fence), MAX(expires_at)
+              INTO found, held_owner, held_fence, held_until
+              FROM {locks} WHERE name = p_name;
+            IF found = 1 AND held_until > now_ms THEN
+                {RESTORE_WAITS}
+                SELECT held_owner = p_owner, held_fence, held_until - now_ms;
+                LEAVE look;
+            END IF;
+            SET TRANSACTION ISOLATION LEVEL READ COMMITTED;
+            START TRANSACTION;
+            {BOUND_WAITS}
+            SELECT COUNT(*), MAX(owner), MAX(fence), MAX(expires_at)
+              INTO found, held_owner, held_fence, held_until
+              FROM {locks} WHERE name = p_name FOR UPDATE;
+            IF found = 1 AND held_until > now_ms THEN
+                COMMIT;
+                {RESTORE_WAITS}
+                SELECT held_owner = p_owner, held_fence, held_until - now_ms;
+                LEAVE look;
+            END IF;
+            SET duplicate = FALSE;
+            IF found = 1 THEN
+                UPDATE {locks} SET owner = p_owner, fence = NEXTVAL({fences}),
+                       expires_at = now_ms + p_ttl
+                 WHERE name = p_name;
+            ELSE
+                {BOUND_WAITS}
+                INSERT INTO {locks} (name, owner, fence, expires_at)
+                VALUES (p_name, p_owner, 0, now_ms + p_ttl);
+                IF NOT duplicate THEN
+                    UPDATE {locks} SET fence = NEXTVAL({fences}) WHERE name = p_name;
+                END IF;
+            END IF;
+            IF duplicate THEN
+                ROLLBACK;
+            ELSE
+                COMMIT;
+                {RESTORE_WAITS}
+                SELECT TRUE, LASTVAL({fences}), p_ttl;
+                LEAVE look;
+            END IF;
+        END LOOP;
+    END;
 END"
         );
         Statements {
@@ -303,10 +318,13 @@ END"
                    AND expires_at > {NOW_MS}
                  ORDER BY name LIMIT ?"
             )),
-            // The forced release's delete of the grant it read (name, fence),
-            // if still live: MySQL has no `DELETE … RETURNING`.
-            remove_live: audited(format!(
-                "DELETE FROM {locks} WHERE name = ? AND fence = ? AND expires_at > {NOW_MS}"
+            // name, fence or NULL, the same again. Removes the live row only
+            // (of that fence, when one is given) and answers it, in one
+            // statement (MariaDB's `DELETE … RETURNING`; MySQL 8 has none).
+            force_release: audited(format!(
+                "DELETE FROM {locks}
+                 WHERE name = ? AND (fence = ? OR ? IS NULL) AND expires_at > {NOW_MS}
+                 RETURNING owner, fence, expires_at - {NOW_MS}"
             )),
             purge: audited(format!("DELETE FROM {locks} WHERE expires_at <= {NOW_MS}")),
         }

@@ -151,3 +151,129 @@ async fn connections_killed_mid_run() {
     admin.close().await.unwrap();
     db.drop().await;
 }
+
+/// Kills every sleeping session of the server idle for at least `idle_for`
+/// but the asker's and the one numbered `spare`, and waits until they are
+/// gone; answers how many.
+async fn kill_idle_sessions(
+    admin: &mut sqlx::MySqlConnection,
+    idle_for: Duration,
+    spare: i64,
+) -> usize {
+    let ids: Vec<(i64,)> = sqlx::query_as(
+        "SELECT ID FROM information_schema.PROCESSLIST
+         WHERE ID <> CONNECTION_ID() AND ID <> ? AND COMMAND = 'Sleep' AND TIME_MS >= ?",
+    )
+    .bind(spare)
+    .bind(idle_for.as_millis() as f64)
+    .fetch_all(&mut *admin)
+    .await
+    .unwrap();
+    for (id,) in &ids {
+        // Gone already: fine.
+        let _ = sqlx::raw_sql(sqlx::AssertSqlSafe(format!("KILL CONNECTION {id}")))
+            .execute(&mut *admin)
+            .await;
+    }
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    for (id,) in &ids {
+        loop {
+            let (left,): (i64,) =
+                sqlx::query_as("SELECT COUNT(*) FROM information_schema.PROCESSLIST WHERE ID = ?")
+                    .bind(id)
+                    .fetch_one(&mut *admin)
+                    .await
+                    .unwrap();
+            if left == 0 {
+                break;
+            }
+            assert!(
+                std::time::Instant::now() < deadline,
+                "killed sessions did not end"
+            );
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+    }
+    ids.len()
+}
+
+/// A waiting acquire whose idle connection the server ended meanwhile keeps
+/// to its wait behind a table lock (`LOCK TABLES … WRITE`): the try on a new
+/// connection is bounded like the first, and it answers `None` at its
+/// deadline, not when the table lock ends.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_waiting_acquire_after_a_lost_connection_keeps_to_its_wait() {
+    use sqlx::Connection;
+    let _turn = SERIAL.lock().await;
+    let Some((store, db)) = common::store("lostwait").await else {
+        return;
+    };
+    // One connection of the store's own sits idle.
+    assert!(store.holder("job").await.unwrap().is_none());
+    let mut blocker = sqlx::MySqlConnection::connect(&db.url).await.unwrap();
+    sqlx::raw_sql(sqlx::AssertSqlSafe(format!(
+        "LOCK TABLES `{}`.locks WRITE",
+        db.name
+    )))
+    .execute(&mut blocker)
+    .await
+    .unwrap();
+    let (blocker_id,): (i64,) = sqlx::query_as("SELECT CAST(CONNECTION_ID() AS SIGNED)")
+        .fetch_one(&mut blocker)
+        .await
+        .unwrap();
+    let mut other = sqlx::MySqlConnection::connect(&db.url).await.unwrap();
+    assert!(kill_idle_sessions(&mut other, Duration::ZERO, blocker_id).await >= 1);
+    let wait = Duration::from_millis(1500);
+    let asked = std::time::Instant::now();
+    let got = tokio::time::timeout(
+        Duration::from_secs(20),
+        store.lock("job", "a", Duration::from_secs(30), wait),
+    )
+    .await
+    .expect("the waiting acquire outlived its wait by 18 s behind the table lock")
+    .unwrap();
+    let waited = asked.elapsed();
+    assert!(got.is_none(), "granted under another session's table lock");
+    assert!(
+        waited >= wait && waited < wait + Duration::from_millis(700),
+        "waited {waited:?} for a wait of {wait:?}"
+    );
+    sqlx::raw_sql("UNLOCK TABLES")
+        .execute(&mut blocker)
+        .await
+        .unwrap();
+    let lock = store
+        .try_lock("job", "a", Duration::from_secs(30))
+        .await
+        .unwrap()
+        .expect("free once the table lock is gone");
+    assert!(lock.release().await.unwrap());
+    eprintln!("lost connection under a table lock: answered None after {waited:?} (wait {wait:?})");
+    store.close().await.unwrap();
+    let _ = blocker.close().await;
+    let _ = other.close().await;
+    db.drop().await;
+}
+
+/// An idle-session killer ends the store's sessions while a keep-alive
+/// holds a lease: the lease survives, and the release afterwards, on a
+/// connection that died while idle, answers `true` instead of an error.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_idle_session_killer_is_invisible_to_the_holder() {
+    use sqlx::Connection;
+    let _turn = SERIAL.lock().await;
+    let Some((store, db)) = common::store("idlekill").await else {
+        return;
+    };
+    let admin = tokio::sync::Mutex::new(sqlx::MySqlConnection::connect(&db.url).await.unwrap());
+    let killed =
+        alkstore_contract_suite::load::through_an_idle_session_killer(&store, |idle_for| {
+            let admin = &admin;
+            async move { kill_idle_sessions(&mut *admin.lock().await, idle_for, 0).await as u64 }
+        })
+        .await;
+    eprintln!("idle-session killer: {killed} sessions ended, lease kept, release answered true");
+    store.close().await.unwrap();
+    db.drop().await;
+}

@@ -299,3 +299,184 @@ async fn a_waiting_acquire_behind_a_table_lock_keeps_to_its_wait() {
     store.close().await.unwrap();
     db.drop().await;
 }
+
+/// A role with exactly the grants docs/engine-mysql.md lists (DML on
+/// `locks`, `SELECT` on `meta`, `EXECUTE` on the procedure) opens a store an
+/// administrator made and takes, renews, inspects and releases locks,
+/// though `information_schema` hides the `fences` sequence from it. When the
+/// sequence is truly gone, a grant refuses with `LostFencesError`, draws
+/// nothing, and the error's advice never restarts fences at 1.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_role_with_the_documented_grants_uses_the_store() {
+    let Some((admin, db)) = common::store("leastpriv").await else {
+        return;
+    };
+    let user = format!("app{}", std::process::id());
+    let password = "app-secret-1";
+    let q = format!("`{}`", db.name.replace('`', "``"));
+    for statement in [
+        format!("CREATE USER '{user}'@'%' IDENTIFIED BY '{password}'"),
+        format!("GRANT SELECT, INSERT, UPDATE, DELETE ON {q}.locks TO '{user}'@'%'"),
+        format!("GRANT SELECT ON {q}.meta TO '{user}'@'%'"),
+        format!("GRANT EXECUTE ON PROCEDURE {q}.acquire TO '{user}'@'%'"),
+    ] {
+        sqlx::raw_sql(sqlx::AssertSqlSafe(statement))
+            .execute(admin.pool())
+            .await
+            .unwrap();
+    }
+    let (_, host) = db.url.rsplit_once('@').expect("a URL with credentials");
+    let url = format!("mysql://{user}:{password}@{host}");
+    let app = MySqlStore::connect(&url, &db.name)
+        .await
+        .expect("the documented grants open the store");
+    let lock = app.try_lock("job", "app", TTL).await.unwrap().unwrap();
+    assert!(lock.renew(TTL).await.unwrap());
+    assert!(app.try_lock("job", "other", TTL).await.unwrap().is_none());
+    assert_eq!(
+        app.holder("job").await.unwrap().unwrap().fence,
+        lock.fence()
+    );
+    assert_eq!(app.list("", None, 10).await.unwrap().len(), 1);
+    let fence = lock.fence();
+    assert!(lock.release().await.unwrap());
+    let again = app.try_lock("job", "app", TTL).await.unwrap().unwrap();
+    assert!(again.fence() > fence);
+    assert!(app.force_release("job").await.unwrap().is_some());
+    app.purge_expired().await.unwrap();
+
+    sqlx::raw_sql(sqlx::AssertSqlSafe(format!("DROP SEQUENCE {q}.fences")))
+        .execute(admin.pool())
+        .await
+        .unwrap();
+    for store in [&app, &admin] {
+        let error = store
+            .try_lock("after", "app", TTL)
+            .await
+            .expect_err("a grant without the fences sequence");
+        let lost = error
+            .find_source::<alkstore_mysql::LostFencesError>()
+            .unwrap_or_else(|| panic!("not LostFencesError: {error:?}"));
+        let advice = lost.to_string();
+        assert!(advice.contains("START WITH"), "{advice}");
+        assert!(advice.contains("Do not drop"), "{advice}");
+        assert!(store.holder("after").await.unwrap().is_none());
+    }
+    app.close().await.unwrap();
+    sqlx::raw_sql(sqlx::AssertSqlSafe(format!("DROP USER '{user}'@'%'")))
+        .execute(admin.pool())
+        .await
+        .unwrap();
+    admin.drop_database().await.unwrap();
+    admin.close().await.unwrap();
+}
+
+/// `drop_database` keeps what alkstore did not create: an event in the
+/// database keeps the database (and the event), and someone else's trigger
+/// on alkstore's own table stops the drop before anything is dropped.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn drop_keeps_events_and_triggers_alkstore_did_not_create() {
+    let Some((store, db)) = common::store("dropkeeps").await else {
+        return;
+    };
+    let q = format!("`{}`", db.name.replace('`', "``"));
+    let run = |statement: String| {
+        let pool = store.pool().clone();
+        async move {
+            sqlx::raw_sql(sqlx::AssertSqlSafe(statement))
+                .execute(&pool)
+                .await
+                .unwrap()
+        }
+    };
+    let count = |statement: String| {
+        let pool = store.pool().clone();
+        async move {
+            let (n,): (i64,) = sqlx::query_as(sqlx::AssertSqlSafe(statement))
+                .fetch_one(&pool)
+                .await
+                .unwrap();
+            n
+        }
+    };
+    run(format!(
+        "CREATE TRIGGER {q}.audit BEFORE DELETE ON {q}.locks FOR EACH ROW SET @x = 1"
+    ))
+    .await;
+    let refused = store.drop_database().await.expect_err("a foreign trigger");
+    assert!(
+        refused
+            .find_source::<alkstore_mysql::ForeignObjectsError>()
+            .is_some(),
+        "{refused:?}"
+    );
+    let locks = format!(
+        "SELECT COUNT(*) FROM information_schema.TABLES WHERE TABLE_SCHEMA = '{}' AND TABLE_NAME = 'locks'",
+        db.name.replace('\'', "''")
+    );
+    assert_eq!(count(locks.clone()).await, 1, "dropped before refusing");
+    run(format!("DROP TRIGGER {q}.audit")).await;
+
+    run(format!(
+        "CREATE EVENT {q}.nightly ON SCHEDULE EVERY 1 DAY DISABLE DO SET @x = 1"
+    ))
+    .await;
+    store.drop_database().await.unwrap();
+    let schema = format!(
+        "SELECT COUNT(*) FROM information_schema.SCHEMATA WHERE SCHEMA_NAME = '{}'",
+        db.name.replace('\'', "''")
+    );
+    assert_eq!(
+        count(schema).await,
+        1,
+        "the database was dropped with its event"
+    );
+    assert_eq!(count(locks).await, 0, "alkstore's own objects stay");
+    run(format!("DROP EVENT {q}.nightly")).await;
+    run(format!("DROP DATABASE {q}")).await;
+    store.close().await.unwrap();
+}
+
+/// The acquire procedure refuses to run inside the caller's open
+/// transaction, and the refusal leaves that transaction as it was.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_refused_call_inside_a_transaction_keeps_the_callers_work() {
+    use sqlx::Connection;
+    let Some((store, db)) = common::store("intx").await else {
+        return;
+    };
+    let q = format!("`{}`", db.name.replace('`', "``"));
+    let mut conn = sqlx::MySqlConnection::connect(&db.url).await.unwrap();
+    sqlx::raw_sql(sqlx::AssertSqlSafe(format!(
+        "START TRANSACTION; INSERT INTO {q}.locks VALUES ('mine', 'me', 0, 0)"
+    )))
+    .execute(&mut conn)
+    .await
+    .unwrap();
+    let refused = sqlx::raw_sql(sqlx::AssertSqlSafe(format!(
+        "CALL {q}.acquire('job', 'me', 1000, NULL)"
+    )))
+    .execute(&mut conn)
+    .await
+    .expect_err("acquire inside a transaction");
+    assert!(
+        refused.to_string().contains("open transaction"),
+        "{refused}"
+    );
+    let (mine, open): (i64, i64) = sqlx::query_as(sqlx::AssertSqlSafe(format!(
+        "SELECT (SELECT COUNT(*) FROM {q}.locks WHERE name = 'mine'), CAST(@@in_transaction AS SIGNED)"
+    )))
+    .fetch_one(&mut conn)
+    .await
+    .unwrap();
+    assert_eq!(
+        (mine, open),
+        (1, 1),
+        "the caller's transaction was rolled back"
+    );
+    sqlx::raw_sql("ROLLBACK").execute(&mut conn).await.unwrap();
+    let _ = conn.close().await;
+    assert!(store.holder("job").await.unwrap().is_none());
+    store.drop_database().await.unwrap();
+    store.close().await.unwrap();
+}

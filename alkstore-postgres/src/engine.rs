@@ -12,7 +12,7 @@ use async_trait::async_trait;
 use sqlx::PgPool;
 use tokio::sync::OnceCell;
 
-use alkstore_sqlx::{OutOfTime, decoded};
+use alkstore_sqlx::{OnLostConnection, OutOfTime, decoded, removed};
 
 use crate::connection::Connections;
 use crate::listener::Listener;
@@ -84,17 +84,21 @@ impl Engine for PgEngine {
         ttl: LeaseMillis,
         deadline: Option<Instant>,
     ) -> Result<Attempt, BoxError> {
+        // A waiting acquire bounds every lock wait, the table's included.
+        let statement = match deadline {
+            Some(_) => &self.sql.acquire_waiting,
+            None => &self.sql.acquire,
+        };
         let row: Result<Option<(bool, i64, i64)>, BoxError> = self
             .connections
-            .run(true, deadline, |conn, may_have_committed| {
+            // Run again, the same owner is granted its own grant back.
+            .run(OnLostConnection::RunAgain, deadline, |conn, attempt| {
                 Box::pin(
-                    sqlx::query(self.sql.acquire.clone())
+                    sqlx::query(statement.clone())
                         .bind(name)
                         .bind(owner)
                         .bind(ttl.as_i64())
-                        // A retry after a lost connection waits for the first try's
-                        // locks, so as to learn whether it committed.
-                        .bind(deadline.filter(|_| !may_have_committed).map(lock_wait_ms))
+                        .bind(attempt.bound.map(lock_wait_ms))
                         .fetch_optional(conn),
                 )
             })
@@ -120,7 +124,7 @@ impl Engine for PgEngine {
     async fn renew(&self, grant: &GrantKey, ttl: LeaseMillis) -> Result<bool, BoxError> {
         let done = self
             .connections
-            .run(true, None, |conn, _| {
+            .run(OnLostConnection::RunAgain, None, |conn, _| {
                 Box::pin(
                     sqlx::query(self.sql.renew.clone())
                         .bind(&grant.name)
@@ -135,9 +139,11 @@ impl Engine for PgEngine {
     }
 
     async fn release(&self, grant: &GrantKey) -> Result<bool, BoxError> {
+        let mut after_lost_connection = false;
         let (deleted,): (i64,) = self
             .connections
-            .run(false, None, |conn, _| {
+            .run(OnLostConnection::RunAgain, None, |conn, attempt| {
+                after_lost_connection = attempt.after_lost_connection;
                 Box::pin(
                     sqlx::query(self.sql.release.clone())
                         .bind(&grant.name)
@@ -151,13 +157,18 @@ impl Engine for PgEngine {
             .await
             .and_then(|row| decoded(Some(row)))?
             .ok_or("the release statement returned no row")?;
-        Ok(deleted == 1)
+        Ok(removed(
+            (deleted == 1).then_some(()),
+            after_lost_connection,
+            "release",
+        )?
+        .is_some())
     }
 
     async fn holder(&self, name: &str) -> Result<Option<Holder>, BoxError> {
         let row: Option<(String, i64, i64)> = self
             .connections
-            .run(true, None, |conn, _| {
+            .run(OnLostConnection::RunAgain, None, |conn, _| {
                 Box::pin(
                     sqlx::query(self.sql.holder.clone())
                         .bind(name)
@@ -181,7 +192,7 @@ impl Engine for PgEngine {
         let (prefix, after) = (prefix.to_owned(), after.unwrap_or("").to_owned());
         let rows: Vec<(String, String, i64, i64)> = self
             .connections
-            .run(true, None, |conn, _| {
+            .run(OnLostConnection::RunAgain, None, |conn, _| {
                 Box::pin(
                     sqlx::query_as(self.sql.list.clone())
                         .bind(prefix.clone())
@@ -205,12 +216,19 @@ impl Engine for PgEngine {
         name: &str,
         fence: Option<u64>,
     ) -> Result<Option<Holder>, BoxError> {
+        // Of one grant, run again after a lost connection: a second try that
+        // removes the grant proves the first did not. Of a name, not: a
+        // second try could remove a grant made after the first removed its.
+        let on_lost = match fence {
+            Some(_) => OnLostConnection::RunAgain,
+            None => OnLostConnection::Fail,
+        };
         let fence = fence.map(fence_to_sql);
+        let mut after_lost_connection = false;
         let row: Option<(String, i64, i64, Option<String>)> = self
             .connections
-            // Not retried after a lost connection: the first try may have
-            // removed the row, and a second would answer None.
-            .run(false, None, |conn, _| {
+            .run(on_lost, None, |conn, attempt| {
+                after_lost_connection = attempt.after_lost_connection;
                 Box::pin(
                     sqlx::query(self.sql.force_release.clone())
                         .bind(name)
@@ -222,6 +240,7 @@ impl Engine for PgEngine {
             })
             .await
             .and_then(decoded)?;
+        let row = removed(row, after_lost_connection, "forced release")?;
         Ok(row.map(|(owner, fence, left, _)| holder_of((owner, fence, left))))
     }
 
@@ -230,7 +249,7 @@ impl Engine for PgEngine {
             .connections
             // Not retried after a lost connection: the first try may have
             // deleted rows, and a second would count fewer.
-            .run(false, None, |conn, _| {
+            .run(OnLostConnection::Fail, None, |conn, _| {
                 Box::pin(sqlx::query(self.sql.purge.clone()).execute(conn))
             })
             .await?;

@@ -41,9 +41,11 @@ pub struct ForeignObjectsError {
 /// refuses rather than break the fence rule.
 #[derive(Debug, thiserror::Error)]
 #[error(
-    "schema {schema:?} is alkstore's but its fences sequence is gone; a new one would hand out \
-     fences already used. Restore it (CREATE SEQUENCE, then setval above every fence ever \
-     handed out) or drop the schema"
+    "schema {schema:?} is alkstore's but its fences sequence is gone; a new one starting at 1 \
+     would hand out fences already used, so alkstore will not make one. Restore it with \
+     CREATE SEQUENCE … AS bigint START WITH a value above every fence ever handed out (when that \
+     is unknown: the current Unix time in microseconds, above any count of grants made at under \
+     a million a second). Do not drop the schema to start over: fences would restart at 1 too"
 )]
 pub struct LostFencesError {
     /// The schema.

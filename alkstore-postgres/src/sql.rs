@@ -134,6 +134,7 @@ pub(crate) struct Statements {
     pub(crate) drop_objects: SqlStr,
     pub(crate) drop_schema: SqlStr,
     pub(crate) acquire: SqlStr,
+    pub(crate) acquire_waiting: SqlStr,
     pub(crate) renew: SqlStr,
     pub(crate) release: SqlStr,
     pub(crate) holder: SqlStr,
@@ -265,6 +266,15 @@ END"
                  UNION ALL
                  SELECT g.granted, g.fence, g.expires_in_ms FROM {acquire_fn}($1, $2, $3, $4) g
                  WHERE NOT EXISTS (SELECT 1 FROM live) AND EXISTS (SELECT 1 FROM durable_commit)"
+            )),
+            // A waiting acquire's statement: the acquire function alone. The
+            // statement names no table, so it takes no table lock before the
+            // function has bounded its lock waits by `$4` (a table locked by
+            // DDL or `LOCK TABLE` would hold it, unbounded, at planning time).
+            acquire_waiting: audited(format!(
+                "WITH {DURABLE_COMMIT_CTE}
+                 SELECT g.granted, g.fence, g.expires_in_ms FROM {acquire_fn}($1, $2, $3, $4) g
+                 WHERE EXISTS (SELECT 1 FROM durable_commit)"
             )),
             renew: audited(format!(
                 "WITH {DURABLE_COMMIT_CTE}

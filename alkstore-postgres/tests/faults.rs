@@ -399,3 +399,112 @@ async fn a_crash_right_after_releases_grants_nothing_twice() {
     store.drop_schema().await.unwrap();
     store.close().await.unwrap();
 }
+
+/// Terminates every idle client session of the test database but the
+/// asker's, and waits until they are gone; answers how many there were.
+async fn terminate_idle_sessions(admin: &mut sqlx::PgConnection, idle_for: Duration) -> usize {
+    let pids: Vec<(i32,)> = sqlx::query_as(
+        "SELECT pid FROM pg_stat_activity
+         WHERE backend_type = 'client backend' AND datname = current_database()
+           AND pid <> pg_backend_pid() AND state = 'idle'
+           AND state_change < clock_timestamp() - $1 * interval '1 millisecond'",
+    )
+    .bind(idle_for.as_millis() as f64)
+    .fetch_all(&mut *admin)
+    .await
+    .unwrap();
+    let pids: Vec<i32> = pids.into_iter().map(|(pid,)| pid).collect();
+    sqlx::query("SELECT count(pg_terminate_backend(pid)) FROM unnest($1::int[]) pid")
+        .bind(&pids)
+        .execute(&mut *admin)
+        .await
+        .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let (left,): (i64,) =
+            sqlx::query_as("SELECT count(*) FROM pg_stat_activity WHERE pid = ANY($1)")
+                .bind(&pids)
+                .fetch_one(&mut *admin)
+                .await
+                .unwrap();
+        if left == 0 {
+            return pids.len();
+        }
+        assert!(Instant::now() < deadline, "terminated sessions did not end");
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+}
+
+/// A waiting acquire whose idle connection the server ended meanwhile keeps
+/// to its wait behind a table lock (an `ACCESS EXCLUSIVE` lock, as DDL or a
+/// `LOCK TABLE` takes): the try on a new connection is bounded like the
+/// first, and it answers `None` at its deadline, not when the table lock ends.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_waiting_acquire_after_a_lost_connection_keeps_to_its_wait() {
+    use sqlx::Connection;
+    let _turn = SERIAL.lock().await;
+    let Some((store, schema)) = common::store("lostwait").await else {
+        return;
+    };
+    // One connection of the store's own sits idle.
+    assert!(store.holder("job").await.unwrap().is_none());
+    let mut admin = sqlx::PgConnection::connect(&schema.url).await.unwrap();
+    sqlx::raw_sql(sqlx::AssertSqlSafe(format!(
+        "BEGIN; LOCK TABLE {}.locks IN ACCESS EXCLUSIVE MODE",
+        common::quoted_schema(&store)
+    )))
+    .execute(&mut admin)
+    .await
+    .unwrap();
+    let mut other = sqlx::PgConnection::connect(&schema.url).await.unwrap();
+    assert!(terminate_idle_sessions(&mut other, Duration::ZERO).await >= 1);
+    let wait = Duration::from_millis(1500);
+    let asked = Instant::now();
+    let got = tokio::time::timeout(
+        Duration::from_secs(20),
+        store.lock("job", "a", Duration::from_secs(30), wait),
+    )
+    .await
+    .expect("the waiting acquire outlived its wait by 18 s behind the table lock")
+    .unwrap();
+    let waited = asked.elapsed();
+    assert!(got.is_none(), "granted under another session's table lock");
+    assert!(
+        waited >= wait && waited < wait + Duration::from_millis(700),
+        "waited {waited:?} for a wait of {wait:?}"
+    );
+    sqlx::raw_sql("ROLLBACK").execute(&mut admin).await.unwrap();
+    let lock = store
+        .try_lock("job", "a", Duration::from_secs(30))
+        .await
+        .unwrap()
+        .expect("free once the table lock is gone");
+    assert!(lock.release().await.unwrap());
+    eprintln!("lost connection under a table lock: answered None after {waited:?} (wait {wait:?})");
+    store.close().await.unwrap();
+    let _ = admin.close().await;
+    let _ = other.close().await;
+    schema.drop().await;
+}
+
+/// An idle-session killer ends the store's sessions while a keep-alive
+/// holds a lease: the lease survives, and the release afterwards, on a
+/// connection that died while idle, answers `true` instead of an error.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_idle_session_killer_is_invisible_to_the_holder() {
+    use sqlx::Connection;
+    let _turn = SERIAL.lock().await;
+    let Some((store, schema)) = common::store("idlekill").await else {
+        return;
+    };
+    let admin = tokio::sync::Mutex::new(sqlx::PgConnection::connect(&schema.url).await.unwrap());
+    let killed =
+        alkstore_contract_suite::load::through_an_idle_session_killer(&store, |idle_for| {
+            let admin = &admin;
+            async move { terminate_idle_sessions(&mut *admin.lock().await, idle_for).await as u64 }
+        })
+        .await;
+    eprintln!("idle-session killer: {killed} sessions ended, lease kept, release answered true");
+    store.close().await.unwrap();
+    schema.drop().await;
+}

@@ -362,3 +362,38 @@ async fn random_schema_names_are_refused_or_used_verbatim() {
         panic!("{failure}");
     }
 }
+
+/// A waiting acquire behind a table lock (`ACCESS EXCLUSIVE`, as DDL or a
+/// `LOCK TABLE` takes) keeps to its wait: the statement takes no lock on
+/// the table before the acquire function has bounded its lock waits.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_waiting_acquire_behind_a_table_lock_keeps_to_its_wait() {
+    use sqlx::Connection;
+    let Some((store, schema)) = common::store("tablelock").await else {
+        return;
+    };
+    let mut admin = sqlx::PgConnection::connect(&schema.url).await.unwrap();
+    sqlx::raw_sql(sqlx::AssertSqlSafe(format!(
+        "BEGIN; LOCK TABLE {}.locks IN ACCESS EXCLUSIVE MODE",
+        common::quoted_schema(&store)
+    )))
+    .execute(&mut admin)
+    .await
+    .unwrap();
+    let wait = Duration::from_millis(1500);
+    let asked = Instant::now();
+    let got = tokio::time::timeout(Duration::from_secs(20), store.lock("job", "a", TTL, wait))
+        .await
+        .expect("the waiting acquire hung behind the table lock")
+        .unwrap();
+    let waited = asked.elapsed();
+    assert!(got.is_none(), "granted under another session's table lock");
+    assert!(
+        waited >= wait && waited < wait + Duration::from_millis(700),
+        "waited {waited:?} for a wait of {wait:?}"
+    );
+    sqlx::raw_sql("ROLLBACK").execute(&mut admin).await.unwrap();
+    let _ = admin.close().await;
+    store.drop_schema().await.unwrap();
+    store.close().await.unwrap();
+}

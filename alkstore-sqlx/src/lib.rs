@@ -14,7 +14,7 @@
 //! connection, and which errors prove what about the statement.
 //!
 //! ```
-//! use alkstore_sqlx::{Connections, Dialect};
+//! use alkstore_sqlx::{Connections, Dialect, OnLostConnection};
 //! use sqlx::postgres::{PgConnectOptions, PgConnection};
 //!
 //! struct Postgres;
@@ -34,9 +34,11 @@
 //!
 //! # async fn example(name: &str) -> Result<(), alkstore_core::BoxError> {
 //! let connections = Connections::<Postgres>::new(PgConnectOptions::new(), 4);
-//! // One statement; an idempotent one, with no deadline.
+//! // One statement, which may run again after a lost connection; no deadline.
 //! let (one,): (i32,) = connections
-//!     .run(true, None, |conn, _| Box::pin(sqlx::query_as("SELECT 1").fetch_one(conn)))
+//!     .run(OnLostConnection::RunAgain, None, |conn, _| {
+//!         Box::pin(sqlx::query_as("SELECT 1").fetch_one(conn))
+//!     })
 //!     .await?;
 //! # Ok(())
 //! # }
@@ -85,6 +87,32 @@ pub type Options<D> = <<<D as Dialect>::Database as Database>::Connection as Con
 
 type Conn<D> = <<D as Dialect>::Database as Database>::Connection;
 
+/// How much longer than the first try's deadline a try after a lost
+/// connection may wait: the first try's lock waits ended at the deadline,
+/// and this is time for it to finish and for the second to see the result.
+pub const RETRY_GRACE: Duration = Duration::from_millis(250);
+
+/// What [`Connections::run`] does when a reused connection turns out lost.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum OnLostConnection {
+    /// Run the statement once more on a new connection: a second run has the
+    /// same outcome as one (a renewal, a read), or the engine reads its
+    /// answer knowing the first may have committed ([`Try::after_lost_connection`]).
+    RunAgain,
+    /// Answer the error: a second run could do what the first did already
+    /// and answer otherwise (a purge would count fewer rows).
+    Fail,
+}
+
+/// Which try of a statement runs, as [`Connections::run`] tells the statement.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Try {
+    /// The deadline of this try's waits for locks on the server, if any.
+    pub bound: Option<Instant>,
+    /// An earlier try's connection was lost: it may have committed.
+    pub after_lost_connection: bool,
+}
+
 /// A waiting acquire's deadline passed before a connection was free or made:
 /// nothing was sent, and the engine reports the attempt as refused.
 #[derive(Debug, thiserror::Error)]
@@ -120,44 +148,48 @@ impl<D: Dialect> Connections<D> {
         }
     }
 
-    /// Runs one statement (`statement`, given the connection) on a
-    /// connection of this set and returns its result.
+    /// Runs one statement (`statement`, given the connection and the
+    /// [`Try`] it runs in) on a connection of this set and returns its result.
     ///
     /// - A statement the server rolled back whole
     ///   ([`Dialect::rolled_back`]) runs again, up to [`ROLLED_BACK_RETRIES`]
     ///   times.
     /// - When a reused idle connection was found dead (the server restarted
-    ///   or ended it while it sat idle), the rest of the idle set, likely
-    ///   dead too, is dropped, and an `idempotent` statement — one that can
-    ///   run twice with the same outcome — runs once more on a new
-    ///   connection. Another is not: a lost connection does not prove the
-    ///   statement never committed, and a release that committed and ran
-    ///   again would answer `false`.
+    ///   or ended it while it sat idle, or during the statement), the rest of
+    ///   the idle set, likely dead too, is dropped, and with
+    ///   [`OnLostConnection::RunAgain`] the statement runs once more on a new
+    ///   connection, told so by [`Try::after_lost_connection`]: the first try
+    ///   may have committed, and the statement (or the engine reading its
+    ///   answer) must be one whose second run proves or does no harm. With
+    ///   [`OnLostConnection::Fail`] the error is the answer.
     /// - With a `deadline`, a try fails with [`OutOfTime`] when it passes
-    ///   while waiting for a free connection — except a try after a lost
-    ///   connection, which is not cut short: the try before may have
-    ///   committed, and only this one's answer can tell. `statement` is told
-    ///   which kind of try it runs in (`true`: an earlier try may have
-    ///   committed), so that it can drop its own bounds too.
+    ///   while waiting for a free connection. A try after a lost connection
+    ///   keeps a deadline too, [`RETRY_GRACE`] later ([`Try::bound`]): the
+    ///   first try's own lock waits ended at the deadline, so the second
+    ///   learns its outcome by then, and no try outlives its wait without
+    ///   bound.
     ///
     /// Fails with [`Closed`] once the set closed, also for a call that was
     /// waiting for a connection when it did.
     pub async fn run<T, F>(
         &self,
-        idempotent: bool,
+        on_lost: OnLostConnection,
         deadline: Option<Instant>,
         mut statement: F,
     ) -> Result<T, BoxError>
     where
-        F: for<'c> FnMut(&'c mut Conn<D>, bool) -> StatementFuture<'c, T>,
+        F: for<'c> FnMut(&'c mut Conn<D>, Try) -> StatementFuture<'c, T>,
     {
-        let mut reuse = true;
+        let mut attempt = Try {
+            bound: deadline,
+            after_lost_connection: false,
+        };
         let mut rolled_back = 0;
         loop {
-            let may_have_committed = !reuse;
-            let bound = if may_have_committed { None } else { deadline };
-            let mut checkout = self.get(reuse, bound).await?;
-            let result = statement(checkout.conn(), may_have_committed).await;
+            let mut checkout = self
+                .get(!attempt.after_lost_connection, attempt.bound)
+                .await?;
+            let result = statement(checkout.conn(), attempt).await;
             checkout.clean = result.is_ok();
             match result {
                 Ok(value) => return Ok(value),
@@ -167,11 +199,14 @@ impl<D: Dialect> Connections<D> {
                 }
                 Err(error) if checkout.reused && D::connection_lost(&error) => {
                     self.idle.lock().unwrap_or_else(|e| e.into_inner()).clear();
-                    if !idempotent {
+                    if on_lost == OnLostConnection::Fail {
                         return Err(error.into());
                     }
                     tracing::debug!(%error, "idle connection was dead; retrying on a new one");
-                    reuse = false;
+                    attempt = Try {
+                        bound: deadline.map(|d| d + RETRY_GRACE),
+                        after_lost_connection: true,
+                    };
                 }
                 Err(error) => return Err(error.into()),
             }
@@ -282,6 +317,24 @@ impl<D: Dialect> Drop for Checkout<'_, D> {
     }
 }
 
+/// The answer of a statement that removes one grant (a release, a forced
+/// release of one fence), run again after a lost connection: what the try
+/// found and removed is the answer — a second try that removes the grant
+/// proves the first did not, as a grant's fence is never handed out twice.
+/// A second try that finds nothing cannot tell whether the first removed
+/// it or someone else did: [`OutcomeUnknown`](alkstore_core::OutcomeUnknown),
+/// never a guess.
+pub fn removed<T>(
+    found: Option<T>,
+    after_lost_connection: bool,
+    operation: &'static str,
+) -> Result<Option<T>, BoxError> {
+    match found {
+        None if after_lost_connection => Err(alkstore_core::OutcomeUnknown { operation }.into()),
+        found => Ok(found),
+    }
+}
+
 /// A row a statement returned (or none), as the tuple the engine reads it
 /// as; a row of another shape is an error, not a panic.
 pub fn decoded<R, T>(row: Option<R>) -> Result<Option<T>, BoxError>
@@ -334,5 +387,27 @@ impl Objects {
         } else {
             None
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_second_try_that_removes_the_grant_answers_it() {
+        assert_eq!(removed(Some(7), true, "release").unwrap(), Some(7));
+        assert_eq!(removed(Some(7), false, "release").unwrap(), Some(7));
+        assert_eq!(removed::<u8>(None, false, "release").unwrap(), None);
+    }
+
+    #[test]
+    fn a_second_try_that_finds_nothing_answers_unknown_not_false() {
+        let error = removed::<u8>(None, true, "release").unwrap_err();
+        let unknown = error
+            .downcast_ref::<alkstore_core::OutcomeUnknown>()
+            .expect("OutcomeUnknown");
+        assert_eq!(unknown.operation, "release");
+        assert!(error.to_string().contains("release"), "{error}");
     }
 }

@@ -197,3 +197,58 @@ where
     assert!(kept.release().await.expect("release the kept lease"));
     (killed, history.len(), load.errors.load(Ordering::SeqCst))
 }
+
+/// An idle-session killer (a pooler, a firewall, the server's
+/// `idle_session_timeout`), after DistributedLock's `TestIdleSessionKiller`:
+/// a [`KeepAlive`](alkstore_core::KeepAlive) holds a 1 s lease while
+/// `kill_idle(after)` ends every session of the store idle longer than
+/// `after` (100 ms), every 50 ms for 3 s; the lease must survive (renewals
+/// retry on new connections). Then, with the keep-alive stopped, every idle
+/// session is ended once more and the holder releases: the release meets a
+/// connection that died while idle, and must answer `true` like any other.
+/// Answers how many sessions were ended.
+pub async fn through_an_idle_session_killer<K, KF>(store: &dyn Store, mut kill_idle: K) -> u64
+where
+    K: FnMut(Duration) -> KF,
+    KF: std::future::Future<Output = u64>,
+{
+    let ttl = Duration::from_secs(1);
+    let lock = store
+        .try_lock("idle-killed", "keeper", ttl)
+        .await
+        .expect("take the lock")
+        .expect("the name is free");
+    let fence = lock.fence();
+    let kept = alkstore_core::KeepAlive::start(lock, ttl).expect("keep the lease");
+    let began = Instant::now();
+    let mut killed = 0;
+    while began.elapsed() < Duration::from_secs(3) {
+        killed += kill_idle(Duration::from_millis(100)).await;
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert!(
+        killed >= 2,
+        "rule: the killer ends idle sessions; saw {killed} ended, expected ≥ 2"
+    );
+    let lock = kept.stop().await.unwrap_or_else(|lost| {
+        panic!("rule: a kept lease survives idle sessions being killed; saw it lost: {lost}")
+    });
+    let holder = store.holder("idle-killed").await.expect("read the holder");
+    assert_eq!(
+        holder.map(|h| h.fence),
+        Some(fence),
+        "rule: the kept grant is still the holder after the killer's run"
+    );
+    let last = kill_idle(Duration::ZERO).await;
+    assert!(
+        last >= 1,
+        "rule: the store's connection sat idle to be killed; saw none"
+    );
+    let released = lock.release().await;
+    assert!(
+        matches!(released, Ok(true)),
+        "rule: a release on a connection that died while idle answers true; saw {released:?}"
+    );
+    assert!(store.holder("idle-killed").await.expect("read").is_none());
+    killed + last
+}
