@@ -397,6 +397,30 @@ fn bad_urls_exit_3_with_the_cause() {
     }
 }
 
+/// A server that refuses the connection is answered at once (not after the
+/// pool's 10 s timeout), saying where the connection went and why.
+#[test]
+fn a_refused_connection_exits_3_at_once_with_where_and_why() {
+    for url in [
+        "postgres://u:pw@127.0.0.1:1/x",
+        "mysql://u:pw@127.0.0.1:1/x",
+    ] {
+        let asked = std::time::Instant::now();
+        let ran = run(url, &["list"], None);
+        let took = asked.elapsed();
+        assert_eq!(ran.code, 3, "{url}: {ran:?}");
+        assert!(
+            took < Duration::from_secs(3),
+            "{url}: answered after {took:?}"
+        );
+        assert!(
+            ran.stderr.contains("cannot connect to 127.0.0.1:1"),
+            "{url}: {ran:?}"
+        );
+        assert!(ran.stderr.contains("Connection refused"), "{url}: {ran:?}");
+    }
+}
+
 /// Nothing listens on port 1: the driver's own error, which must not carry
 /// the password in any form, nor may anything else printed.
 #[test]

@@ -170,6 +170,14 @@ pub enum Outcome<T> {
         /// The slot.
         slot: Slot,
     },
+    /// [`Schedule::run`] only: the slot began and ended while this replica
+    /// was busy with an earlier slot (a run or a skip that outlasted it), or
+    /// while its clock jumped forward over it; it was not tried, and another
+    /// replica may have run it.
+    Missed {
+        /// The slot.
+        slot: Slot,
+    },
 }
 
 /// A job run at most once per slot across every replica that shares a store.
@@ -319,7 +327,11 @@ impl Schedule {
         let since = at.duration_since(UNIX_EPOCH).unwrap_or_default();
         let period = self.period.as_millis().max(1);
         let index = since.saturating_sub(self.offset).as_millis() / period;
-        let index = u64::try_from(index).unwrap_or(u64::MAX);
+        self.slot(u64::try_from(index).unwrap_or(u64::MAX))
+    }
+
+    /// Slot number `index`.
+    fn slot(&self, index: u64) -> Slot {
         let start = self.slot_start(index);
         Slot {
             index,
@@ -605,39 +617,57 @@ impl Schedule {
         F: FnMut(SlotRun) -> Fut,
         Fut: Future<Output = T>,
     {
-        // The last slot whose outcome is final for this loop; never lowered.
+        // The last slot whose outcome is final for this loop, and the last
+        // with any outcome reported; neither is ever lowered.
         let mut done: Option<u64> = None;
+        let mut reported: Option<u64> = None;
         loop {
             let slot = self.current_slot();
             if done.is_some_and(|done| slot.index <= done) {
                 tokio::time::sleep(self.until_next_slot() + Duration::from_millis(1)).await;
                 continue;
             }
+            self.report_missed(reported, slot.index, &mut on_outcome);
             let outcome = self.run_slot(store, replica, slot, &mut job).await?;
             on_outcome(&outcome);
-            let retry_later = self.retry && matches!(outcome, Outcome::ClaimedElsewhere { .. });
-            if !retry_later {
-                done = done.max(Some(slot.index));
+            reported = reported.max(Some(slot.index));
+            if self.retry && matches!(outcome, Outcome::ClaimedElsewhere { .. }) {
+                // Tried again every half run lease until the slot ends.
+                let nap = self.until_next_slot().min(self.run_lease / 2);
+                tokio::time::sleep(nap + Duration::from_millis(1)).await;
+                continue;
             }
+            done = done.max(Some(slot.index));
             let now = self.current_slot();
-            if now.index > slot.index {
-                // The run outlasted its slot. The slot that began meanwhile
-                // is due now — unless runs must not overlap: its turn came
-                // during the run, so it is skipped, for every replica.
-                if self.overlap == Overlap::Skip && matches!(outcome, Outcome::Ran { .. }) {
-                    done = done.max(Some(now.index));
-                    on_outcome(&self.skip_slot(store, replica, now).await?);
-                } else {
-                    continue;
-                }
+            // The run outlasted its slot. The slot that began meanwhile is
+            // due now (the loop goes round without sleeping) — unless runs
+            // must not overlap: its turn came during the run, so it is
+            // skipped, for every replica.
+            if now.index > slot.index
+                && self.overlap == Overlap::Skip
+                && matches!(outcome, Outcome::Ran { .. })
+            {
+                self.report_missed(reported, now.index, &mut on_outcome);
+                on_outcome(&self.skip_slot(store, replica, now).await?);
+                done = done.max(Some(now.index));
+                reported = reported.max(Some(now.index));
             }
-            let nap = self.until_next_slot();
-            let nap = if retry_later {
-                nap.min(self.run_lease / 2)
-            } else {
-                nap
-            };
-            tokio::time::sleep(nap + Duration::from_millis(1)).await;
+        }
+    }
+
+    /// Reports every slot after `reported` and before `next` as
+    /// [`Outcome::Missed`]: it began and ended without being tried.
+    fn report_missed<T>(
+        &self,
+        reported: Option<u64>,
+        next: u64,
+        on_outcome: &mut impl FnMut(&Outcome<T>),
+    ) {
+        let Some(reported) = reported else { return };
+        for index in reported.saturating_add(1)..next {
+            on_outcome(&Outcome::Missed {
+                slot: self.slot(index),
+            });
         }
     }
 }
@@ -649,7 +679,8 @@ impl<T> Outcome<T> {
             Outcome::Ran { slot, .. }
             | Outcome::ClaimedElsewhere { slot }
             | Outcome::TooLate { slot }
-            | Outcome::PreviousRunStillRunning { slot } => *slot,
+            | Outcome::PreviousRunStillRunning { slot }
+            | Outcome::Missed { slot } => *slot,
         }
     }
 }

@@ -49,6 +49,13 @@ impl Dialect for MySql {
         error_number(error) == Some(DEADLOCK)
     }
 
+    fn server(options: &MySqlConnectOptions) -> String {
+        match options.get_socket() {
+            Some(socket) => socket.display().to_string(),
+            None => format!("{}:{}", options.get_host(), options.get_port()),
+        }
+    }
+
     async fn prepare(conn: &mut MySqlConnection) -> Result<(), sqlx::Error> {
         sqlx::raw_sql(crate::sql::SESSION_SETTINGS)
             .execute(conn)

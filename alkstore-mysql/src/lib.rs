@@ -43,13 +43,14 @@ use std::sync::Arc;
 
 use alkstore_core::{EngineStore, Error, ReleaseBus, Result};
 use sqlx::MySqlPool;
-use sqlx::mysql::MySqlPoolOptions;
+use sqlx::mysql::{MySqlConnectOptions, MySqlPoolOptions};
 
 use crate::connection::Connections;
 use crate::engine::MySqlEngine;
 use crate::sql::Statements;
 
 pub use alkstore_core::SchemaVersionError;
+pub use alkstore_sqlx::ConnectError;
 pub use schema::{ForeignObjectsError, LostFencesError, MAX_DATABASE_BYTES};
 /// The connection pool type `MySqlStore::open` takes (sqlx's).
 pub use sqlx::MySqlPool as Pool;
@@ -78,6 +79,11 @@ impl MySqlStore {
     /// always named with `database`.
     pub async fn connect(url: &str, database: &str) -> Result<Self> {
         schema::validate(database)?;
+        let options: MySqlConnectOptions =
+            url.parse().map_err(|e| Error::database("connect", e))?;
+        alkstore_sqlx::check_connect::<connection::MySql>(&options)
+            .await
+            .map_err(|e| Error::database("connect", e))?;
         let pool = MySqlPoolOptions::new()
             .max_connections(DEFAULT_MAX_CONNECTIONS)
             // Lock operations run on the store's own connections; the pool
@@ -85,7 +91,7 @@ impl MySqlStore {
             // connection the server dropped is worth its trip.
             .test_before_acquire(true)
             .acquire_timeout(CONNECT_TIMEOUT)
-            .connect(url)
+            .connect_with(options)
             .await
             .map_err(|e| Error::database("connect", e))?;
         Self::open(pool, database).await

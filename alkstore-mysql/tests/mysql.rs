@@ -480,3 +480,42 @@ async fn a_refused_call_inside_a_transaction_keeps_the_callers_work() {
     store.drop_database().await.unwrap();
     store.close().await.unwrap();
 }
+
+/// Every message of an error's source chain, joined.
+fn chain(error: &Error) -> String {
+    let mut text = error.to_string();
+    let mut source = std::error::Error::source(error);
+    while let Some(cause) = source {
+        text += &format!(": {cause}");
+        source = cause.source();
+    }
+    text
+}
+
+/// A server that refuses the connection is answered at once (not after the
+/// pool's 10 s timeout), with its cause and where the connection went, and
+/// no password; so is a wrong password.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failed_connect_answers_at_once_with_its_cause() {
+    let asked = std::time::Instant::now();
+    let refused = MySqlStore::connect("mysql://u:pw-secret@127.0.0.1:1/x", "s")
+        .await
+        .expect_err("nothing listens on port 1");
+    let took = asked.elapsed();
+    let text = chain(&refused);
+    assert!(
+        took < Duration::from_secs(2),
+        "answered after {took:?}: {text}"
+    );
+    assert!(text.contains("127.0.0.1:1"), "{text}");
+    assert!(text.to_lowercase().contains("refused"), "{text}");
+    assert!(!text.contains("pw-secret"), "{text}");
+    let Some(server) = mysql::server() else {
+        return;
+    };
+    let mut url = url::Url::parse(&server.url).unwrap();
+    url.set_password(Some("not-the-password")).unwrap();
+    let text = chain(&MySqlStore::connect(url.as_str(), "s").await.unwrap_err());
+    assert!(text.contains("Access denied"), "{text}");
+    assert!(!text.contains("not-the-password"), "{text}");
+}

@@ -42,6 +42,13 @@ impl Dialect for Postgres {
         matches!(sqlstate(error).as_deref(), Some("40P01" | "40001"))
     }
 
+    fn server(options: &PgConnectOptions) -> String {
+        match options.get_socket() {
+            Some(socket) => socket.display().to_string(),
+            None => format!("{}:{}", options.get_host(), options.get_port()),
+        }
+    }
+
     /// Nothing: what the statements need of the session is pinned by the
     /// connect options (READ COMMITTED) or set by each statement for its own
     /// transaction (`synchronous_commit`), which survives a settings reload

@@ -38,7 +38,7 @@ use std::sync::Arc;
 
 use alkstore_core::{EngineStore, Error, ReleaseBus, Result};
 use sqlx::PgPool;
-use sqlx::postgres::PgPoolOptions;
+use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
 use tokio::sync::OnceCell;
 
 use crate::connection::Connections;
@@ -46,6 +46,7 @@ use crate::engine::PgEngine;
 use crate::sql::Statements;
 
 pub use alkstore_core::SchemaVersionError;
+pub use alkstore_sqlx::ConnectError;
 pub use schema::{CannotCreateError, ForeignObjectsError, LostFencesError, MAX_SCHEMA_BYTES};
 /// The connection pool type `PgStore::open` takes (sqlx's).
 pub use sqlx::PgPool as Pool;
@@ -83,6 +84,10 @@ impl PgStore {
     /// the store in `schema`, creating it if missing.
     pub async fn connect(url: &str, schema: &str) -> Result<Self> {
         schema::validate(schema)?;
+        let options: PgConnectOptions = url.parse().map_err(|e| Error::database("connect", e))?;
+        alkstore_sqlx::check_connect::<connection::Postgres>(&options)
+            .await
+            .map_err(|e| Error::database("connect", e))?;
         let pool = PgPoolOptions::new()
             .max_connections(DEFAULT_MAX_CONNECTIONS)
             // Lock operations run on the store's own connections; the pool
@@ -90,7 +95,7 @@ impl PgStore {
             // weeds out a connection the server dropped is worth its trip.
             .test_before_acquire(true)
             .acquire_timeout(CONNECT_TIMEOUT)
-            .connect(url)
+            .connect_with(options)
             .await
             .map_err(|e| Error::database("connect", e))?;
         Self::open(pool, schema).await

@@ -27,6 +27,9 @@
 //!     fn rolled_back(error: &sqlx::Error) -> bool {
 //!         matches!(error, sqlx::Error::Database(e) if e.code().as_deref() == Some("40P01"))
 //!     }
+//!     fn server(options: &PgConnectOptions) -> String {
+//!         format!("{}:{}", options.get_host(), options.get_port())
+//!     }
 //!     async fn prepare(_: &mut PgConnection) -> Result<(), sqlx::Error> {
 //!         Ok(())
 //!     }
@@ -76,6 +79,10 @@ pub trait Dialect: Send + Sync + 'static {
     /// it again is safe for any statement.
     fn rolled_back(error: &sqlx::Error) -> bool;
 
+    /// Where connections go, for an error to say (host and port, or the
+    /// socket; never a password).
+    fn server(options: &Options<Self>) -> String;
+
     /// Runs once on each new connection, before its first statement.
     fn prepare(
         conn: &mut <Self::Database as Database>::Connection,
@@ -111,6 +118,35 @@ pub struct Try {
     pub bound: Option<Instant>,
     /// An earlier try's connection was lost: it may have committed.
     pub after_lost_connection: bool,
+}
+
+/// The server could not be reached or would not let the store in: the
+/// first connection's own error (refused, unknown host, authentication
+/// failed, no such database), with where it went — never a password.
+#[derive(Debug, thiserror::Error)]
+#[error("cannot connect to {server}")]
+pub struct ConnectError {
+    /// Host and port (or socket) the connection went to.
+    pub server: String,
+    #[source]
+    source: BoxError,
+}
+
+/// Makes one connection with `options` and closes it: a store's
+/// constructor runs this before it builds its pool, because a pool answers a
+/// refused connection only with a timeout ([`CONNECT_TIMEOUT`] later) that
+/// hides the cause.
+pub async fn check_connect<D: Dialect>(options: &Options<D>) -> Result<(), ConnectError> {
+    let failed = |source: BoxError| ConnectError {
+        server: D::server(options),
+        source,
+    };
+    let conn = tokio::time::timeout(CONNECT_TIMEOUT, options.connect())
+        .await
+        .map_err(|_| failed(format!("no answer within {CONNECT_TIMEOUT:?}").into()))?
+        .map_err(|e| failed(e.into()))?;
+    let _ = conn.close().await;
+    Ok(())
 }
 
 /// A waiting acquire's deadline passed before a connection was free or made:

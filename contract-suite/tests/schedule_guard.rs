@@ -339,3 +339,62 @@ async fn run_does_not_run_a_slot_again_when_the_clock_steps_back() {
     );
     assert!(all.windows(2).all(|w| w[1] == w[0] + 1), "runs {all:?}");
 }
+
+/// One replica whose first run lasts 500 ms over 200 ms slots: `run`
+/// reports exactly one outcome for every slot from the first to the last —
+/// the slot that began and ended during the run as `Missed`, none left out.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn run_reports_an_outcome_for_every_slot() {
+    for overlap in [Overlap::Allowed, Overlap::Skip] {
+        let store = EngineStore::new(MemoryEngine::default());
+        let schedule = Schedule::every(&format!("every-{overlap:?}"), PERIOD)
+            .unwrap()
+            .max_clock_skew(Duration::from_secs(1))
+            .unwrap()
+            .overlap(overlap);
+        into_next_slot(&schedule, Duration::from_millis(10)).await;
+        let runs = AtomicU64::new(0);
+        let mut outcomes = Vec::new();
+        let looping = schedule.run(
+            &store,
+            "r",
+            |_| {
+                let first = runs.fetch_add(1, Ordering::SeqCst) == 0;
+                async move {
+                    if first {
+                        tokio::time::sleep(Duration::from_millis(500)).await;
+                    }
+                }
+            },
+            |outcome| outcomes.push(outcome.clone()),
+        );
+        let _ = tokio::time::timeout(6 * PERIOD + PERIOD / 2, looping).await;
+        let slots: Vec<u64> = outcomes.iter().map(|o| o.slot().index).collect();
+        assert!(slots.len() >= 5, "too few outcomes: {outcomes:?}");
+        let expected: Vec<u64> = (slots[0]..slots[0] + slots.len() as u64).collect();
+        assert_eq!(
+            slots, expected,
+            "rule: run reports one outcome for every slot, in order; outcomes {outcomes:?}"
+        );
+        assert!(
+            matches!(outcomes[1], Outcome::Missed { .. }),
+            "rule: the slot that began and ended during a run is reported missed; {outcomes:?}"
+        );
+        let after = match overlap {
+            Overlap::Allowed => 2,
+            _ => {
+                assert!(
+                    matches!(outcomes[2], Outcome::PreviousRunStillRunning { .. }),
+                    "{outcomes:?}"
+                );
+                3
+            }
+        };
+        assert!(
+            outcomes[after..]
+                .iter()
+                .all(|o| matches!(o, Outcome::Ran { .. })),
+            "{outcomes:?}"
+        );
+    }
+}
