@@ -24,6 +24,31 @@ pub(crate) struct SqliteEngine {
     pub(crate) bus: Arc<ReleaseBus>,
 }
 
+/// How a write's commit reaches the disk (SQLite's `synchronous`, a
+/// setting of the connection, set before each write). A grant, a renewal
+/// and a forced release are synced before they are answered: a power loss
+/// must not undo them (a lost grant would hand its fence out again, a lost
+/// renewal shorten a lease its holder was promised, a lost forced release
+/// bring back a grant the operator was told is gone). A release and a purge
+/// are not: losing one only delays the next grant until the lease runs out,
+/// and the next synced commit — a grant's — takes them along, so no name is
+/// granted on a release a power loss could still undo.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Commit {
+    Synced,
+    Unsynced,
+}
+
+/// Sets how the connection's next commits reach the disk.
+pub(crate) fn commit_mode(conn: &Connection, commit: Commit) -> rusqlite::Result<()> {
+    let pragma = match commit {
+        Commit::Synced => sql::SYNCED,
+        Commit::Unsynced => sql::UNSYNCED,
+    };
+    conn.prepare_cached(pragma)?.execute([])?;
+    Ok(())
+}
+
 /// A lock row as read.
 struct Row {
     owner: String,
@@ -109,6 +134,7 @@ pub(crate) fn acquire(
 /// The write path: under the write lock, read the clock and the row again,
 /// then grant with the next fence (or refuse, writing nothing).
 fn grant(conn: &mut Connection, name: &str, owner: &str, ttl: i64) -> rusqlite::Result<Attempt> {
+    commit_mode(conn, Commit::Synced)?;
     let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
     let now = system_millis();
     if let Some(attempt) = decide(read_row(&tx, name)?.as_ref(), owner, now) {
@@ -128,12 +154,51 @@ fn grant(conn: &mut Connection, name: &str, owner: &str, ttl: i64) -> rusqlite::
 
 /// Deletes the grant's row, expired or not; true if it was there.
 pub(crate) fn release(conn: &Connection, grant: &GrantKey) -> rusqlite::Result<bool> {
+    commit_mode(conn, Commit::Unsynced)?;
     let deleted = conn.prepare_cached(sql::RELEASE)?.execute(params![
         grant.name,
         grant.owner,
         fence_to_sql(grant.fence)
     ])?;
     Ok(deleted == 1)
+}
+
+/// Renews the grant's row if it is still live; true if it was.
+fn renew(conn: &Connection, grant: &GrantKey, ttl: i64) -> rusqlite::Result<bool> {
+    commit_mode(conn, Commit::Synced)?;
+    let changed = conn.prepare_cached(sql::RENEW)?.execute(params![
+        grant.name,
+        grant.owner,
+        fence_to_sql(grant.fence),
+        ttl,
+        system_millis()
+    ])?;
+    Ok(changed == 1)
+}
+
+/// Deletes the live row of `name` (of that fence, when one is given) and
+/// answers it.
+fn force_release(
+    conn: &Connection,
+    name: &str,
+    fence: Option<u64>,
+) -> rusqlite::Result<Option<Holder>> {
+    commit_mode(conn, Commit::Synced)?;
+    conn.prepare_cached(sql::FORCE_RELEASE)?
+        .query_row(
+            params![name, system_millis(), fence.map(fence_to_sql)],
+            |r| holder_of(r, 0),
+        )
+        .optional()
+}
+
+/// Deletes every expired row; how many.
+fn purge(conn: &Connection) -> rusqlite::Result<u64> {
+    commit_mode(conn, Commit::Unsynced)?;
+    let purged = conn
+        .prepare_cached(sql::PURGE)?
+        .execute([system_millis()])?;
+    Ok(purged as u64)
 }
 
 #[async_trait]
@@ -152,19 +217,9 @@ impl Engine for SqliteEngine {
     }
 
     async fn renew(&self, grant: &GrantKey, ttl: LeaseMillis) -> Result<bool, BoxError> {
-        let grant = grant.clone();
-        let ttl = ttl.as_i64();
+        let (grant, ttl) = (grant.clone(), ttl.as_i64());
         self.worker
-            .run(move |conn, _| {
-                let changed = conn.prepare_cached(sql::RENEW)?.execute(params![
-                    grant.name,
-                    grant.owner,
-                    fence_to_sql(grant.fence),
-                    ttl,
-                    system_millis()
-                ])?;
-                Ok(changed == 1)
-            })
+            .run(move |conn, _| renew(conn, &grant, ttl))
             .await
     }
 
@@ -213,25 +268,13 @@ impl Engine for SqliteEngine {
         fence: Option<u64>,
     ) -> Result<Option<Holder>, BoxError> {
         let name = name.to_owned();
-        let fence = fence.map(fence_to_sql);
         self.worker
-            .run(move |conn, _| {
-                conn.prepare_cached(sql::FORCE_RELEASE)?
-                    .query_row(params![name, system_millis(), fence], |r| holder_of(r, 0))
-                    .optional()
-            })
+            .run(move |conn, _| force_release(conn, &name, fence))
             .await
     }
 
     async fn purge_expired(&self) -> Result<u64, BoxError> {
-        self.worker
-            .run(|conn, _| {
-                let purged = conn
-                    .prepare_cached(sql::PURGE)?
-                    .execute([system_millis()])?;
-                Ok(purged as u64)
-            })
-            .await
+        self.worker.run(|conn, _| purge(conn)).await
     }
 
     async fn close(&self) -> Result<(), BoxError> {
@@ -249,5 +292,46 @@ impl Engine for SqliteEngine {
 
     fn poll_ceiling(&self) -> Duration {
         POLL_CEILING
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// `PRAGMA synchronous` of the connection now: 2 is FULL, 1 NORMAL.
+    fn synchronous(conn: &Connection) -> i64 {
+        conn.pragma_query_value(None, "synchronous", |r| r.get(0))
+            .unwrap()
+    }
+
+    /// Each write commits with its own sync setting, left in place after it
+    /// (nothing runs between the commit and the reading here): grants,
+    /// renewals and forced releases synced, releases and purges not.
+    #[test]
+    fn grants_renewals_and_forced_releases_commit_synced() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut conn = Connection::open(dir.path().join("sync.db")).unwrap();
+        crate::schema::prepare(&mut conn).unwrap();
+        assert_eq!(synchronous(&conn), 1, "opened with NORMAL");
+        let Attempt::Granted { fence, .. } =
+            acquire(&mut conn, "n", "a", 60_000, None, Duration::ZERO).unwrap()
+        else {
+            panic!("a free name is granted");
+        };
+        assert_eq!(synchronous(&conn), 2, "a grant commits with FULL");
+        let key = GrantKey {
+            name: "n".into(),
+            owner: "a".into(),
+            fence,
+        };
+        release(&conn, &key).unwrap();
+        assert_eq!(synchronous(&conn), 1, "a release commits with NORMAL");
+        assert!(renew(&conn, &key, 60_000).is_ok());
+        assert_eq!(synchronous(&conn), 2, "a renewal commits with FULL");
+        purge(&conn).unwrap();
+        assert_eq!(synchronous(&conn), 1, "a purge commits with NORMAL");
+        force_release(&conn, "n", None).unwrap();
+        assert_eq!(synchronous(&conn), 2, "a forced release commits with FULL");
     }
 }

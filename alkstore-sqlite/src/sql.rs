@@ -6,9 +6,18 @@ pub(crate) const SCHEMA_VERSION: i64 = 1;
 /// WAL, so readers never wait for the writer. Answers the mode now in effect.
 pub(crate) const WAL_MODE: &str = "PRAGMA journal_mode = WAL";
 
-/// Connection settings: NORMAL sync (durable across process crashes; see
-/// docs/engine-sqlite.md).
+/// Connection settings at open: NORMAL sync (durable across process
+/// crashes); each write sets its own before it runs ([`SYNCED`],
+/// [`UNSYNCED`]; docs/engine-sqlite.md).
 pub(crate) const PRAGMAS: &str = "PRAGMA synchronous = NORMAL;";
+
+/// The next commits sync the WAL to disk before they return: durable
+/// against power loss.
+pub(crate) const SYNCED: &str = "PRAGMA synchronous = FULL";
+
+/// The next commits return before the WAL is synced (durable across a
+/// process crash, not a power loss); the next synced commit takes them along.
+pub(crate) const UNSYNCED: &str = "PRAGMA synchronous = NORMAL";
 
 /// Idempotent; run inside an IMMEDIATE transaction so two processes opening
 /// one new file at once do not race.

@@ -73,6 +73,9 @@ pub async fn run(
     let mut select = raw
         .prepare_cached("SELECT name FROM raw WHERE name = ?1")
         .unwrap();
+    // The engine's sync settings: a synced grant, an unsynced release.
+    let mut synced = raw.prepare_cached("PRAGMA synchronous = FULL").unwrap();
+    let mut unsynced = raw.prepare_cached("PRAGMA synchronous = NORMAL").unwrap();
     insert.execute(["held"]).unwrap();
     let mut engine_conn = Connection::open(dir.join("engine-sql.db")).unwrap();
     unbridged::prepare(&mut engine_conn).unwrap();
@@ -88,7 +91,9 @@ pub async fn run(
     for round in 0..=RUNS {
         let round_times = [
             once!(ITERATIONS, {
+                synced.execute([]).unwrap();
                 insert.execute(["x"]).unwrap();
+                unsynced.execute([]).unwrap();
                 delete.execute(["x"]).unwrap();
             }),
             once!(ITERATIONS, {
@@ -119,9 +124,13 @@ pub async fn run(
         ];
         rounds.record(round, round_times);
     }
-    drop((insert, delete, select));
+    drop((insert, delete, select, synced, unsynced));
     let [pair, read, engine_sql, cycle, refused, renew, holder] = rounds.medians();
-    let pair = Row::time(ENGINE, "raw insert+delete (rusqlite, same thread)", pair);
+    let pair = Row::time(
+        ENGINE,
+        "raw synced insert + unsynced delete (rusqlite, same thread)",
+        pair,
+    );
     let read = Row::time(ENGINE, "raw point SELECT (rusqlite, same thread)", read);
     let cycle =
         Row::time(ENGINE, "try_lock+release cycle (10 rows)", cycle).against(&pair, Some(1.5));
