@@ -63,11 +63,17 @@ pub enum Flaw {
     /// Removes whatever grant holds the name when asked to remove one
     /// grant (the fence is not looked at).
     ForcedReleaseIgnoresTheFence,
+    /// Gives a waiting acquire's grant a lease of its own (30 s), not the
+    /// ttl asked for.
+    WaitingGrantIgnoresTheTtl,
+    /// Refuses a waiting acquire whose deadline has passed without trying
+    /// it (so a zero wait never gets a free name).
+    RefusesAPassedDeadline,
 }
 
 impl Flaw {
     /// Every flaw in the gallery.
-    pub const ALL: [Flaw; 21] = [
+    pub const ALL: [Flaw; 23] = [
         Flaw::GrantsOverALiveRow,
         Flaw::NeverExpires,
         Flaw::KeepsTheFenceOnTakeover,
@@ -89,6 +95,8 @@ impl Flaw {
         Flaw::ListsExpiredRows,
         Flaw::ForcedReleaseRewindsTheFence,
         Flaw::ForcedReleaseIgnoresTheFence,
+        Flaw::WaitingGrantIgnoresTheTtl,
+        Flaw::RefusesAPassedDeadline,
     ];
 
     /// The rule of docs/contract.md it breaks.
@@ -121,6 +129,8 @@ impl Flaw {
             Flaw::ForcedReleaseIgnoresTheFence => {
                 "a forced release of one grant removes that grant only"
             }
+            Flaw::WaitingGrantIgnoresTheTtl => "lock grants the ttl it was asked for",
+            Flaw::RefusesAPassedDeadline => "lock with a zero wait tries once",
         }
     }
 
@@ -130,13 +140,17 @@ impl Flaw {
         match self {
             Flaw::GrantsOverALiveRow => &[
                 "calls_racing_close_finish_or_fail_closed",
-                "exclusion_two_owners",
                 "exclusion_many_contenders",
+                "exclusion_two_owners",
                 "expiry_lets_another_owner_in",
                 "fences_in_commit_order_across_stores",
                 "keepalive_holds_past_ttl",
                 "lock_granted_after_expiry",
+                "lock_grants_the_ttl_asked_for",
                 "lock_times_out_with_none",
+                "lock_with_a_zero_wait_tries_once",
+                "lock_with_an_endless_wait_waits_until_granted",
+                "lock_woken_by_forced_release",
                 "lock_woken_by_release",
                 "model_based_sequences",
                 "per_holder_owners_count_exactly",
@@ -148,13 +162,15 @@ impl Flaw {
                 "valid_until_never_outlasts_the_lease",
             ],
             Flaw::NeverExpires => &[
-                "expiry_lets_another_owner_in",
                 "expired_rows_stay_until_purged",
+                "expiry_lets_another_owner_in",
                 "fences_strictly_increase",
                 "handle_never_touches_later_grant",
                 "holder_reports_live_holder",
-                "lock_granted_after_expiry",
                 "list_pages_live_holders_by_prefix",
+                "lock_granted_after_expiry",
+                "lock_grants_the_ttl_asked_for",
+                "lock_with_an_endless_wait_waits_until_granted",
                 "purge_removes_only_expired_rows",
                 "reacquire_same_owner_keeps_grant",
                 "release_false_after_takeover",
@@ -227,6 +243,7 @@ impl Flaw {
                 "fences_strictly_increase",
                 "handles_of_one_grant_are_one_grant",
                 "lock_granted_after_expiry",
+                "lock_with_an_endless_wait_waits_until_granted",
                 "safety_many_holders_one_name",
                 "schedule_crashed_run_is_not_run_again",
                 "schedule_retry_runs_a_crashed_slot_once_more",
@@ -249,6 +266,8 @@ impl Flaw {
             Flaw::ListsExpiredRows => &["list_pages_live_holders_by_prefix"],
             Flaw::ForcedReleaseRewindsTheFence => &["force_release_ends_the_grant"],
             Flaw::ForcedReleaseIgnoresTheFence => &["force_release_ends_the_grant"],
+            Flaw::WaitingGrantIgnoresTheTtl => &["lock_grants_the_ttl_asked_for"],
+            Flaw::RefusesAPassedDeadline => &["lock_with_a_zero_wait_tries_once"],
         }
     }
 
@@ -300,6 +319,15 @@ impl Engine for Broken {
         deadline: Option<Instant>,
     ) -> Result<Attempt, BoxError> {
         let now = Instant::now();
+        if self.flaw == Flaw::RefusesAPassedDeadline && deadline.is_some_and(|d| d <= now) {
+            return Ok(Attempt::Held { expires_in: None });
+        }
+        let ttl = match self.flaw {
+            Flaw::WaitingGrantIgnoresTheTtl if deadline.is_some() => {
+                LeaseMillis::new(Duration::from_secs(30))?
+            }
+            _ => ttl,
+        };
         match self.flaw {
             Flaw::SweepsOnAcquire => {
                 self.with_rows(|rows| rows.rows.retain(|n, row| n == name || row.expires_at > now));

@@ -8,8 +8,9 @@ use alkstore_core::Store;
 
 use crate::support::{assert_closed, granted, refused};
 
-/// After `close`, every operation fails closed, on the store and on handles
-/// taken before; closing again is fine.
+/// After `close`, every operation fails closed — the operator's `list` and
+/// forced releases too — on the store and on handles taken before; closing
+/// again is fine.
 pub async fn closed_store_fails_closed(store: Arc<dyn Store>) {
     let ttl = Duration::from_secs(30);
     let held = granted(store.try_lock("job", "a", ttl).await);
@@ -20,6 +21,9 @@ pub async fn closed_store_fails_closed(store: Arc<dyn Store>) {
     assert_closed(store.lock("free", "b", ttl, Duration::from_secs(1)).await);
     assert_closed(store.holder("job").await);
     assert_closed(store.purge_expired().await);
+    assert_closed(store.list("", None, 10).await);
+    assert_closed(store.force_release("job").await);
+    assert_closed(store.force_release_grant("job", held.fence()).await);
     assert_closed(held.renew(ttl).await);
     assert_closed(held.release().await);
     assert_closed(other.release().await);

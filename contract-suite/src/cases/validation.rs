@@ -197,3 +197,34 @@ pub async fn sub_millisecond_ttl_rounds_up(store: Arc<dyn Store>) {
          expected true"
     );
 }
+
+/// The name limit counts bytes, not characters: 64 four-byte characters
+/// (256 bytes) are refused before storage, 63 (252 bytes) are a name the
+/// engine keeps whole.
+pub async fn name_limit_counts_bytes(store: Arc<dyn Store>) {
+    let clef = '\u{1D11E}'; // 𝄞, four bytes in UTF-8
+    let too_long: String = std::iter::repeat_n(clef, 64).collect();
+    assert_invalid(
+        store.try_lock(&too_long, "a", TTL).await,
+        Field::Name,
+        NameProblem::TooLong { len: 256, max: 255 },
+    );
+    let longest: String = std::iter::repeat_n(clef, 63).collect();
+    let lock = granted(store.try_lock(&longest, "a", TTL).await);
+    assert_eq!(
+        lock.name(),
+        longest,
+        "rule: a name of 252 bytes is accepted whole"
+    );
+    let listed = store.list(&longest, None, 10).await.unwrap();
+    assert_eq!(
+        listed.iter().map(|l| l.name.as_str()).collect::<Vec<_>>(),
+        [longest.as_str()],
+        "rule: the engine keeps a 252-byte name whole; saw it listed as {listed:?}"
+    );
+    assert!(
+        store.holder(&longest).await.unwrap().is_some(),
+        "rule: the engine keeps a 252-byte name whole; saw no holder of it"
+    );
+    assert!(lock.release().await.unwrap());
+}

@@ -113,3 +113,157 @@ pub async fn lock_granted_after_expiry(store: Arc<dyn Store>) {
         "rule: release answers true for its own live grant; saw false, expected true"
     );
 }
+
+/// `lock` with a wait of `Duration::MAX` (no deadline the clock can hold)
+/// waits until it is granted: here until the holder's lease lapses.
+pub async fn lock_with_an_endless_wait_waits_until_granted(store: Arc<dyn Store>) {
+    let ttl = Duration::from_millis(400);
+    let a = granted(store.try_lock("job", "a", ttl).await);
+    let asked = Instant::now();
+    let waited = tokio::time::timeout(
+        Duration::from_secs(10),
+        store.lock("job", "b", LONG, Duration::MAX),
+    )
+    .await;
+    let b = match waited {
+        Ok(result) => granted(result),
+        Err(_) => panic!(
+            "rule: lock with an endless wait waits until granted; saw no answer within 10 s of a \
+             400 ms lease"
+        ),
+    };
+    assert!(
+        Instant::now() >= a.valid_until(),
+        "rule: lock with an endless wait is granted only once the name is free; saw it granted \
+         {:?} after asking, before a's lease ended",
+        asked.elapsed()
+    );
+    assert!(
+        b.release().await.unwrap(),
+        "rule: release answers true for its own live grant; saw false, expected true"
+    );
+}
+
+/// `lock` with a zero wait makes one attempt: a free name is granted, a
+/// held one refused at once.
+pub async fn lock_with_a_zero_wait_tries_once(store: Arc<dyn Store>) {
+    let lock = match store.lock("free", "a", LONG, Duration::ZERO).await {
+        Ok(Some(lock)) => lock,
+        other => panic!(
+            "rule: lock with a zero wait tries once and a free name is granted; saw {other:?}, \
+             expected a grant"
+        ),
+    };
+    let asked = Instant::now();
+    refused(store.lock("free", "b", LONG, Duration::ZERO).await);
+    assert!(
+        asked.elapsed() < Duration::from_secs(5),
+        "rule: lock with a zero wait answers after one attempt; saw {:?}",
+        asked.elapsed()
+    );
+    assert!(
+        lock.release().await.unwrap(),
+        "rule: release answers true for its own live grant; saw false, expected true"
+    );
+}
+
+/// `lock` grants the ttl it was asked for — on a free name, and to a waiter
+/// after a release: the lease ends near that ttl, not at some default.
+pub async fn lock_grants_the_ttl_asked_for(store: Arc<dyn Store>) {
+    let ttl = Duration::from_millis(600);
+    // `valid_until` counts from the granting attempt's send time: no later
+    // than when the call came back.
+    let check = |lock: &dyn alkstore_core::Lock, answered: Instant, how: &str| {
+        assert!(
+            lock.valid_until() <= answered + ttl,
+            "rule: lock grants the ttl asked for; {how}: saw valid_until {:?} after the answer, \
+             expected at most the ttl {ttl:?}",
+            lock.valid_until() - answered
+        );
+    };
+    let free = granted(store.lock("free", "a", ttl, Duration::from_secs(5)).await);
+    check(&*free, Instant::now(), "a free name");
+    let left = store.holder("free").await.unwrap().map(|h| h.expires_in);
+    assert!(
+        left.is_some_and(|left| left <= ttl),
+        "rule: lock grants the ttl asked for; a free name: saw the holder's time left {left:?}, \
+         expected at most {ttl:?}"
+    );
+    let holder = granted(store.try_lock("held", "x", LONG).await);
+    let waiter = {
+        let store = store.clone();
+        tokio::spawn(async move {
+            let lock = granted(store.lock("held", "b", ttl, Duration::from_secs(10)).await);
+            (Instant::now(), lock)
+        })
+    };
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    assert!(holder.release().await.unwrap());
+    let (answered, woken) = waiter.await.unwrap();
+    check(&*woken, answered, "a waiter after a release");
+    let left = store.holder("held").await.unwrap().map(|h| h.expires_in);
+    assert!(
+        left.is_some_and(|left| left <= ttl),
+        "rule: lock grants the ttl asked for; a waiter after a release: saw the holder's time \
+         left {left:?}, expected at most {ttl:?}"
+    );
+    // The lease ends with the ttl: the name is free again soon after.
+    tokio::time::sleep(ttl + Duration::from_millis(200)).await;
+    let Some(other) = store.try_lock("held", "c", LONG).await.unwrap() else {
+        panic!(
+            "rule: lock grants the ttl asked for; saw the waiter's grant still live {:?} after \
+             its {ttl:?} lease",
+            ttl + Duration::from_millis(200)
+        );
+    };
+    assert!(other.release().await.unwrap());
+    woken.let_lapse();
+    free.let_lapse();
+}
+
+/// A waiter blocked on a name is woken by a forced release of that name at
+/// once, not by its poll: over several rounds (the back-off at its ceiling
+/// first), the median forced release → grant time stays far below any poll
+/// interval.
+pub async fn lock_woken_by_forced_release(store: Arc<dyn Store>) {
+    let mut handoffs = Vec::new();
+    for round in 0..5 {
+        let name = format!("forced-{round}");
+        let stuck = granted(store.try_lock(&name, "stuck", LONG).await);
+        let waiter = {
+            let (store, name) = (store.clone(), name.clone());
+            tokio::spawn(async move {
+                let lock = granted(
+                    store
+                        .lock(&name, "waiter", LONG, Duration::from_secs(20))
+                        .await,
+                );
+                (Instant::now(), lock)
+            })
+        };
+        tokio::time::sleep(Duration::from_millis(600)).await;
+        assert!(
+            !waiter.is_finished(),
+            "rule: one owner holds a name at a time; round {round}: saw the waiter finished, \
+             expected it still waiting"
+        );
+        let released_at = Instant::now();
+        let removed = store.force_release(&name).await.unwrap();
+        assert_eq!(
+            removed.map(|h| h.fence),
+            Some(stuck.fence()),
+            "rule: a forced release removes the live grant and answers it"
+        );
+        let (granted_at, lock) = waiter.await.unwrap();
+        handoffs.push(granted_at - released_at);
+        assert!(lock.release().await.unwrap());
+        stuck.let_lapse();
+    }
+    handoffs.sort();
+    let median = handoffs[handoffs.len() / 2];
+    assert!(
+        median < Duration::from_millis(30),
+        "rule: a waiter is woken by a forced release, not by its poll; saw a median forced \
+         release → grant of {median:?} ({handoffs:?}), expected under 30 ms"
+    );
+}
