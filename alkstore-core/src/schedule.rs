@@ -451,10 +451,7 @@ impl Schedule {
         let running = match self.overlap {
             Overlap::Allowed => None,
             Overlap::Skip => {
-                match store
-                    .try_lock(&self.running_name(), owner, self.run_lease)
-                    .await
-                {
+                match self.take_running_lock(store, owner, &slot).await {
                     Ok(Some(lock)) => Some(KeepAlive::start(lock, self.run_lease)?),
                     Ok(None) => {
                         // Skipped for everyone: the claim holds the slot to
@@ -495,6 +492,46 @@ impl Schedule {
             }
         }
         outcome
+    }
+
+    /// [`Overlap::Skip`]: takes the job-wide running lock for a run of
+    /// `slot`, under an owner that names the slot. With retries on, a lock
+    /// held by a run of this very slot is a crashed run's (its claim lapsed,
+    /// or this one would not have been granted) whose lease was renewed
+    /// apart from its claim's and can outlive it by a renewal: waited out
+    /// (within the slot) rather than taken for a run still going on, which
+    /// would skip the slot the retry is for.
+    async fn take_running_lock(
+        &self,
+        store: &dyn Store,
+        owner: &str,
+        slot: &Slot,
+    ) -> Result<Option<Box<dyn Lock>>> {
+        let tag = running_tag(slot.index);
+        // An owner too long to tag runs untagged: never recognised, skipped.
+        let tagged = format!("{tag}{owner}");
+        let owner = if crate::validate_owner(&tagged).is_ok() {
+            tagged.as_str()
+        } else {
+            owner
+        };
+        let name = self.running_name();
+        if let Some(lock) = store.try_lock(&name, owner, self.run_lease).await? {
+            return Ok(Some(lock));
+        }
+        if !self.retry {
+            return Ok(None);
+        }
+        let Some(holder) = store.holder(&name).await? else {
+            // Gone since: one more try.
+            return store.try_lock(&name, owner, self.run_lease).await;
+        };
+        if !holder.owner.starts_with(&tag) {
+            return Ok(None);
+        }
+        let left_in_slot = slot.end.duration_since(self.now()).unwrap_or_default();
+        let wait = (holder.expires_in + ROUNDING_MARGIN).min(left_in_slot);
+        store.lock(&name, owner, self.run_lease, wait).await
     }
 
     /// Runs the job of a trusted claim, and holds the slot to its end.
@@ -683,6 +720,11 @@ impl<T> Outcome<T> {
             | Outcome::Missed { slot } => *slot,
         }
     }
+}
+
+/// How the owner of the running lock of a run of slot `index` begins.
+fn running_tag(index: u64) -> String {
+    format!("slot {index} ")
 }
 
 /// The lock name of slot `index` of `job`.

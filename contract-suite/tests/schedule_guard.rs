@@ -20,11 +20,14 @@ use async_trait::async_trait;
 const PERIOD: Duration = Duration::from_millis(200);
 
 /// The reference engine whose grants are answered `delay_ms` late (the
-/// row is written at once; the answer takes its time).
+/// row is written at once; the answer takes its time), and whose running
+/// locks (`…/running`) are granted `running_delay_ms` late (the row written
+/// then).
 #[derive(Debug, Clone, Default)]
 struct LateAnswers {
     inner: MemoryEngine,
     delay_ms: Arc<AtomicU64>,
+    running_delay_ms: Arc<AtomicU64>,
 }
 
 #[async_trait]
@@ -36,6 +39,10 @@ impl Engine for LateAnswers {
         ttl: LeaseMillis,
         deadline: Option<Instant>,
     ) -> Result<Attempt, BoxError> {
+        if name.ends_with("/running") {
+            let delay = self.running_delay_ms.load(Ordering::SeqCst);
+            tokio::time::sleep(Duration::from_millis(delay)).await;
+        }
         let attempt = self.inner.acquire(name, owner, ttl, deadline).await?;
         let delay = Duration::from_millis(self.delay_ms.load(Ordering::SeqCst));
         tokio::time::sleep(delay).await;
@@ -397,4 +404,69 @@ async fn run_reports_an_outcome_for_every_slot() {
             "{outcomes:?}"
         );
     }
+}
+
+/// `Overlap::Skip` with retries: a run of a slot that dies as its job starts
+/// leaves its running lock behind longer than its claim (the lock was taken
+/// 150 ms after the claim, and the two leases are renewed apart). A replica
+/// that retries the slot once the claim has lapsed waits the dead run's
+/// running lock out and runs the slot, rather than take it for a run still
+/// going on and skip the slot its retry is for.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_retry_waits_out_a_crashed_runs_running_lock() {
+    let engine = LateAnswers::default();
+    let (a, b) = (
+        EngineStore::new(engine.clone()),
+        EngineStore::new(engine.clone()),
+    );
+    let schedule = Schedule::every("crash-skip", Duration::from_secs(2))
+        .unwrap()
+        .overlap(Overlap::Skip)
+        .retry_crashed_runs()
+        .run_lease(Duration::from_millis(300))
+        .unwrap();
+    let slot = into_next_slot(&schedule, Duration::from_millis(10)).await;
+    engine.running_delay_ms.store(150, Ordering::SeqCst);
+    let started = Arc::new(tokio::sync::Notify::new());
+    let crashing = {
+        let (schedule, started) = (schedule.clone(), started.clone());
+        tokio::spawn(async move {
+            schedule
+                .run_once(&a, "a", |_| async move {
+                    started.notify_one();
+                    std::future::pending::<()>().await
+                })
+                .await
+        })
+    };
+    started.notified().await;
+    crashing.abort();
+    engine.running_delay_ms.store(0, Ordering::SeqCst);
+    // The crashed run's claim lapses first.
+    let deadline = Instant::now() + Duration::from_secs(2);
+    while b
+        .holder(&schedule.slot_name(slot.index))
+        .await
+        .unwrap()
+        .is_some()
+    {
+        assert!(
+            Instant::now() < deadline,
+            "the crashed run's claim never lapsed"
+        );
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    assert!(
+        b.holder(&schedule.running_name()).await.unwrap().is_some(),
+        "precondition: the crashed run's running lock outlives its claim"
+    );
+    let outcome = schedule
+        .run_once(&b, "b", |run| async move { run.slot.index })
+        .await
+        .unwrap();
+    assert!(
+        matches!(outcome, Outcome::Ran { output, .. } if output == slot.index),
+        "rule: with retries, a crashed run's slot runs again even when its running lock \
+         outlived its claim; saw {outcome:?}"
+    );
 }
