@@ -143,12 +143,14 @@ pub trait Engine: Send + Sync + 'static {
     }
 }
 
-/// The store holds a layout version this build cannot use. Layouts are not
-/// migrated: the store's objects must be dropped (or another build used).
+/// The store holds a layout version this build can neither use nor
+/// upgrade. (A layout it can upgrade is upgraded in place when a role that
+/// may change the store's objects opens it.)
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error(
-    "the store holds alkstore schema version {found}; this build uses version {known} only \
-     (older layouts are not migrated: drop the store's objects and open again)"
+    "the store holds alkstore schema version {found}; this build uses version {known} and \
+     cannot upgrade it: use a build that knows version {found}. Dropping the store's objects \
+     to start over restarts fences at 1: do it only where no fence handed out still matters"
 )]
 pub struct SchemaVersionError {
     /// The version found in the store.

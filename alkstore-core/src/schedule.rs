@@ -170,13 +170,16 @@ pub enum Outcome<T> {
         /// The slot.
         slot: Slot,
     },
-    /// [`Schedule::run`] only: the slot began and ended while this replica
-    /// was busy with an earlier slot (a run or a skip that outlasted it), or
-    /// while its clock jumped forward over it; it was not tried, and another
-    /// replica may have run it.
+    /// [`Schedule::run`] only: `count` slots from `first` on began and ended
+    /// while this replica was busy with an earlier slot (a run or a skip
+    /// that outlasted them), or while its clock jumped forward over them;
+    /// they were not tried, and another replica may have run them. One
+    /// outcome for the whole stretch, however long.
     Missed {
-        /// The slot.
-        slot: Slot,
+        /// The first slot missed.
+        first: Slot,
+        /// How many slots in a row, from `first` on (at least 1).
+        count: u64,
     },
 }
 
@@ -471,8 +474,9 @@ impl Schedule {
         };
         // A run lease (retries on) is not kept alive until the run starts:
         // if the running lock's round trip outlasted it, another replica
-        // may hold the slot by now.
-        if claim.valid_until() <= Instant::now() {
+        // may hold the slot by now. And a run begins inside its slot only
+        // (waiting out a crashed run's running lock can reach its end).
+        if claim.valid_until() <= Instant::now() || self.now() >= slot.end {
             claim.let_lapse();
             if let Some(running) = running {
                 let _ = running.release().await;
@@ -692,18 +696,21 @@ impl Schedule {
         }
     }
 
-    /// Reports every slot after `reported` and before `next` as
-    /// [`Outcome::Missed`]: it began and ended without being tried.
+    /// Reports the slots after `reported` and before `next`, if any, as one
+    /// [`Outcome::Missed`]: they began and ended without being tried.
     fn report_missed<T>(
         &self,
         reported: Option<u64>,
         next: u64,
         on_outcome: &mut impl FnMut(&Outcome<T>),
     ) {
-        let Some(reported) = reported else { return };
-        for index in reported.saturating_add(1)..next {
+        let Some(first) = reported.and_then(|r| r.checked_add(1)) else {
+            return;
+        };
+        if first < next {
             on_outcome(&Outcome::Missed {
-                slot: self.slot(index),
+                first: self.slot(first),
+                count: next - first,
             });
         }
     }
@@ -717,7 +724,7 @@ impl<T> Outcome<T> {
             | Outcome::ClaimedElsewhere { slot }
             | Outcome::TooLate { slot }
             | Outcome::PreviousRunStillRunning { slot }
-            | Outcome::Missed { slot } => *slot,
+            | Outcome::Missed { first: slot, .. } => *slot,
         }
     }
 }
@@ -756,6 +763,26 @@ mod tests {
         let next = hourly.slot_at(UNIX_EPOCH + Duration::from_secs(10 * 3600 + 60));
         assert_eq!(next.index, 10);
         assert_eq!(hourly.slot_name(10), "j/slot/10");
+    }
+
+    #[test]
+    fn a_long_stretch_of_missed_slots_is_one_outcome() {
+        let s = Schedule::every("j", Duration::from_millis(1)).unwrap();
+        let mut outcomes: Vec<Outcome<()>> = Vec::new();
+        // A clock that jumps a day forward over 1 ms slots.
+        s.report_missed(Some(7), 7 + 86_400_000, &mut |o| outcomes.push(o.clone()));
+        assert_eq!(
+            outcomes,
+            [Outcome::Missed {
+                first: s.slot(8),
+                count: 86_399_999
+            }]
+        );
+        outcomes.clear();
+        s.report_missed(Some(7), 8, &mut |o| outcomes.push(o.clone()));
+        s.report_missed(None, 8, &mut |o| outcomes.push(o.clone()));
+        s.report_missed(Some(u64::MAX), 8, &mut |o| outcomes.push(o.clone()));
+        assert!(outcomes.is_empty(), "{outcomes:?}");
     }
 
     #[test]

@@ -51,7 +51,9 @@ use crate::sql::Statements;
 
 pub use alkstore_core::SchemaVersionError;
 pub use alkstore_sqlx::ConnectError;
-pub use schema::{ForeignObjectsError, LostFencesError, MAX_DATABASE_BYTES};
+pub use schema::{
+    CannotSeeEverythingError, ForeignObjectsError, LostFencesError, MAX_DATABASE_BYTES,
+};
 /// The connection pool type `MySqlStore::open` takes (sqlx's).
 pub use sqlx::MySqlPool as Pool;
 pub use url::ENGINE;

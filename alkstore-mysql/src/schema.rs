@@ -56,6 +56,25 @@ pub struct LostFencesError {
     pub database: String,
 }
 
+/// The role asked to drop alkstore's objects cannot see every trigger or
+/// event in the database (`information_schema` hides those the role has no
+/// privilege on), so dropping could remove someone else's along: refused,
+/// nothing dropped.
+#[derive(Debug, thiserror::Error)]
+#[error(
+    "database {database:?}: this role lacks the {privilege} privilege on it, so it cannot see \
+     every {what} there, and dropping alkstore's objects could drop someone else's along; drop \
+     as a role with TRIGGER and EVENT on the database"
+)]
+pub struct CannotSeeEverythingError {
+    /// The database.
+    pub database: String,
+    /// The privilege missing.
+    pub privilege: &'static str,
+    /// What it would show.
+    pub what: &'static str,
+}
+
 /// 1 to 64 bytes, not whitespace only, no control characters, no trailing
 /// space (the server refuses one), no character beyond U+FFFF (server
 /// identifiers are utf8mb3), and not one of the server's own databases (nor
@@ -115,13 +134,30 @@ async fn inspect(
     ))
 }
 
-/// What `meta` says: whether alkstore created the database. Refuses a
-/// foreign `meta` and a version this build cannot use.
+/// What `meta` says of alkstore's objects in a database.
+#[derive(Debug, Clone, Copy)]
+struct Meta {
+    /// alkstore created the database itself.
+    created_database: bool,
+    /// The layout version.
+    version: i64,
+}
+
+impl Meta {
+    /// The layout is this build's.
+    fn current(self) -> bool {
+        self.version == sql::SCHEMA_VERSION
+    }
+}
+
+/// What `meta` says: whether alkstore created the database, and the layout
+/// version. Refuses a foreign `meta` and a version this build can neither
+/// use nor upgrade.
 async fn read_meta(
     conn: &mut MySqlConnection,
     database: &str,
     statements: &Statements,
-) -> Result<bool, BoxError> {
+) -> Result<Meta, BoxError> {
     let rows: Vec<(String, i64)> = sqlx::query_as(statements.read_meta.clone())
         .fetch_all(&mut *conn)
         .await
@@ -141,9 +177,14 @@ async fn read_meta(
     if !meta.contains_key(sql::MARKER_KEY) {
         return Err(foreign(database, "a table named meta").into());
     }
-    let found = meta.get("schema_version").copied().unwrap_or(0);
-    SchemaVersionError::check(found, sql::SCHEMA_VERSION)?;
-    Ok(meta.get(sql::CREATED_DATABASE_KEY) == Some(&1))
+    let version = meta.get("schema_version").copied().unwrap_or(0);
+    if !sql::UPGRADABLE.contains(&version) {
+        SchemaVersionError::check(version, sql::SCHEMA_VERSION)?;
+    }
+    Ok(Meta {
+        created_database: meta.get(sql::CREATED_DATABASE_KEY) == Some(&1),
+        version,
+    })
 }
 
 fn foreign(database: &str, what: &'static str) -> ForeignObjectsError {
@@ -177,8 +218,12 @@ pub(crate) async fn open(
         // (the procedure uses it with its definer's rights): what it uses
         // itself being there is enough. A `fences` that is truly gone is
         // found by the first grant (`LostFencesError`), which draws nothing.
-        if exists && objects.meta && objects.locks && objects.acquire {
-            read_meta(&mut conn, database, statements).await?;
+        if exists
+            && objects.meta
+            && objects.locks
+            && objects.acquire
+            && read_meta(&mut conn, database, statements).await?.current()
+        {
             return Ok(());
         }
     }
@@ -247,8 +292,9 @@ async fn create_missing(
             .await?;
     }
     refuse_unmarked(database, objects)?;
+    let mut upgrade = false;
     if objects.meta {
-        read_meta(conn, database, statements).await?;
+        upgrade = !read_meta(conn, database, statements).await?.current();
         let (fences_created,): (i64,) = sqlx::query_as(statements.fences_created.clone())
             .fetch_one(&mut *conn)
             .await?;
@@ -276,8 +322,19 @@ async fn create_missing(
     sqlx::query(statements.record_fences.clone())
         .execute(&mut *conn)
         .await?;
-    if !objects.acquire {
+    if upgrade && objects.acquire {
+        // An older layout's procedure (only it changed) is made again.
+        sqlx::raw_sql(statements.drop_acquire.clone())
+            .execute(&mut *conn)
+            .await?;
+    }
+    if !objects.acquire || upgrade {
         sqlx::raw_sql(statements.create_acquire.clone())
+            .execute(&mut *conn)
+            .await?;
+    }
+    if upgrade {
+        sqlx::query(statements.record_version.clone())
             .execute(&mut *conn)
             .await?;
     }
@@ -311,11 +368,28 @@ async fn drop_ours(
         return Ok(());
     }
     let created_database = match read_meta(conn, database, statements).await {
-        Ok(created) => created,
+        Ok(meta) => meta.created_database,
         // A version this build does not use is still alkstore's to drop.
         Err(error) if error.is::<SchemaVersionError>() => false,
         Err(error) => return Err(error),
     };
+    let (triggers_seen, events_seen): (i64, i64) = sqlx::query_as(sql::SEES_TRIGGERS_AND_EVENTS)
+        .bind(database)
+        .fetch_one(&mut *conn)
+        .await?;
+    for (seen, privilege, what) in [
+        (triggers_seen, "TRIGGER", "trigger"),
+        (events_seen, "EVENT", "event"),
+    ] {
+        if seen == 0 {
+            return Err(CannotSeeEverythingError {
+                database: database.to_owned(),
+                privilege,
+                what,
+            }
+            .into());
+        }
+    }
     let (triggers,): (i64,) = sqlx::query_as(sql::COUNT_TRIGGERS_ON_OURS)
         .bind(database)
         .fetch_one(&mut *conn)

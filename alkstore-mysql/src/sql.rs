@@ -8,9 +8,14 @@ use std::sync::Arc;
 use sqlx::{AssertSqlSafe, SqlSafeStr, SqlStr};
 
 /// The layout version this crate writes and reads.
-/// Pre-release versions are not migrated: 1's acquire procedure rolled the
-/// caller's transaction back when it refused to run inside one.
+/// 1's acquire procedure rolled the caller's transaction back when it
+/// refused to run inside one: upgraded in place ([`UPGRADABLE`]), since only
+/// the procedure changed.
 pub(crate) const SCHEMA_VERSION: i64 = 2;
+
+/// Older layouts an opener upgrades in place, under the creation lock: the
+/// acquire procedure dropped and made again, the version recorded.
+pub(crate) const UPGRADABLE: std::ops::RangeInclusive<i64> = 1..=1;
 
 /// The `meta` key whose presence marks the database's objects as alkstore's.
 pub(crate) const MARKER_KEY: &str = "made_by_alkstore";
@@ -89,6 +94,26 @@ SELECT (SELECT COUNT(*) FROM information_schema.TABLES WHERE TABLE_SCHEMA = ?)
      + (SELECT COUNT(*) FROM information_schema.EVENTS WHERE EVENT_SCHEMA = ?)
      + (SELECT COUNT(*) FROM information_schema.TRIGGERS WHERE TRIGGER_SCHEMA = ?)";
 
+/// Whether the asking role holds `TRIGGER` and `EVENT` on the database named
+/// `?`, globally or on the database itself (a grant on a pattern, or through
+/// a role not set, does not count): only then does `information_schema`
+/// show it every trigger and event there. One row of two flags.
+pub(crate) const SEES_TRIGGERS_AND_EVENTS: &str = "
+WITH me AS (
+    SELECT CONCAT('''', SUBSTRING_INDEX(CURRENT_USER(), '@', 1), '''@''',
+                  SUBSTRING_INDEX(CURRENT_USER(), '@', -1), '''') AS grantee
+    UNION ALL SELECT CONCAT('''', CURRENT_ROLE(), '''') FROM DUAL WHERE CURRENT_ROLE() IS NOT NULL
+),
+held AS (
+    SELECT PRIVILEGE_TYPE FROM information_schema.USER_PRIVILEGES
+    WHERE GRANTEE IN (SELECT grantee FROM me)
+    UNION ALL
+    SELECT PRIVILEGE_TYPE FROM information_schema.SCHEMA_PRIVILEGES
+    WHERE GRANTEE IN (SELECT grantee FROM me) AND TABLE_SCHEMA = ?
+)
+SELECT EXISTS (SELECT 1 FROM held WHERE PRIVILEGE_TYPE = 'TRIGGER'),
+       EXISTS (SELECT 1 FROM held WHERE PRIVILEGE_TYPE = 'EVENT')";
+
 /// How many triggers sit on alkstore's tables in the database named `?`:
 /// someone else's, which dropping the tables would drop along.
 pub(crate) const COUNT_TRIGGERS_ON_OURS: &str = "
@@ -122,8 +147,10 @@ pub(crate) struct Statements {
     pub(crate) create_fences: SqlStr,
     pub(crate) create_acquire: SqlStr,
     pub(crate) record_fences: SqlStr,
+    pub(crate) record_version: SqlStr,
     pub(crate) read_meta: SqlStr,
     pub(crate) fences_created: SqlStr,
+    pub(crate) drop_acquire: SqlStr,
     pub(crate) drop_objects: [SqlStr; 4],
     pub(crate) drop_database: SqlStr,
     pub(crate) acquire: SqlStr,
@@ -244,6 +271,7 @@ BEGIN
     END;
 END"
         );
+        let drop_acquire = audited(format!("DROP PROCEDURE IF EXISTS {acquire_proc}"));
         Statements {
             create_database: audited(format!(
                 "CREATE DATABASE {db} CHARACTER SET utf8mb4 COLLATE utf8mb4_bin"
@@ -281,12 +309,16 @@ END"
             record_fences: audited(format!(
                 "INSERT IGNORE INTO {meta} (`key`, value) VALUES ('{FENCES_CREATED_KEY}', 1)"
             )),
+            record_version: audited(format!(
+                "UPDATE {meta} SET value = {SCHEMA_VERSION} WHERE `key` = 'schema_version'"
+            )),
             read_meta: audited(format!("SELECT `key`, value FROM {meta}")),
             fences_created: audited(format!(
                 "SELECT COUNT(*) FROM {meta} WHERE `key` = '{FENCES_CREATED_KEY}'"
             )),
+            drop_acquire: drop_acquire.clone(),
             drop_objects: [
-                audited(format!("DROP PROCEDURE IF EXISTS {acquire_proc}")),
+                drop_acquire,
                 audited(format!("DROP TABLE IF EXISTS {locks}")),
                 audited(format!("DROP SEQUENCE IF EXISTS {fences}")),
                 audited(format!("DROP TABLE IF EXISTS {meta}")),

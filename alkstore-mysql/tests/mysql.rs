@@ -519,3 +519,110 @@ async fn a_failed_connect_answers_at_once_with_its_cause() {
     assert!(text.contains("Access denied"), "{text}");
     assert!(!text.contains("not-the-password"), "{text}");
 }
+
+/// A store of layout 1 (whose acquire procedure rolled the caller's
+/// transaction back when it refused) is upgraded in place when opened: the
+/// procedure made again, the version recorded, the fences kept rising.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn layout_1_is_upgraded_in_place() {
+    let Some((store, db)) = common::store("upgrade1").await else {
+        return;
+    };
+    let q = format!("`{}`", db.name.replace('`', "``"));
+    let lock = store.try_lock("job", "a", TTL).await.unwrap().unwrap();
+    let before = lock.fence();
+    assert!(lock.release().await.unwrap());
+    // Back to layout 1: a procedure of its own, its version.
+    sqlx::raw_sql(sqlx::AssertSqlSafe(format!(
+        "DROP PROCEDURE {q}.acquire;
+         CREATE PROCEDURE {q}.acquire(p_name VARBINARY(255), p_owner VARBINARY(255), \
+             p_ttl BIGINT, p_wait_ms BIGINT) SELECT 'layout 1';
+         UPDATE {q}.meta SET value = 1 WHERE `key` = 'schema_version'"
+    )))
+    .execute(store.pool())
+    .await
+    .unwrap();
+    store.close().await.unwrap();
+    let reopened = MySqlStore::connect(&db.url, &db.name).await.unwrap();
+    let (version,): (i64,) = sqlx::query_as(sqlx::AssertSqlSafe(format!(
+        "SELECT value FROM {q}.meta WHERE `key` = 'schema_version'"
+    )))
+    .fetch_one(reopened.pool())
+    .await
+    .unwrap();
+    assert_eq!(version, 2);
+    let after = reopened.try_lock("job", "a", TTL).await.unwrap().unwrap();
+    assert!(after.fence() > before);
+    assert!(after.release().await.unwrap());
+    reopened.drop_database().await.unwrap();
+    reopened.close().await.unwrap();
+}
+
+/// A role that cannot see every trigger and event of the database (no
+/// `TRIGGER` or `EVENT` on it) is refused `drop_database` before anything is
+/// dropped: an event it cannot see stays, and so do alkstore's objects.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_role_blind_to_triggers_and_events_drops_nothing() {
+    let Some((admin, db)) = common::store("blinddrop").await else {
+        return;
+    };
+    let user = format!("blind{}", std::process::id());
+    let password = "blind-secret-1";
+    let q = format!("`{}`", db.name.replace('`', "``"));
+    for statement in [
+        format!("CREATE USER '{user}'@'%' IDENTIFIED BY '{password}'"),
+        format!("GRANT ALL PRIVILEGES ON {q}.* TO '{user}'@'%'"),
+        format!("REVOKE TRIGGER, EVENT ON {q}.* FROM '{user}'@'%'"),
+        format!("CREATE EVENT {q}.theirs ON SCHEDULE EVERY 1 DAY DISABLE DO SET @x = 1"),
+    ] {
+        sqlx::raw_sql(sqlx::AssertSqlSafe(statement))
+            .execute(admin.pool())
+            .await
+            .unwrap();
+    }
+    let (_, host) = db.url.rsplit_once('@').expect("a URL with credentials");
+    let blind = MySqlStore::connect(&format!("mysql://{user}:{password}@{host}"), &db.name)
+        .await
+        .unwrap();
+    let refused = blind
+        .drop_database()
+        .await
+        .expect_err("a role blind to events");
+    let why = refused
+        .find_source::<alkstore_mysql::CannotSeeEverythingError>()
+        .unwrap_or_else(|| panic!("not CannotSeeEverythingError: {refused:?}"));
+    assert_eq!(why.privilege, "TRIGGER");
+    let count = |table: &'static str| {
+        let pool = admin.pool().clone();
+        let name = db.name.clone();
+        async move {
+            let (n,): (i64,) = sqlx::query_as(sqlx::AssertSqlSafe(format!(
+                "SELECT COUNT(*) FROM information_schema.{table} WHERE {} = ?",
+                if table == "EVENTS" {
+                    "EVENT_SCHEMA"
+                } else {
+                    "TABLE_SCHEMA"
+                }
+            )))
+            .bind(name)
+            .fetch_one(&pool)
+            .await
+            .unwrap();
+            n
+        }
+    };
+    assert_eq!(count("EVENTS").await, 1, "the event was dropped");
+    assert!(count("TABLES").await >= 2, "alkstore's tables were dropped");
+    blind.close().await.unwrap();
+    for statement in [
+        format!("DROP EVENT {q}.theirs"),
+        format!("DROP USER '{user}'@'%'"),
+    ] {
+        sqlx::raw_sql(sqlx::AssertSqlSafe(statement))
+            .execute(admin.pool())
+            .await
+            .unwrap();
+    }
+    admin.drop_database().await.unwrap();
+    admin.close().await.unwrap();
+}

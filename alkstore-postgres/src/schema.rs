@@ -105,14 +105,30 @@ async fn inspect(
     }))
 }
 
-/// What `meta` says: whether alkstore made these objects, and whether it
-/// created the schema. Refuses a foreign `meta` and a version this build
-/// cannot use.
+/// What `meta` says of alkstore's objects in a schema.
+#[derive(Debug, Clone, Copy)]
+struct Meta {
+    /// alkstore created the schema itself.
+    created_schema: bool,
+    /// The layout version.
+    version: i64,
+}
+
+impl Meta {
+    /// The layout is this build's.
+    fn current(self) -> bool {
+        self.version == sql::SCHEMA_VERSION
+    }
+}
+
+/// What `meta` says: whether alkstore made these objects, whether it created
+/// the schema, and the layout version. Refuses a foreign `meta` and a
+/// version this build can neither use nor upgrade.
 async fn read_meta(
     conn: &mut PgConnection,
     schema: &str,
     statements: &Statements,
-) -> Result<bool, BoxError> {
+) -> Result<Meta, BoxError> {
     let rows: Vec<(String, i64)> = sqlx::query_as(statements.read_meta.clone())
         .fetch_all(&mut *conn)
         .await
@@ -138,9 +154,14 @@ async fn read_meta(
         }
         return Err(foreign(schema, "a table named meta").into());
     }
-    let found = meta.get("schema_version").copied().unwrap_or(0);
-    SchemaVersionError::check(found, sql::SCHEMA_VERSION)?;
-    Ok(meta.get(sql::CREATED_SCHEMA_KEY) == Some(&1))
+    let version = meta.get("schema_version").copied().unwrap_or(0);
+    if !sql::UPGRADABLE.contains(&version) {
+        SchemaVersionError::check(version, sql::SCHEMA_VERSION)?;
+    }
+    Ok(Meta {
+        created_schema: meta.get(sql::CREATED_SCHEMA_KEY) == Some(&1),
+        version,
+    })
 }
 
 fn foreign(schema: &str, what: &'static str) -> ForeignObjectsError {
@@ -170,8 +191,7 @@ pub(crate) async fn open(
     let mut conn = pool.acquire().await?;
     if let Some((oid, objects)) = inspect(&mut conn, schema).await? {
         refuse_unmarked(schema, objects)?;
-        if objects.all() {
-            read_meta(&mut conn, schema, statements).await?;
+        if objects.all() && read_meta(&mut conn, schema, statements).await?.current() {
             return Ok(oid);
         }
     }
@@ -216,8 +236,9 @@ async fn create_missing(
         }
     };
     refuse_unmarked(schema, objects)?;
+    let mut upgrade = false;
     if objects.meta {
-        read_meta(&mut tx, schema, statements).await?;
+        upgrade = !read_meta(&mut tx, schema, statements).await?.current();
         // `meta` is made in the same transaction as the sequence: with it
         // there, a missing sequence was dropped after fences were drawn.
         if !objects.fences {
@@ -237,10 +258,11 @@ async fn create_missing(
             .execute(&mut *tx)
             .await?;
     }
+    // An older layout's acquire function is replaced (only it changed).
     for (present, create) in [
         (objects.locks, &statements.create_locks),
         (objects.fences, &statements.create_fences),
-        (objects.acquire, &statements.create_acquire),
+        (objects.acquire && !upgrade, &statements.create_acquire),
     ] {
         if !present {
             sqlx::raw_sql(create.clone())
@@ -248,6 +270,12 @@ async fn create_missing(
                 .await
                 .map_err(cannot)?;
         }
+    }
+    if upgrade {
+        sqlx::query(statements.record_version.clone())
+            .bind(sql::SCHEMA_VERSION)
+            .execute(&mut *tx)
+            .await?;
     }
     let (oid, _) = inspect(&mut tx, schema)
         .await?
@@ -279,7 +307,7 @@ pub(crate) async fn drop(
         return Ok(());
     }
     let created_schema = match read_meta(&mut tx, schema, statements).await {
-        Ok(created) => created,
+        Ok(meta) => meta.created_schema,
         // A version this build does not use is still alkstore's to drop.
         Err(error) if error.is::<SchemaVersionError>() => false,
         Err(error) => return Err(error),

@@ -9,17 +9,32 @@ use std::sync::Arc;
 
 use sqlx::{AssertSqlSafe, SqlSafeStr, SqlStr};
 
-/// The schema version this crate writes and reads. Pre-release versions are
-/// not migrated: 1 drew fences from an identity column, out of commit order;
-/// 2's acquire function took no bound on its lock waits.
-pub(crate) const SCHEMA_VERSION: i64 = 3;
+/// The schema version this crate writes and reads. 1 drew fences from an
+/// identity column, out of commit order, and 2's acquire function took no
+/// bound on its lock waits: neither is migrated. 3's acquire function keyed
+/// its per-name lock on the name alone, so grants of one name in different
+/// schemas of a database waited for each other: upgraded in place
+/// ([`UPGRADABLE`]), since only the function changed.
+pub(crate) const SCHEMA_VERSION: i64 = 4;
+
+/// Older layouts an opener upgrades in place, under the creation lock: the
+/// acquire function replaced (same signature), the version recorded.
+pub(crate) const UPGRADABLE: std::ops::RangeInclusive<i64> = 3..=3;
 
 /// Advisory-lock class for schema creation (with `hashtext(schema)` as key).
 pub(crate) const SCHEMA_LOCK_CLASS: i32 = 0x616c_6b73; // "alks"
 
-/// Advisory-lock class under which the grants of one name are serialised
-/// (with `hashtext(name)` as key; a collision only serialises two names).
-const FENCE_LOCK_CLASS: i32 = 0x616c_6b66; // "alkf"
+/// The advisory-lock class under which the grants of one name in `schema`
+/// are serialised (with `hashtext(name)` as key): the schema's own, so that
+/// stores in other schemas of the database never wait on each other's
+/// grants (a collision of classes or keys only serialises two names). A
+/// 32-bit FNV-1a hash of the schema name, stable across builds and hosts.
+fn fence_lock_class(schema: &str) -> i32 {
+    let hash = schema.bytes().fold(0x811c_9dc5_u32, |hash, byte| {
+        (hash ^ u32::from(byte)).wrapping_mul(0x0100_0193)
+    });
+    i32::from_ne_bytes(hash.to_ne_bytes())
+}
 
 /// Before each lock wait of the acquire function: with `p_wait_ms`, bound
 /// the wait by what is left of it (at least 1 ms; 0 would mean no bound),
@@ -130,6 +145,7 @@ pub(crate) struct Statements {
     pub(crate) create_fences: SqlStr,
     pub(crate) create_acquire: SqlStr,
     pub(crate) record_meta: SqlStr,
+    pub(crate) record_version: SqlStr,
     pub(crate) read_meta: SqlStr,
     pub(crate) drop_objects: SqlStr,
     pub(crate) drop_schema: SqlStr,
@@ -151,6 +167,7 @@ impl Statements {
         let fences = format!("{s}.fences");
         let acquire_fn = format!("{s}.acquire");
         let fences_regclass = quote_literal(&fences);
+        let fence_lock_class = fence_lock_class(schema);
         // The grant path, run only when the statement's snapshot saw no live
         // row. Under READ COMMITTED each statement of a volatile function
         // takes a new snapshot, so the read after the advisory lock sees every
@@ -176,7 +193,7 @@ BEGIN
             current_setting('transaction_isolation') USING ERRCODE = '0A000';
     END IF;
     {BOUND_LOCK_WAIT}
-    PERFORM pg_advisory_xact_lock({FENCE_LOCK_CLASS}, hashtext(p_name));
+    PERFORM pg_advisory_xact_lock({fence_lock_class}, hashtext(p_name));
     LOOP
         SELECT l.owner, l.fence, l.expires_at INTO held FROM {locks} l WHERE l.name = p_name;
         IF FOUND AND held.expires_at > now_ms THEN
@@ -229,7 +246,8 @@ END"
             )),
             create_fences: audited(format!("CREATE SEQUENCE {fences} AS bigint")),
             create_acquire: audited(format!(
-                "CREATE FUNCTION {acquire_fn}(p_name text, p_owner text, p_ttl bigint, p_wait_ms integer)
+                // OR REPLACE: also how an older layout's function is upgraded.
+                "CREATE OR REPLACE FUNCTION {acquire_fn}(p_name text, p_owner text, p_ttl bigint, p_wait_ms integer)
                  RETURNS TABLE (granted boolean, fence bigint, expires_in_ms bigint)
                  LANGUAGE plpgsql VOLATILE AS {tag}{body}{tag}"
             )),
@@ -237,6 +255,10 @@ END"
             record_meta: audited(format!(
                 "INSERT INTO {meta} (key, value) VALUES
                      ('schema_version', $1), ('{MARKER_KEY}', 1), ('{CREATED_SCHEMA_KEY}', $2)"
+            )),
+            // $1 schema_version.
+            record_version: audited(format!(
+                "UPDATE {meta} SET value = $1 WHERE key = 'schema_version'"
             )),
             read_meta: audited(format!("SELECT key, value FROM {meta}")),
             // No CASCADE: whatever someone else built on these objects stays,
@@ -348,6 +370,21 @@ mod tests {
             "\"a\"\"; DROP TABLE x; --\""
         );
         assert_eq!(quote_literal("it's \\ here"), "E'it''s \\\\ here'");
+    }
+
+    #[test]
+    fn each_schema_has_its_own_fence_lock_class() {
+        assert_eq!(fence_lock_class("alkstore"), fence_lock_class("alkstore"));
+        assert_ne!(fence_lock_class("alkstore"), fence_lock_class("alkstore2"));
+        assert!(
+            Statements::new("a")
+                .create_acquire
+                .as_str()
+                .contains(&format!(
+                    "pg_advisory_xact_lock({}, hashtext(p_name))",
+                    fence_lock_class("a")
+                ))
+        );
     }
 
     #[test]

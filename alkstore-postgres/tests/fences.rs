@@ -384,3 +384,38 @@ async fn a_zero_wait_on_a_fresh_store_still_tries_once() {
     store.close().await.unwrap();
     schema.drop().await;
 }
+
+/// Grants of one name in two schemas of a database do not wait for each
+/// other: with a grant of `job` in flight in one schema (its trigger
+/// sleeps 1 s inside the write), a zero-wait `lock` of `job` in another
+/// schema is granted at once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn grants_in_other_schemas_do_not_wait_for_each_other() {
+    let Some((slow, slow_schema)) = common::store("slowschema").await else {
+        return;
+    };
+    let (fast, fast_schema) = common::store("fastschema").await.unwrap();
+    slow_down_owner_slow(&slow, 1.0).await;
+    let slow = Arc::new(slow);
+    let in_flight = {
+        let slow = slow.clone();
+        tokio::spawn(async move { slow.try_lock("job", "slow", TTL).await })
+    };
+    until_someone_sleeps(&slow).await;
+    let asked = Instant::now();
+    let got = fast.lock("job", "fast", TTL, Duration::ZERO).await.unwrap();
+    let took = asked.elapsed();
+    assert!(
+        got.is_some(),
+        "a zero-wait lock in another schema was refused behind a grant in flight"
+    );
+    assert!(took < Duration::from_millis(500), "took {took:?}");
+    let granted = in_flight.await.unwrap().unwrap().expect("the slow grant");
+    assert!(granted.release().await.unwrap());
+    assert!(got.unwrap().release().await.unwrap());
+    remove_slow_trigger(&slow).await;
+    fast.close().await.unwrap();
+    fast_schema.drop().await;
+    slow.close().await.unwrap();
+    slow_schema.drop().await;
+}

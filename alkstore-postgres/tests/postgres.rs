@@ -440,3 +440,67 @@ async fn a_failed_connect_answers_at_once_with_its_cause() {
     let text = chain(&PgStore::connect(url.as_str(), "s").await.unwrap_err());
     assert!(text.contains("no_such_database\" does not exist"), "{text}");
 }
+
+/// A store of layout 3 (whose acquire function keyed its per-name lock on
+/// the name alone) is upgraded in place when opened: the function replaced,
+/// the version recorded, the fences kept rising.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn layout_3_is_upgraded_in_place() {
+    let Some((store, schema)) = common::store("upgrade3").await else {
+        return;
+    };
+    let s = common::quoted_schema(&store);
+    let lock = store.try_lock("job", "a", TTL).await.unwrap().unwrap();
+    let before = lock.fence();
+    assert!(lock.release().await.unwrap());
+    // Back to layout 3: its function's lock class, its version.
+    let (definition,): (String,) = sqlx::query_as(sqlx::AssertSqlSafe(format!(
+        "SELECT pg_get_functiondef('{}.acquire'::regproc)",
+        s.replace('\'', "''")
+    )))
+    .fetch_one(store.pool())
+    .await
+    .unwrap();
+    let old = with_layout_3_lock_class(&definition);
+    sqlx::raw_sql(sqlx::AssertSqlSafe(format!(
+        "{old}; UPDATE {s}.meta SET value = 3 WHERE key = 'schema_version'"
+    )))
+    .execute(store.pool())
+    .await
+    .unwrap();
+    store.close().await.unwrap();
+
+    let reopened = PgStore::connect(&schema.url, &schema.name).await.unwrap();
+    let (version,): (i64,) = sqlx::query_as(sqlx::AssertSqlSafe(format!(
+        "SELECT value FROM {s}.meta WHERE key = 'schema_version'"
+    )))
+    .fetch_one(reopened.pool())
+    .await
+    .unwrap();
+    assert_eq!(version, 4);
+    let (upgraded,): (String,) = sqlx::query_as(sqlx::AssertSqlSafe(format!(
+        "SELECT pg_get_functiondef('{}.acquire'::regproc)",
+        s.replace('\'', "''")
+    )))
+    .fetch_one(reopened.pool())
+    .await
+    .unwrap();
+    assert!(
+        !upgraded.contains("1634495334"),
+        "the old function is still there"
+    );
+    let after = reopened.try_lock("job", "a", TTL).await.unwrap().unwrap();
+    assert!(after.fence() > before);
+    assert!(after.release().await.unwrap());
+    reopened.drop_schema().await.unwrap();
+    reopened.close().await.unwrap();
+}
+
+/// The function definition with layout 3's lock class (0x616c6b66, "alkf")
+/// in place of this layout's per-schema class.
+fn with_layout_3_lock_class(definition: &str) -> String {
+    let marker = "pg_advisory_xact_lock(";
+    let start = definition.find(marker).expect("the advisory lock") + marker.len();
+    let end = start + definition[start..].find(',').expect("two arguments");
+    format!("{}1634495334{}", &definition[..start], &definition[end..])
+}

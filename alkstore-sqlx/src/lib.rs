@@ -200,10 +200,10 @@ impl<D: Dialect> Connections<D> {
     ///   [`OnLostConnection::Fail`] the error is the answer.
     /// - With a `deadline`, a try fails with [`OutOfTime`] when it passes
     ///   while waiting for a free connection. A try after a lost connection
-    ///   keeps a deadline too, [`RETRY_GRACE`] later ([`Try::bound`]): the
-    ///   first try's own lock waits ended at the deadline, so the second
-    ///   learns its outcome by then, and no try outlives its wait without
-    ///   bound.
+    ///   keeps a deadline too, [`RETRY_GRACE`] later ([`Try::bound`]), for
+    ///   its connect as well: the first try's own lock waits ended at the
+    ///   deadline, so the second learns its outcome by then, and no try
+    ///   outlives its wait without bound.
     ///
     /// Fails with [`Closed`] once the set closed, also for a call that was
     /// waiting for a connection when it did.
@@ -240,7 +240,7 @@ impl<D: Dialect> Connections<D> {
                     }
                     tracing::debug!(%error, "idle connection was dead; retrying on a new one");
                     attempt = Try {
-                        bound: deadline.map(|d| d + RETRY_GRACE),
+                        bound: deadline.map(|d| d.checked_add(RETRY_GRACE).unwrap_or(d)),
                         after_lost_connection: true,
                     };
                 }
@@ -268,11 +268,16 @@ impl<D: Dialect> Connections<D> {
             Some(conn) => conn,
             // Connecting is making the attempt, not waiting for someone
             // else: bounded by the connect timeout only, so that even a
-            // zero wait sends its statement once.
+            // zero wait sends its statement once — but a try after a lost
+            // connection (`!reuse`) keeps to its deadline here too: the
+            // server may be gone, and the first try already was the attempt.
             None => {
-                let mut connected = tokio::time::timeout(CONNECT_TIMEOUT, self.options.connect())
-                    .await
-                    .map_err(|_| sqlx::Error::PoolTimedOut)??;
+                let connect = tokio::time::timeout(CONNECT_TIMEOUT, self.options.connect());
+                let connected = match reuse {
+                    true => connect.await,
+                    false => until(deadline, connect).await?,
+                };
+                let mut connected = connected.map_err(|_| sqlx::Error::PoolTimedOut)??;
                 D::prepare(&mut connected).await?;
                 // Closed while connecting: send nothing after `close()`.
                 if self.closed.load(Ordering::Acquire) {

@@ -205,8 +205,9 @@ where
 /// `after` (100 ms), every 50 ms for 3 s; the lease must survive (renewals
 /// retry on new connections). Then, with the keep-alive stopped, every idle
 /// session is ended once more and the holder releases: the release meets a
-/// connection that died while idle, and must answer `true` like any other.
-/// Answers how many sessions were ended.
+/// connection that died while idle, and must answer `true` like any other;
+/// a forced release of a grant already gone, likewise after a kill, answers
+/// `OutcomeUnknown`. Answers how many sessions were ended.
 pub async fn through_an_idle_session_killer<K, KF>(store: &dyn Store, mut kill_idle: K) -> u64
 where
     K: FnMut(Duration) -> KF,
@@ -250,5 +251,30 @@ where
         "rule: a release on a connection that died while idle answers true; saw {released:?}"
     );
     assert!(store.holder("idle-killed").await.expect("read").is_none());
-    killed + last
+    // A forced release of a grant already gone, on a connection that died
+    // while idle: the second try finds nothing, and cannot tell whether the
+    // first removed it — unknown, not a guessed "not there".
+    let again = store
+        .try_lock("idle-killed", "keeper", ttl)
+        .await
+        .expect("take the lock again")
+        .expect("the name is free");
+    let gone = again.fence();
+    assert!(again.release().await.expect("release"));
+    let more = kill_idle(Duration::ZERO).await;
+    assert!(
+        more >= 1,
+        "rule: the store's connection sat idle to be killed; saw none"
+    );
+    let stale = store.force_release_grant("idle-killed", gone).await;
+    assert!(
+        stale
+            .as_ref()
+            .err()
+            .and_then(|e| e.find_source::<alkstore_core::OutcomeUnknown>())
+            .is_some(),
+        "rule: a forced release that cannot confirm what a lost connection did answers \
+         OutcomeUnknown; saw {stale:?}"
+    );
+    killed + last + more
 }

@@ -348,7 +348,7 @@ async fn run_does_not_run_a_slot_again_when_the_clock_steps_back() {
 }
 
 /// One replica whose first run lasts 500 ms over 200 ms slots: `run`
-/// reports exactly one outcome for every slot from the first to the last —
+/// reports every slot from the first to the last exactly once, in order —
 /// the slot that began and ended during the run as `Missed`, none left out.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn run_reports_an_outcome_for_every_slot() {
@@ -376,39 +376,39 @@ async fn run_reports_an_outcome_for_every_slot() {
             |outcome| outcomes.push(outcome.clone()),
         );
         let _ = tokio::time::timeout(6 * PERIOD + PERIOD / 2, looping).await;
-        let slots: Vec<u64> = outcomes.iter().map(|o| o.slot().index).collect();
-        assert!(slots.len() >= 5, "too few outcomes: {outcomes:?}");
-        let expected: Vec<u64> = (slots[0]..slots[0] + slots.len() as u64).collect();
+        // The slots each outcome covers, in the order reported.
+        let covered: Vec<u64> = outcomes
+            .iter()
+            .flat_map(|outcome| match outcome {
+                Outcome::Missed { first, count } => first.index..first.index + count,
+                other => other.slot().index..other.slot().index + 1,
+            })
+            .collect();
+        assert!(covered.len() >= 5, "too few outcomes: {outcomes:?}");
+        let expected: Vec<u64> = (covered[0]..covered[0] + covered.len() as u64).collect();
         assert_eq!(
-            slots, expected,
-            "rule: run reports one outcome for every slot, in order; outcomes {outcomes:?}"
+            covered, expected,
+            "rule: run reports every slot once, in order; outcomes {outcomes:?}"
+        );
+        assert!(
+            matches!(outcomes[0], Outcome::Ran { .. }),
+            "the first slot ran: {outcomes:?}"
         );
         assert!(
             matches!(outcomes[1], Outcome::Missed { .. }),
             "rule: the slot that began and ended during a run is reported missed; {outcomes:?}"
         );
-        let after = match overlap {
-            Overlap::Allowed => 2,
-            _ => {
-                assert!(
-                    matches!(outcomes[2], Outcome::PreviousRunStillRunning { .. }),
-                    "{outcomes:?}"
-                );
-                3
-            }
-        };
-        assert!(
-            outcomes[after..]
-                .iter()
-                .all(|o| matches!(o, Outcome::Ran { .. })),
-            "{outcomes:?}"
-        );
+        let ran = outcomes
+            .iter()
+            .filter(|o| matches!(o, Outcome::Ran { .. }))
+            .count();
+        assert!(ran >= 3, "the slots after the long run ran: {outcomes:?}");
     }
 }
 
 /// `Overlap::Skip` with retries: a run of a slot that dies as its job starts
 /// leaves its running lock behind longer than its claim (the lock was taken
-/// 150 ms after the claim, and the two leases are renewed apart). A replica
+/// 250 ms after the claim, and the two leases are renewed apart). A replica
 /// that retries the slot once the claim has lapsed waits the dead run's
 /// running lock out and runs the slot, rather than take it for a run still
 /// going on and skip the slot its retry is for.
@@ -423,10 +423,10 @@ async fn a_retry_waits_out_a_crashed_runs_running_lock() {
         .unwrap()
         .overlap(Overlap::Skip)
         .retry_crashed_runs()
-        .run_lease(Duration::from_millis(300))
+        .run_lease(Duration::from_millis(600))
         .unwrap();
     let slot = into_next_slot(&schedule, Duration::from_millis(10)).await;
-    engine.running_delay_ms.store(150, Ordering::SeqCst);
+    engine.running_delay_ms.store(250, Ordering::SeqCst);
     let started = Arc::new(tokio::sync::Notify::new());
     let crashing = {
         let (schedule, started) = (schedule.clone(), started.clone());
