@@ -54,6 +54,8 @@ pub use alkstore_sqlx::ConnectError;
 pub use schema::{
     CannotSeeEverythingError, ForeignObjectsError, LostFencesError, MAX_DATABASE_BYTES,
 };
+/// The layout version of the objects this build makes (recorded in `meta`).
+pub use sql::SCHEMA_VERSION;
 /// The connection pool type `MySqlStore::open` takes (sqlx's).
 pub use sqlx::MySqlPool as Pool;
 pub use url::ENGINE;

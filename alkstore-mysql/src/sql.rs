@@ -11,7 +11,7 @@ use sqlx::{AssertSqlSafe, SqlSafeStr, SqlStr};
 /// 1's acquire procedure rolled the caller's transaction back when it
 /// refused to run inside one: upgraded in place ([`UPGRADABLE`]), since only
 /// the procedure changed.
-pub(crate) const SCHEMA_VERSION: i64 = 2;
+pub const SCHEMA_VERSION: i64 = 2;
 
 /// Older layouts an opener upgrades in place, under the creation lock: the
 /// acquire procedure dropped and made again, the version recorded.

@@ -550,7 +550,7 @@ async fn layout_1_is_upgraded_in_place() {
     .fetch_one(reopened.pool())
     .await
     .unwrap();
-    assert_eq!(version, 2);
+    assert_eq!(version, alkstore_mysql::SCHEMA_VERSION);
     let after = reopened.try_lock("job", "a", TTL).await.unwrap().unwrap();
     assert!(after.fence() > before);
     assert!(after.release().await.unwrap());

@@ -48,6 +48,8 @@ use crate::sql::Statements;
 pub use alkstore_core::SchemaVersionError;
 pub use alkstore_sqlx::ConnectError;
 pub use schema::{CannotCreateError, ForeignObjectsError, LostFencesError, MAX_SCHEMA_BYTES};
+/// The layout version of the objects this build makes (recorded in `meta`).
+pub use sql::SCHEMA_VERSION;
 /// The connection pool type `PgStore::open` takes (sqlx's).
 pub use sqlx::PgPool as Pool;
 pub use url::ENGINE;

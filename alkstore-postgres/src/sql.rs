@@ -13,13 +13,21 @@ use sqlx::{AssertSqlSafe, SqlSafeStr, SqlStr};
 /// identity column, out of commit order, and 2's acquire function took no
 /// bound on its lock waits: neither is migrated. 3's acquire function keyed
 /// its per-name lock on the name alone, so grants of one name in different
-/// schemas of a database waited for each other: upgraded in place
-/// ([`UPGRADABLE`]), since only the function changed.
-pub(crate) const SCHEMA_VERSION: i64 = 4;
+/// schemas of a database waited for each other; 4's fences were the
+/// sequence's values alone, which a promoted standby hands out again:
+/// both upgraded in place ([`UPGRADABLE`]), since only the function changed
+/// (and 5's fences are above every fence of 4's).
+pub const SCHEMA_VERSION: i64 = 5;
 
 /// Older layouts an opener upgrades in place, under the creation lock: the
 /// acquire function replaced (same signature), the version recorded.
-pub(crate) const UPGRADABLE: std::ops::RangeInclusive<i64> = 3..=3;
+pub(crate) const UPGRADABLE: std::ops::RangeInclusive<i64> = 3..=4;
+
+/// A fence is `timeline × TIMELINE_STEP + n`, `n` drawn from the schema's
+/// sequence: 2^44, so that every fence handed out on a timeline is above
+/// every fence of an earlier one as long as a promotion loses fewer than
+/// 2^44 (17.6 × 10^12) grants, and timelines up to 2^19 fit an `i64`.
+pub(crate) const TIMELINE_STEP: i64 = 1 << 44;
 
 /// Advisory-lock class for schema creation (with `hashtext(schema)` as key).
 pub(crate) const SCHEMA_LOCK_CLASS: i32 = 0x616c_6b73; // "alks"
@@ -187,6 +195,7 @@ DECLARE
     wait_until timestamptz := clock_timestamp() + p_wait_ms * interval '1 millisecond';
     held record;
     drawn bigint;
+    timeline bigint;
 BEGIN
     IF current_setting('transaction_isolation') <> 'read committed' THEN
         RAISE EXCEPTION 'alkstore needs READ COMMITTED, the transaction runs %',
@@ -200,6 +209,11 @@ BEGIN
             RETURN QUERY SELECT held.owner = p_owner, held.fence, held.expires_at - now_ms;
             RETURN;
         END IF;
+        IF timeline IS NULL THEN
+            -- The timeline of the WAL being written, which every promotion
+            -- of a standby raises: a fence's high part (TIMELINE_STEP).
+            timeline := ('x' || substr(pg_walfile_name(pg_current_wal_lsn()), 1, 8))::bit(32)::bigint;
+        END IF;
         IF FOUND THEN
             -- Expired: lock the row before drawing a fence (waiting for a
             -- renewal, release or purge in flight), so that a fence is drawn
@@ -209,7 +223,8 @@ BEGIN
              WHERE l.name = p_name AND l.expires_at <= now_ms FOR UPDATE;
             IF FOUND THEN
                 UPDATE {locks} l
-                   SET owner = p_owner, fence = nextval({fences_regclass}::regclass),
+                   SET owner = p_owner,
+                       fence = nextval({fences_regclass}::regclass) + timeline * {TIMELINE_STEP},
                        expires_at = now_ms + p_ttl
                  WHERE l.name = p_name
                 RETURNING l.fence INTO drawn;
@@ -218,7 +233,8 @@ BEGIN
             -- Every insert of a name runs under its advisory lock: no
             -- conflict can come up here but from outside alkstore.
             INSERT INTO {locks} AS l (name, owner, fence, expires_at)
-            VALUES (p_name, p_owner, nextval({fences_regclass}::regclass), now_ms + p_ttl)
+            VALUES (p_name, p_owner, nextval({fences_regclass}::regclass) + timeline * {TIMELINE_STEP},
+                    now_ms + p_ttl)
             ON CONFLICT (name) DO NOTHING
             RETURNING l.fence INTO drawn;
         END IF;

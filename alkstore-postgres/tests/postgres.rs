@@ -477,7 +477,7 @@ async fn layout_3_is_upgraded_in_place() {
     .fetch_one(reopened.pool())
     .await
     .unwrap();
-    assert_eq!(version, 4);
+    assert_eq!(version, alkstore_postgres::SCHEMA_VERSION);
     let (upgraded,): (String,) = sqlx::query_as(sqlx::AssertSqlSafe(format!(
         "SELECT pg_get_functiondef('{}.acquire'::regproc)",
         s.replace('\'', "''")
