@@ -29,6 +29,8 @@ pub struct Cluster {
     pub port: u16,
     /// Whether commands must run as the `postgres` user (this process is root).
     pub as_postgres_user: bool,
+    /// More server settings, `name=value`, given at every start.
+    pub settings: Vec<String>,
 }
 
 impl Cluster {
@@ -48,12 +50,15 @@ impl Cluster {
         let mut full: Vec<String> = vec!["-D".into(), self.data().display().to_string()];
         full.extend(args.iter().map(|a| a.to_string()));
         if args.contains(&"start") || args.contains(&"restart") {
-            let options = format!(
+            let mut options = format!(
                 "-c listen_addresses=127.0.0.1 -p {} -k {} -c max_connections=400 \
                  -c shared_preload_libraries=pg_stat_statements -c pg_stat_statements.track=all",
                 self.port,
                 self.dir.display()
             );
+            for setting in &self.settings {
+                options += &format!(" -c {setting}");
+            }
             let log = self.dir.join("log").display().to_string();
             full.extend(["-w".into(), "-l".into(), log, "-o".into(), options]);
         }
@@ -120,6 +125,15 @@ fn find_bin_dir() -> Option<PathBuf> {
 }
 
 fn start_cluster(bin: PathBuf) -> Result<Server, String> {
+    let (cluster, password) = new_cluster(bin, Vec::new())?;
+    Ok(Server {
+        url: cluster.url(&password),
+        cluster: Some(cluster),
+    })
+}
+
+/// A new temp dir for a cluster, owned by the cluster's user.
+fn cluster_dir() -> Result<(PathBuf, bool), String> {
     let as_postgres_user = process::is_root();
     let dir = tempfile::Builder::new()
         .prefix("alkstore-pg-")
@@ -129,11 +143,38 @@ fn start_cluster(bin: PathBuf) -> Result<Server, String> {
     if as_postgres_user {
         process::hand_to("postgres", &dir)?;
     }
+    Ok((dir, as_postgres_user))
+}
+
+impl Cluster {
+    /// The superuser's URL over TCP.
+    fn url(&self, password: &str) -> String {
+        format!(
+            "postgres://postgres:{password}@127.0.0.1:{}/postgres",
+            self.port
+        )
+    }
+
+    /// Starts it; the error holds its log.
+    fn start(&self) -> Result<(), String> {
+        if self.pg_ctl(&["start"]) {
+            Ok(())
+        } else {
+            let log = std::fs::read_to_string(self.dir.join("log")).unwrap_or_default();
+            Err(format!("pg_ctl start failed: {log}"))
+        }
+    }
+}
+
+/// A new cluster, started, with `settings`; and its superuser's password.
+fn new_cluster(bin: PathBuf, settings: Vec<String>) -> Result<(Cluster, String), String> {
+    let (dir, as_postgres_user) = cluster_dir()?;
     let cluster = Cluster {
         dir,
         bin,
         port: process::free_port()?,
         as_postgres_user,
+        settings,
     };
     let data = cluster.data();
     // TCP logins need the superuser's password, which only this process
@@ -165,17 +206,140 @@ fn start_cluster(bin: PathBuf) -> Result<Server, String> {
     )?;
     let _ = std::fs::remove_file(&pwfile);
     spawn_watchdog(&cluster)?;
-    if !cluster.pg_ctl(&["start"]) {
-        let log = std::fs::read_to_string(cluster.dir.join("log")).unwrap_or_default();
-        return Err(format!("pg_ctl start failed: {log}"));
+    cluster.start()?;
+    Ok((cluster, password))
+}
+
+/// A primary with one streaming standby, both throwaway clusters of their
+/// own (for failover tests: each test makes its own pair), removed by their
+/// watchdogs when this process ends.
+#[derive(Debug)]
+pub struct Pair {
+    /// The primary.
+    pub primary: Cluster,
+    /// The standby, streaming from the primary until [`Pair::cut`].
+    pub standby: Cluster,
+    /// The primary's superuser URL.
+    pub primary_url: String,
+    /// The standby's superuser URL (same user and password).
+    pub standby_url: String,
+}
+
+impl Pair {
+    /// Starts a primary and a standby made from it with `pg_basebackup -R`.
+    /// With `synchronous`, the primary's commits wait for the standby
+    /// (`synchronous_standby_names = '*'`, `synchronous_commit = on`).
+    /// `None` (the reason printed) when there are no server binaries, or
+    /// when a server is given by URL (a pair needs clusters of its own).
+    pub fn start(synchronous: bool) -> Option<Pair> {
+        if std::env::var(URL_VAR).is_ok_and(|url| !url.is_empty()) {
+            eprintln!("SKIPPED: a failover test needs clusters of its own, not {URL_VAR}");
+            return None;
+        }
+        let Some(bin) = find_bin_dir() else {
+            process::skip_or_fail(
+                "postgres",
+                "no PostgreSQL server binaries (initdb, pg_ctl) found",
+                "install PostgreSQL's server binaries",
+            );
+            return None;
+        };
+        Some(Self::start_with(bin, synchronous).expect("start a primary and a standby"))
     }
-    Ok(Server {
-        url: format!(
-            "postgres://postgres:{password}@127.0.0.1:{}/postgres",
-            cluster.port
-        ),
-        cluster: Some(cluster),
-    })
+
+    fn start_with(bin: PathBuf, synchronous: bool) -> Result<Pair, String> {
+        // `initdb` on the PATH may be a link into the server's own bin
+        // directory, which alone holds `pg_basebackup`.
+        let bin = std::fs::canonicalize(bin.join("initdb"))
+            .ok()
+            .and_then(|initdb| initdb.parent().map(Path::to_path_buf))
+            .unwrap_or(bin);
+        let mut settings = vec![
+            "wal_level=replica".to_owned(),
+            "max_wal_senders=4".to_owned(),
+        ];
+        if synchronous {
+            settings.push("synchronous_standby_names='*'".to_owned());
+        }
+        let (primary, password) = new_cluster(bin.clone(), settings)?;
+        let (dir, as_postgres_user) = cluster_dir()?;
+        let standby = Cluster {
+            dir,
+            bin,
+            port: process::free_port()?,
+            as_postgres_user,
+            settings: Vec::new(),
+        };
+        let source = format!(
+            "host=127.0.0.1 port={} user=postgres password={password} application_name=standby",
+            primary.port
+        );
+        process::run(
+            &standby.bin.join("pg_basebackup"),
+            &[
+                "-d",
+                &source,
+                "-D",
+                standby
+                    .data()
+                    .to_str()
+                    .ok_or("the temp dir's path is not UTF-8")?,
+                "-R",
+                "-X",
+                "stream",
+                "--no-sync",
+            ],
+            standby.user(),
+        )
+        .map_err(|e| e.replace(&password, "****"))?;
+        spawn_watchdog(&standby)?;
+        standby.start()?;
+        Ok(Pair {
+            primary_url: primary.url(&password),
+            standby_url: standby.url(&password),
+            primary,
+            standby,
+        })
+    }
+
+    /// Stops WAL shipping to the standby, as a network split would: its
+    /// `primary_conninfo` emptied and the configuration reloaded, so its
+    /// WAL receiver stops and does not come back. (The test waits until
+    /// `pg_stat_wal_receiver` on the standby is empty.)
+    pub fn cut(&self) -> Result<(), String> {
+        let auto = self.standby.data().join("postgresql.auto.conf");
+        let kept: String = std::fs::read_to_string(&auto)
+            .map_err(|e| format!("cannot read {}: {e}", auto.display()))?
+            .lines()
+            .filter(|line| !line.trim_start().starts_with("primary_conninfo"))
+            .map(|line| format!("{line}\n"))
+            .collect();
+        std::fs::write(&auto, kept).map_err(|e| format!("cannot write {}: {e}", auto.display()))?;
+        if self.standby.pg_ctl(&["reload"]) {
+            Ok(())
+        } else {
+            Err("pg_ctl reload of the standby failed".into())
+        }
+    }
+
+    /// Kills the primary (`pg_ctl stop -m immediate`: no shutdown
+    /// checkpoint, as a crash).
+    pub fn kill_primary(&self) -> Result<(), String> {
+        if self.primary.pg_ctl(&["stop", "-m", "immediate"]) {
+            Ok(())
+        } else {
+            Err("pg_ctl stop -m immediate of the primary failed".into())
+        }
+    }
+
+    /// Promotes the standby (`pg_ctl promote`, waiting until it is done).
+    pub fn promote(&self) -> Result<(), String> {
+        if self.standby.pg_ctl(&["promote", "-w"]) {
+            Ok(())
+        } else {
+            Err("pg_ctl promote of the standby failed".into())
+        }
+    }
 }
 
 /// Stops the cluster and removes its directory once this process is gone.
