@@ -334,6 +334,9 @@ async fn create_missing(
             .await?;
     }
     if upgrade {
+        sqlx::query(statements.record_drawn_by.clone())
+            .execute(&mut *conn)
+            .await?;
         sqlx::query(statements.record_version.clone())
             .execute(&mut *conn)
             .await?;

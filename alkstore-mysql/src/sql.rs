@@ -9,13 +9,25 @@ use sqlx::{AssertSqlSafe, SqlSafeStr, SqlStr};
 
 /// The layout version this crate writes and reads.
 /// 1's acquire procedure rolled the caller's transaction back when it
-/// refused to run inside one: upgraded in place ([`UPGRADABLE`]), since only
-/// the procedure changed.
-pub const SCHEMA_VERSION: i64 = 2;
+/// refused to run inside one; 2's fences were the sequence's values alone,
+/// which a promoted replica hands out again: both upgraded in place
+/// ([`UPGRADABLE`]), since only the procedure changed (and a `meta` row is
+/// added).
+pub const SCHEMA_VERSION: i64 = 3;
 
 /// Older layouts an opener upgrades in place, under the creation lock: the
 /// acquire procedure dropped and made again, the version recorded.
-pub(crate) const UPGRADABLE: std::ops::RangeInclusive<i64> = 1..=1;
+pub(crate) const UPGRADABLE: std::ops::RangeInclusive<i64> = 1..=2;
+
+/// The `meta` key holding the `server_id` of the server that drew the last
+/// fence: a grant on another server (a promoted replica, a switchover) first
+/// raises the sequence by [`PROMOTION_GAP`].
+pub(crate) const DRAWN_BY_KEY: &str = "fences_drawn_by";
+
+/// How far the sequence is raised when fences start being drawn on another
+/// server: 2^32, above any number of grants an old primary can have handed
+/// out that its replica never received.
+pub(crate) const PROMOTION_GAP: i64 = 1 << 32;
 
 /// The `meta` key whose presence marks the database's objects as alkstore's.
 pub(crate) const MARKER_KEY: &str = "made_by_alkstore";
@@ -148,6 +160,7 @@ pub(crate) struct Statements {
     pub(crate) create_acquire: SqlStr,
     pub(crate) record_fences: SqlStr,
     pub(crate) record_version: SqlStr,
+    pub(crate) record_drawn_by: SqlStr,
     pub(crate) read_meta: SqlStr,
     pub(crate) fences_created: SqlStr,
     pub(crate) drop_acquire: SqlStr,
@@ -217,6 +230,7 @@ BEGIN
         DECLARE held_fence BIGINT;
         DECLARE held_until BIGINT;
         DECLARE duplicate BOOL DEFAULT FALSE;
+        DECLARE drawn_by BIGINT;
         DECLARE CONTINUE HANDLER FOR 1062 SET duplicate = TRUE;
         DECLARE EXIT HANDLER FOR SQLEXCEPTION
         BEGIN
@@ -245,6 +259,26 @@ BEGIN
                 {RESTORE_WAITS}
                 SELECT held_owner = p_owner, held_fence, held_until - now_ms;
                 LEAVE look;
+            END IF;
+            -- Fences drawn on another server than the last ones (a
+            -- promoted replica): first raise the sequence past every fence
+            -- the other may have handed out and not replicated. One grant
+            -- does it; the others wait for its row lock, then see it done.
+            SELECT MAX(value) INTO drawn_by FROM {meta} WHERE `key` = '{DRAWN_BY_KEY}';
+            IF drawn_by IS NULL OR drawn_by <> @@server_id THEN
+                UPDATE {meta} SET value = @@server_id
+                 WHERE `key` = '{DRAWN_BY_KEY}' AND value <> @@server_id;
+                IF ROW_COUNT() = 1 THEN
+                    -- SETVAL takes a literal: the statement is made with the
+                    -- number in it. A routine runs in its own database, so
+                    -- `fences` needs no name spliced in.
+                    SET @alkstore_raise = CONCAT('DO SETVAL(fences, ',
+                        NEXTVAL({fences}) + {PROMOTION_GAP}, ')');
+                    PREPARE alkstore_raise FROM @alkstore_raise;
+                    EXECUTE alkstore_raise;
+                    DEALLOCATE PREPARE alkstore_raise;
+                    SET @alkstore_raise = NULL;
+                END IF;
             END IF;
             SET duplicate = FALSE;
             IF found = 1 THEN
@@ -286,7 +320,8 @@ END"
                      ) ENGINE = InnoDB
                      SELECT 'schema_version' AS `key`, {SCHEMA_VERSION} AS value
                      UNION ALL SELECT '{MARKER_KEY}', 1
-                     UNION ALL SELECT '{CREATED_DATABASE_KEY}', {}",
+                     UNION ALL SELECT '{CREATED_DATABASE_KEY}', {}
+                     UNION ALL SELECT '{DRAWN_BY_KEY}', @@server_id",
                     i64::from(created_database)
                 ))
             }),
@@ -308,6 +343,10 @@ END"
             create_acquire: audited(create_acquire),
             record_fences: audited(format!(
                 "INSERT IGNORE INTO {meta} (`key`, value) VALUES ('{FENCES_CREATED_KEY}', 1)"
+            )),
+            // For a layout before 3, whose `meta` had no such row.
+            record_drawn_by: audited(format!(
+                "INSERT IGNORE INTO {meta} (`key`, value) VALUES ('{DRAWN_BY_KEY}', @@server_id)"
             )),
             record_version: audited(format!(
                 "UPDATE {meta} SET value = {SCHEMA_VERSION} WHERE `key` = 'schema_version'"

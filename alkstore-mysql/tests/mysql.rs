@@ -626,3 +626,52 @@ async fn a_role_blind_to_triggers_and_events_drops_nothing() {
     admin.drop_database().await.unwrap();
     admin.close().await.unwrap();
 }
+
+/// Fences drawn on another server than the last ones (as on a replica just
+/// promoted: `meta` says which `server_id` drew the last fence) start above
+/// every fence the other server may have handed out and not replicated:
+/// the sequence is raised by 2^32, once, by the first grant.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn fences_drawn_on_another_server_start_2_pow_32_higher() {
+    let Some((store, db)) = common::store("promoted").await else {
+        return;
+    };
+    let q = format!("`{}`", db.name.replace('`', "``"));
+    let first = store.try_lock("a", "x", TTL).await.unwrap().unwrap();
+    let before = first.fence();
+    assert!(first.release().await.unwrap());
+    // As a replica's copy of `meta` reads after its primary drew fences.
+    sqlx::raw_sql(sqlx::AssertSqlSafe(format!(
+        "UPDATE {q}.meta SET value = @@server_id + 1 WHERE `key` = 'fences_drawn_by'"
+    )))
+    .execute(store.pool())
+    .await
+    .unwrap();
+    let contenders: Vec<_> = (0..8)
+        .map(|i| {
+            let store = &store;
+            async move {
+                let lock = store
+                    .try_lock(&format!("n{i}"), "x", TTL)
+                    .await
+                    .unwrap()
+                    .unwrap();
+                let fence = lock.fence();
+                assert!(lock.release().await.unwrap());
+                fence
+            }
+        })
+        .collect();
+    let mut fences = futures::future::join_all(contenders).await;
+    fences.sort();
+    assert!(
+        fences[0] > before + (1 << 32),
+        "fences {fences:?} after {before}: not raised past the other server's"
+    );
+    assert!(
+        fences[7] < before + (1 << 33),
+        "raised more than once: {fences:?} after {before}"
+    );
+    store.drop_database().await.unwrap();
+    store.close().await.unwrap();
+}
