@@ -7,17 +7,14 @@
 //! promoted server hands out is above every fence handed out before.
 //! Synchronous: no acknowledged grant is lost.
 
-use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
+use alkstore_contract_suite::failover::{AfterPromotion, NAMES, Written, after_promotion, write};
 use alkstore_core::Store;
 use alkstore_postgres::PgStore;
 use alkstore_testkit::pg::{Pair, unique_schema};
 use sqlx::Connection;
 use sqlx::postgres::PgConnection;
-
-const NAMES: usize = 64;
-const TTL: Duration = Duration::from_secs(60);
 
 /// Waits until the standby has replayed everything the primary wrote.
 async fn until_caught_up(pair: &Pair) {
@@ -61,82 +58,6 @@ async fn until_cut(pair: &Pair) {
     }
 }
 
-/// What the writer saw: the highest fence any grant answered, and each
-/// name's grant still held at the kill (owner, fence).
-#[derive(Debug, Default)]
-struct Written {
-    highest: u64,
-    held: HashMap<String, (String, u64)>,
-    grants: u64,
-}
-
-/// Grants, releases and forced releases on every name in turns for
-/// `for_how_long`, ending with a round whose grants are held.
-async fn write(store: &PgStore, written: &mut Written, round: &mut u64, for_how_long: Duration) {
-    let until = Instant::now() + for_how_long;
-    while Instant::now() < until || *round % 2 == 0 {
-        *round += 1;
-        for i in 0..NAMES {
-            let name = format!("n{i}");
-            let owner = format!("w{round}");
-            if let Some((_, fence)) = written.held.remove(&name) {
-                // Every other round: let the operator remove it instead.
-                if *round % 3 == 0 {
-                    store.force_release_grant(&name, fence).await.unwrap();
-                } else {
-                    store.force_release(&name).await.unwrap();
-                }
-            }
-            let lock = store
-                .try_lock(&name, &owner, TTL)
-                .await
-                .unwrap()
-                .expect("the writer is the only one granting");
-            written.highest = written.highest.max(lock.fence());
-            written.grants += 1;
-            if *round % 2 == 0 {
-                assert!(lock.release().await.unwrap());
-            } else {
-                written.held.insert(name, (owner, lock.fence()));
-                lock.let_lapse();
-            }
-        }
-    }
-}
-
-/// After the promotion: every name granted on the promoted server (the old
-/// grants removed by force first), each fence checked against the highest
-/// handed out before. Answers (fences not above, acknowledged grants lost).
-async fn after_promotion(promoted: &PgStore, written: &Written) -> (usize, usize) {
-    let mut lost = 0;
-    for (name, (owner, fence)) in &written.held {
-        let holder = promoted.holder(name).await.unwrap();
-        if holder.map(|h| (h.owner, h.fence)) != Some((owner.clone(), *fence)) {
-            lost += 1;
-        }
-    }
-    let mut below = 0;
-    for i in 0..NAMES {
-        let name = format!("n{i}");
-        promoted.force_release(&name).await.unwrap();
-        let lock = promoted
-            .try_lock(&name, "after", TTL)
-            .await
-            .unwrap()
-            .expect("free after the forced release");
-        if lock.fence() <= written.highest {
-            below += 1;
-            eprintln!(
-                "{name}: fence {} after {} was handed out",
-                lock.fence(),
-                written.highest
-            );
-        }
-        assert!(lock.release().await.unwrap());
-    }
-    (below, lost)
-}
-
 /// Asynchronous replication, WAL shipping cut 1 s before the primary is
 /// killed: the promotion loses acknowledged grants (asynchronous
 /// replication promises no more), but every fence the promoted server
@@ -148,16 +69,19 @@ async fn fences_rise_across_an_asynchronous_promotion() {
     };
     let schema = unique_schema("failover");
     let store = PgStore::connect(&pair.primary_url, &schema).await.unwrap();
-    let (mut written, mut round) = (Written::default(), 0);
-    write(&store, &mut written, &mut round, Duration::from_millis(500)).await;
+    let mut written = Written::default();
+    write(&store, &mut written, Duration::from_millis(500)).await;
     until_caught_up(&pair).await;
     until_cut(&pair).await;
-    write(&store, &mut written, &mut round, Duration::from_secs(1)).await;
+    write(&store, &mut written, Duration::from_secs(1)).await;
     pair.kill_primary().unwrap();
     pair.promote().unwrap();
     store.close().await.unwrap();
     let promoted = PgStore::connect(&pair.standby_url, &schema).await.unwrap();
-    let (below, lost) = after_promotion(&promoted, &written).await;
+    let AfterPromotion {
+        fences_not_above: below,
+        acknowledged_lost: lost,
+    } = after_promotion(&promoted, &written).await;
     eprintln!(
         "asynchronous failover: {} grants, highest fence {}; {lost} of {} acknowledged held \
          grants lost; {below} of {NAMES} names granted a fence not above it",
@@ -184,13 +108,16 @@ async fn acknowledged_grants_survive_a_synchronous_promotion() {
     };
     let schema = unique_schema("syncfail");
     let store = PgStore::connect(&pair.primary_url, &schema).await.unwrap();
-    let (mut written, mut round) = (Written::default(), 0);
-    write(&store, &mut written, &mut round, Duration::from_secs(1)).await;
+    let mut written = Written::default();
+    write(&store, &mut written, Duration::from_secs(1)).await;
     pair.kill_primary().unwrap();
     pair.promote().unwrap();
     store.close().await.unwrap();
     let promoted = PgStore::connect(&pair.standby_url, &schema).await.unwrap();
-    let (below, lost) = after_promotion(&promoted, &written).await;
+    let AfterPromotion {
+        fences_not_above: below,
+        acknowledged_lost: lost,
+    } = after_promotion(&promoted, &written).await;
     eprintln!(
         "synchronous failover: {} grants, highest fence {}; {lost} of {} acknowledged held \
          grants lost; {below} of {NAMES} names granted a fence not above it",

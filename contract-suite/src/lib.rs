@@ -24,6 +24,7 @@
 //! ```
 
 pub mod cases;
+pub mod failover;
 pub mod fleet;
 mod fresh;
 pub mod gallery;

@@ -39,6 +39,8 @@ pub struct Instance {
     pub port: u16,
     /// Whether it runs as the `mysql` user (this process is root).
     pub as_mysql_user: bool,
+    /// More server options (`--name=value`), given at every start.
+    pub settings: Vec<String>,
 }
 
 impl Instance {
@@ -78,6 +80,7 @@ impl Instance {
             "--innodb-log-file-size=16M".into(),
             "--skip-name-resolve".into(),
         ];
+        args.extend(self.settings.iter().cloned());
         if let Some(init_file) = init_file {
             args.push(format!("--init-file={}", init_file.display()));
         }
@@ -166,6 +169,16 @@ fn find_or_start() -> Result<Server, String> {
             });
         }
     }
+    let (install_db, mariadbd) = binaries().ok_or("no mariadb-install-db or mariadbd found")?;
+    let (instance, password) = start_instance(&install_db, mariadbd, Vec::new())?;
+    Ok(Server {
+        url: instance.url(&password),
+        instance: Some(instance),
+    })
+}
+
+/// `mariadb-install-db` and `mariadbd`, from the PATH or `/usr/sbin`, `/usr/bin`.
+fn binaries() -> Option<(PathBuf, PathBuf)> {
     let find = |name: &str| {
         let path = std::env::var_os("PATH").unwrap_or_default();
         std::env::split_paths(&path)
@@ -173,12 +186,14 @@ fn find_or_start() -> Result<Server, String> {
             .map(|dir| dir.join(name))
             .find(|p| p.is_file())
     };
-    let install_db = find("mariadb-install-db").ok_or("no mariadb-install-db found")?;
-    let mariadbd = find("mariadbd").ok_or("no mariadbd found")?;
-    start_instance(&install_db, mariadbd)
+    Some((find("mariadb-install-db")?, find("mariadbd")?))
 }
 
-fn start_instance(install_db: &Path, mariadbd: PathBuf) -> Result<Server, String> {
+fn start_instance(
+    install_db: &Path,
+    mariadbd: PathBuf,
+    settings: Vec<String>,
+) -> Result<(Instance, String), String> {
     let as_mysql_user = process::is_root();
     let dir = tempfile::Builder::new()
         .prefix("alkstore-mysql-")
@@ -193,6 +208,7 @@ fn start_instance(install_db: &Path, mariadbd: PathBuf) -> Result<Server, String
         mariadbd,
         port: process::free_port()?,
         as_mysql_user,
+        settings,
     };
     let data = format!("--datadir={}", instance.data().display());
     process::run(
@@ -225,10 +241,123 @@ fn start_instance(install_db: &Path, mariadbd: PathBuf) -> Result<Server, String
     let started = instance.start_with(Some(&init));
     let _ = std::fs::remove_file(&init);
     started?;
-    Ok(Server {
-        url: format!("mysql://alkstore:{password}@127.0.0.1:{}", instance.port),
-        instance: Some(instance),
-    })
+    Ok((instance, password))
+}
+
+impl Instance {
+    /// The superuser's URL over TCP.
+    fn url(&self, password: &str) -> String {
+        format!("mysql://alkstore:{password}@127.0.0.1:{}", self.port)
+    }
+
+    /// Runs `sql` with the `mariadb` client as the superuser over TCP (the
+    /// password through the environment, never on a command line).
+    fn sql(&self, password: &str, sql: &str) -> Result<(), String> {
+        let output = std::process::Command::new("mariadb")
+            .args(["--no-defaults", "-h", "127.0.0.1", "-u", "alkstore"])
+            .arg(format!("--port={}", self.port))
+            .args(["-e", sql])
+            .env("MYSQL_PWD", password)
+            .stdin(Stdio::null())
+            .output()
+            .map_err(|e| format!("could not run the mariadb client: {e}"))?;
+        if output.status.success() {
+            Ok(())
+        } else {
+            Err(format!(
+                "{sql:?} failed: {}",
+                String::from_utf8_lossy(&output.stderr)
+            ))
+        }
+    }
+}
+
+/// A primary with one replica (GTID replication, binary logs on both),
+/// throwaway servers of their own for failover tests, removed by their
+/// watchdogs when this process ends.
+#[derive(Debug)]
+pub struct Pair {
+    /// The primary (`server_id` 1).
+    pub primary: Instance,
+    /// The replica (`server_id` 2), replicating until [`Pair::cut`].
+    pub replica: Instance,
+    /// The primary's superuser URL.
+    pub primary_url: String,
+    /// The replica's superuser URL.
+    pub replica_url: String,
+    replica_password: String,
+}
+
+impl Pair {
+    /// Starts a primary and a replica replicating from it, from the
+    /// primary's next transaction on. `None` (the reason printed) when
+    /// there are no server binaries, or when a server is given by URL.
+    pub fn start() -> Option<Pair> {
+        if std::env::var(URL_VAR).is_ok_and(|url| !url.is_empty()) {
+            eprintln!("SKIPPED: a failover test needs servers of its own, not {URL_VAR}");
+            return None;
+        }
+        let Some((install_db, mariadbd)) = binaries() else {
+            process::skip_or_fail(
+                "mysql",
+                "no mariadb-install-db or mariadbd found",
+                "install MariaDB's server (mariadb-server)",
+            );
+            return None;
+        };
+        Some(Self::start_with(&install_db, mariadbd).expect("start a primary and a replica"))
+    }
+
+    fn start_with(install_db: &Path, mariadbd: PathBuf) -> Result<Pair, String> {
+        let logs = |id: u32| {
+            vec![
+                format!("--server-id={id}"),
+                "--log-bin=binlog".to_owned(),
+                "--binlog-format=ROW".to_owned(),
+            ]
+        };
+        let (primary, primary_password) = start_instance(install_db, mariadbd.clone(), logs(1))?;
+        let (replica, replica_password) = start_instance(install_db, mariadbd, logs(2))?;
+        // Each server made its own superuser: replicate what comes next only.
+        primary.sql(&primary_password, "RESET MASTER")?;
+        replica.sql(
+            &replica_password,
+            &format!(
+                "SET GLOBAL gtid_slave_pos = '';
+                 CHANGE MASTER TO MASTER_HOST = '127.0.0.1', MASTER_PORT = {},
+                     MASTER_USER = 'alkstore', MASTER_PASSWORD = '{primary_password}',
+                     MASTER_USE_GTID = slave_pos;
+                 START SLAVE",
+                primary.port
+            ),
+        )?;
+        Ok(Pair {
+            primary_url: primary.url(&primary_password),
+            replica_url: replica.url(&replica_password),
+            primary,
+            replica,
+            replica_password,
+        })
+    }
+
+    /// Stops shipping the binary log to the replica, as a network split
+    /// would (`STOP SLAVE IO_THREAD`: what it received is still applied).
+    pub fn cut(&self) -> Result<(), String> {
+        self.replica
+            .sql(&self.replica_password, "STOP SLAVE IO_THREAD")
+    }
+
+    /// Kills the primary (`SIGKILL`, as a crash).
+    pub fn kill_primary(&self) -> Result<(), String> {
+        self.primary.stop("KILL")
+    }
+
+    /// Promotes the replica as a failover manager would: replication
+    /// stopped and forgotten (`STOP SLAVE; RESET SLAVE ALL`).
+    pub fn promote(&self) -> Result<(), String> {
+        self.replica
+            .sql(&self.replica_password, "STOP SLAVE; RESET SLAVE ALL")
+    }
 }
 
 /// Kills the server and removes its directory once this process is gone.
