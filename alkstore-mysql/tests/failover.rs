@@ -8,7 +8,7 @@
 
 use std::time::{Duration, Instant};
 
-use alkstore_contract_suite::failover::{AfterPromotion, NAMES, Written, after_promotion, write};
+use alkstore_contract_suite::failover::{AfterPromotion, Written, after_promotion, write};
 use alkstore_core::Store;
 use alkstore_mysql::MySqlStore;
 use alkstore_testkit::mysql::Pair;
@@ -60,14 +60,9 @@ async fn fences_rise_across_an_asynchronous_promotion() {
     let AfterPromotion {
         fences_not_above: below,
         acknowledged_lost: lost,
-    } = after_promotion(&promoted, &written).await;
-    eprintln!(
-        "asynchronous failover: {} grants, highest fence {}; {lost} of {} acknowledged held \
-         grants lost; {below} of {NAMES} names granted a fence not above it",
-        written.grants,
-        written.highest,
-        written.held.len()
-    );
+    } = after_promotion(&promoted, &written)
+        .await
+        .report("asynchronous", &written);
     assert!(
         lost > 0,
         "the cut lost nothing: the test did not test a lossy promotion"

@@ -6,6 +6,7 @@ mod common;
 
 use std::time::Duration;
 
+use alkstore_contract_suite::support::{assert_refused_within_wait, error_chain};
 use alkstore_core::{Error, Field, Store};
 use alkstore_mysql::MySqlStore;
 use alkstore_testkit::mysql;
@@ -277,18 +278,14 @@ async fn a_waiting_acquire_behind_a_table_lock_keeps_to_its_wait() {
     .execute(&mut blocker)
     .await
     .unwrap();
-    let wait = Duration::from_millis(1500);
-    let asked = std::time::Instant::now();
-    let got = tokio::time::timeout(Duration::from_secs(20), store.lock("job", "a", TTL, wait))
-        .await
-        .expect("the waiting acquire hung behind the table lock")
-        .unwrap();
-    let waited = asked.elapsed();
-    assert!(got.is_none());
-    assert!(
-        waited >= wait && waited < wait + Duration::from_millis(700),
-        "waited {waited:?} for a wait of {wait:?}"
-    );
+    assert_refused_within_wait(
+        &store,
+        ("job", "a", TTL),
+        Duration::from_millis(1500),
+        Duration::from_millis(700),
+        "the waiting acquire overran its wait behind the table lock",
+    )
+    .await;
     sqlx::raw_sql("UNLOCK TABLES")
         .execute(&mut blocker)
         .await
@@ -311,22 +308,18 @@ async fn a_role_with_the_documented_grants_uses_the_store() {
     let Some((admin, db)) = common::store("leastpriv").await else {
         return;
     };
-    let user = format!("app{}", std::process::id());
-    let password = "app-secret-1";
     let q = format!("`{}`", db.name.replace('`', "``"));
-    for statement in [
-        format!("CREATE USER '{user}'@'%' IDENTIFIED BY '{password}'"),
-        format!("GRANT SELECT, INSERT, UPDATE, DELETE ON {q}.locks TO '{user}'@'%'"),
-        format!("GRANT SELECT ON {q}.meta TO '{user}'@'%'"),
-        format!("GRANT EXECUTE ON PROCEDURE {q}.acquire TO '{user}'@'%'"),
-    ] {
-        sqlx::raw_sql(sqlx::AssertSqlSafe(statement))
-            .execute(admin.pool())
-            .await
-            .unwrap();
-    }
-    let (_, host) = db.url.rsplit_once('@').expect("a URL with credentials");
-    let url = format!("mysql://{user}:{password}@{host}");
+    let (user, url) = role(
+        &admin,
+        &db,
+        "app",
+        &[
+            format!("GRANT SELECT, INSERT, UPDATE, DELETE ON {q}.locks TO {{}}"),
+            format!("GRANT SELECT ON {q}.meta TO {{}}"),
+            format!("GRANT EXECUTE ON PROCEDURE {q}.acquire TO {{}}"),
+        ],
+    )
+    .await;
     let app = MySqlStore::connect(&url, &db.name)
         .await
         .expect("the documented grants open the store");
@@ -363,7 +356,7 @@ async fn a_role_with_the_documented_grants_uses_the_store() {
         assert!(store.holder("after").await.unwrap().is_none());
     }
     app.close().await.unwrap();
-    sqlx::raw_sql(sqlx::AssertSqlSafe(format!("DROP USER '{user}'@'%'")))
+    sqlx::raw_sql(sqlx::AssertSqlSafe(format!("DROP USER {user}")))
         .execute(admin.pool())
         .await
         .unwrap();
@@ -481,17 +474,6 @@ async fn a_refused_call_inside_a_transaction_keeps_the_callers_work() {
     store.close().await.unwrap();
 }
 
-/// Every message of an error's source chain, joined.
-fn chain(error: &Error) -> String {
-    let mut text = error.to_string();
-    let mut source = std::error::Error::source(error);
-    while let Some(cause) = source {
-        text += &format!(": {cause}");
-        source = cause.source();
-    }
-    text
-}
-
 /// A server that refuses the connection is answered at once (not after the
 /// pool's 10 s timeout), with its cause and where the connection went, and
 /// no password; so is a wrong password.
@@ -502,7 +484,7 @@ async fn a_failed_connect_answers_at_once_with_its_cause() {
         .await
         .expect_err("nothing listens on port 1");
     let took = asked.elapsed();
-    let text = chain(&refused);
+    let text = error_chain(&refused);
     assert!(
         took < Duration::from_secs(2),
         "answered after {took:?}: {text}"
@@ -515,7 +497,7 @@ async fn a_failed_connect_answers_at_once_with_its_cause() {
     };
     let mut url = url::Url::parse(&server.url).unwrap();
     url.set_password(Some("not-the-password")).unwrap();
-    let text = chain(&MySqlStore::connect(url.as_str(), "s").await.unwrap_err());
+    let text = error_chain(&MySqlStore::connect(url.as_str(), "s").await.unwrap_err());
     assert!(text.contains("Access denied"), "{text}");
     assert!(!text.contains("not-the-password"), "{text}");
 }
@@ -566,24 +548,24 @@ async fn a_role_blind_to_triggers_and_events_drops_nothing() {
     let Some((admin, db)) = common::store("blinddrop").await else {
         return;
     };
-    let user = format!("blind{}", std::process::id());
-    let password = "blind-secret-1";
     let q = format!("`{}`", db.name.replace('`', "``"));
-    for statement in [
-        format!("CREATE USER '{user}'@'%' IDENTIFIED BY '{password}'"),
-        format!("GRANT ALL PRIVILEGES ON {q}.* TO '{user}'@'%'"),
-        format!("REVOKE TRIGGER, EVENT ON {q}.* FROM '{user}'@'%'"),
-        format!("CREATE EVENT {q}.theirs ON SCHEDULE EVERY 1 DAY DISABLE DO SET @x = 1"),
-    ] {
-        sqlx::raw_sql(sqlx::AssertSqlSafe(statement))
-            .execute(admin.pool())
-            .await
-            .unwrap();
-    }
-    let (_, host) = db.url.rsplit_once('@').expect("a URL with credentials");
-    let blind = MySqlStore::connect(&format!("mysql://{user}:{password}@{host}"), &db.name)
-        .await
-        .unwrap();
+    let (user, url) = role(
+        &admin,
+        &db,
+        "blind",
+        &[
+            format!("GRANT ALL PRIVILEGES ON {q}.* TO {{}}"),
+            format!("REVOKE TRIGGER, EVENT ON {q}.* FROM {{}}"),
+        ],
+    )
+    .await;
+    sqlx::raw_sql(sqlx::AssertSqlSafe(format!(
+        "CREATE EVENT {q}.theirs ON SCHEDULE EVERY 1 DAY DISABLE DO SET @x = 1"
+    )))
+    .execute(admin.pool())
+    .await
+    .unwrap();
+    let blind = MySqlStore::connect(&url, &db.name).await.unwrap();
     let refused = blind
         .drop_database()
         .await
@@ -616,7 +598,7 @@ async fn a_role_blind_to_triggers_and_events_drops_nothing() {
     blind.close().await.unwrap();
     for statement in [
         format!("DROP EVENT {q}.theirs"),
-        format!("DROP USER '{user}'@'%'"),
+        format!("DROP USER {user}"),
     ] {
         sqlx::raw_sql(sqlx::AssertSqlSafe(statement))
             .execute(admin.pool())
@@ -674,4 +656,28 @@ async fn fences_drawn_on_another_server_start_2_pow_32_higher() {
     );
     store.drop_database().await.unwrap();
     store.close().await.unwrap();
+}
+
+/// Makes a role of its own for this process (`'{prefix}{pid}'@'%'`) with
+/// `grants` (each with `{}` where the role goes); answers the role as SQL
+/// names it and a URL that logs in as it.
+async fn role(
+    admin: &MySqlStore,
+    db: &common::Database,
+    prefix: &str,
+    grants: &[String],
+) -> (String, String) {
+    let name = format!("{prefix}{}", std::process::id());
+    let password = format!("{prefix}-secret-1");
+    let user = format!("'{name}'@'%'");
+    let mut statements = vec![format!("CREATE USER {user} IDENTIFIED BY '{password}'")];
+    statements.extend(grants.iter().map(|grant| grant.replace("{}", &user)));
+    for statement in statements {
+        sqlx::raw_sql(sqlx::AssertSqlSafe(statement))
+            .execute(admin.pool())
+            .await
+            .unwrap();
+    }
+    let (_, host) = db.url.rsplit_once('@').expect("a URL with credentials");
+    (user, format!("mysql://{name}:{password}@{host}"))
 }

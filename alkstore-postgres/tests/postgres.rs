@@ -7,6 +7,7 @@ mod common;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use alkstore_contract_suite::support::{assert_refused_within_wait, error_chain};
 use alkstore_core::{Error, Field, Store};
 use alkstore_postgres::PgStore;
 use sqlx::Row;
@@ -380,33 +381,18 @@ async fn a_waiting_acquire_behind_a_table_lock_keeps_to_its_wait() {
     .execute(&mut admin)
     .await
     .unwrap();
-    let wait = Duration::from_millis(1500);
-    let asked = Instant::now();
-    let got = tokio::time::timeout(Duration::from_secs(20), store.lock("job", "a", TTL, wait))
-        .await
-        .expect("the waiting acquire hung behind the table lock")
-        .unwrap();
-    let waited = asked.elapsed();
-    assert!(got.is_none(), "granted under another session's table lock");
-    assert!(
-        waited >= wait && waited < wait + Duration::from_millis(700),
-        "waited {waited:?} for a wait of {wait:?}"
-    );
+    assert_refused_within_wait(
+        &store,
+        ("job", "a", TTL),
+        Duration::from_millis(1500),
+        Duration::from_millis(700),
+        "the waiting acquire overran its wait behind the table lock",
+    )
+    .await;
     sqlx::raw_sql("ROLLBACK").execute(&mut admin).await.unwrap();
     let _ = admin.close().await;
     store.drop_schema().await.unwrap();
     store.close().await.unwrap();
-}
-
-/// Every message of an error's source chain, joined.
-fn chain(error: &Error) -> String {
-    let mut text = error.to_string();
-    let mut source = std::error::Error::source(error);
-    while let Some(cause) = source {
-        text += &format!(": {cause}");
-        source = cause.source();
-    }
-    text
 }
 
 /// A server that refuses the connection is answered at once (not after the
@@ -419,7 +405,7 @@ async fn a_failed_connect_answers_at_once_with_its_cause() {
         .await
         .expect_err("nothing listens on port 1");
     let took = asked.elapsed();
-    let text = chain(&refused);
+    let text = error_chain(&refused);
     assert!(
         took < Duration::from_secs(2),
         "answered after {took:?}: {text}"
@@ -432,12 +418,12 @@ async fn a_failed_connect_answers_at_once_with_its_cause() {
     };
     let mut url = url::Url::parse(&server.url).unwrap();
     url.set_password(Some("not-the-password")).unwrap();
-    let text = chain(&PgStore::connect(url.as_str(), "s").await.unwrap_err());
+    let text = error_chain(&PgStore::connect(url.as_str(), "s").await.unwrap_err());
     assert!(text.contains("password authentication failed"), "{text}");
     assert!(!text.contains("not-the-password"), "{text}");
     let mut url = url::Url::parse(&server.url).unwrap();
     url.set_path("no_such_database");
-    let text = chain(&PgStore::connect(url.as_str(), "s").await.unwrap_err());
+    let text = error_chain(&PgStore::connect(url.as_str(), "s").await.unwrap_err());
     assert!(text.contains("no_such_database\" does not exist"), "{text}");
 }
 

@@ -106,3 +106,19 @@ pub async fn after_promotion(promoted: &dyn Store, written: &Written) -> AfterPr
         acknowledged_lost,
     }
 }
+
+impl AfterPromotion {
+    /// Prints what a failover test saw, as docs/failover.md quotes it.
+    pub fn report(self, kind: &str, written: &Written) -> Self {
+        eprintln!(
+            "{kind} failover: {} grants, highest fence {}; {} of {} acknowledged held grants \
+             lost; {} of {NAMES} names granted a fence not above it",
+            written.grants,
+            written.highest,
+            self.acknowledged_lost,
+            written.held.len(),
+            self.fences_not_above
+        );
+        self
+    }
+}

@@ -103,6 +103,21 @@ pub async fn assert_dead_holder_blocks_until_ttl(
     (holder.expires_in, waited)
 }
 
+/// How long past its wait and slack a waiting acquire may go before the test
+/// stops waiting for it (a hang must fail the test, not the test run).
+const OVERRUN_GUARD: Duration = Duration::from_secs(20);
+
+/// Every message of an error's source chain, joined by `": "`.
+pub fn error_chain(error: &alkstore_core::Error) -> String {
+    let mut text = error.to_string();
+    let mut source = std::error::Error::source(error);
+    while let Some(cause) = source {
+        text += &format!(": {cause}");
+        source = cause.source();
+    }
+    text
+}
+
 /// `store.lock(name, owner, ttl, wait)` on a name it cannot get in time:
 /// `Ok(None)`, not before `wait` and within `wait + slack`. `overran` says
 /// what an answer later than that means in the calling test.
@@ -114,10 +129,13 @@ pub async fn assert_refused_within_wait(
     overran: &str,
 ) {
     let asked = Instant::now();
-    let got = store
-        .lock(name, owner, ttl, wait)
-        .await
-        .expect("running out of the wait is no error");
+    let got = tokio::time::timeout(
+        wait + slack + OVERRUN_GUARD,
+        store.lock(name, owner, ttl, wait),
+    )
+    .await
+    .unwrap_or_else(|_| panic!("{overran}: no answer {OVERRUN_GUARD:?} past the wait"))
+    .expect("running out of the wait is no error");
     let took = asked.elapsed();
     assert!(
         got.is_none(),
