@@ -81,6 +81,21 @@ pub enum Command {
         json: bool,
     },
 
+    /// Raise the fences: every grant after this gets a fence at least BY
+    /// above every fence handed out before. For what the store cannot see by
+    /// itself: a restore from a backup or into a new cluster, two MariaDB
+    /// promotions inside one replication lag (docs/failover.md). Never
+    /// lowers a fence; live grants keep theirs.
+    RaiseFences {
+        /// How far (2^20 to 2^50; default 2^40, above any number of grants
+        /// a lost server can have handed out).
+        #[arg(long, value_name = "N", default_value_t = 1 << 40)]
+        by: u64,
+        /// Print {"raised_by": N, "next_fence_at_least": M} instead of a sentence.
+        #[arg(long)]
+        json: bool,
+    },
+
     /// Print a line, with a UTC timestamp, each time the holder of a name
     /// changes; runs until Ctrl-C.
     Watch {

@@ -56,6 +56,7 @@ async fn dispatch(store: &dyn Store, command: Command) -> Result<Outcome, BoxErr
         Command::Show { name, json } => show(store, &name, json).await,
         Command::Release { force, yes, name } => release(store, &name, force, yes).await,
         Command::Purge { json } => purge(store, json).await,
+        Command::RaiseFences { by, json } => raise_fences(store, by, json).await,
         Command::Watch { name, interval } => {
             watch(store, &name, Duration::from_millis(interval)).await
         }
@@ -207,6 +208,26 @@ pub async fn release(
         printable(name),
         output::describe(&released)
     )?;
+    out.flush()?;
+    Ok(Outcome::Done)
+}
+
+/// `raise-fences`: raises the fences by `by` and prints the lowest fence a
+/// later grant can get.
+pub async fn raise_fences(store: &dyn Store, by: u64, json: bool) -> Result<Outcome, BoxError> {
+    let next = store.raise_fences(by).await?;
+    let mut out = io::stdout().lock();
+    if json {
+        output::write_json(
+            &mut out,
+            &serde_json::json!({ "raised_by": by, "next_fence_at_least": next }),
+        )?;
+    } else {
+        writeln!(
+            out,
+            "fences raised by {by}: every later grant's fence is at least {next}"
+        )?;
+    }
     out.flush()?;
     Ok(Outcome::Done)
 }

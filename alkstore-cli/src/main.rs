@@ -5,6 +5,7 @@
 //! alkstore --url URL show NAME [--json]
 //! alkstore --url URL release --force NAME [--yes]
 //! alkstore --url URL purge [--json]
+//! alkstore --url URL raise-fences [--by N] [--json]
 //! alkstore --url URL watch NAME [--interval MS]
 //! ```
 //!

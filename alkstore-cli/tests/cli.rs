@@ -290,6 +290,44 @@ async fn purge_deletes_expired_rows_and_says_how_many() {
     store.close().await.unwrap();
 }
 
+/// `raise-fences` lifts every later fence by what it is asked (2^40 by
+/// default) and says from where; a raise out of range is refused, exit 3,
+/// and raises nothing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn raise_fences_lifts_every_later_fence() {
+    let dir = tempfile::tempdir().unwrap();
+    let url = sqlite_url(&dir);
+    let store = alkstore::open(&url).await.unwrap();
+    let first = store.try_lock("job", "o", TTL).await.unwrap().unwrap();
+    let before = first.fence();
+    assert!(first.release().await.unwrap());
+
+    let ran = run(&url, &["raise-fences", "--by", "1"], None);
+    assert_eq!(ran.code, 3, "{ran:?}");
+    assert!(ran.stderr.contains("invalid fence raise 1"), "{ran:?}");
+    let ran = run(&url, &["raise-fences", "--json"], None);
+    assert_eq!(ran.code, 0, "{ran:?}");
+    let raised: Value = serde_json::from_str(&ran.stdout).unwrap();
+    assert_eq!(raised["raised_by"], 1u64 << 40);
+    let next = raised["next_fence_at_least"].as_u64().unwrap();
+    assert!(next > before + (1 << 40), "{raised}");
+    let ran = run(&url, &["raise-fences", "--by", "1048576"], None);
+    assert_eq!(ran.code, 0, "{ran:?}");
+    assert!(
+        ran.stdout.starts_with("fences raised by 1048576: "),
+        "{ran:?}"
+    );
+
+    let after = store.try_lock("job", "o", TTL).await.unwrap().unwrap();
+    assert!(
+        after.fence() >= next + (1 << 20),
+        "fence {} after {ran:?}",
+        after.fence()
+    );
+    assert!(after.release().await.unwrap());
+    store.close().await.unwrap();
+}
+
 /// The operator is shown one grant and answers yes; meanwhile that grant
 /// was released and another holder took the name. The answer removes
 /// nothing: the new holder keeps the lock, and the binary says why (exit 4).

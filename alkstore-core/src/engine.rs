@@ -116,6 +116,15 @@ pub trait Engine: Send + Sync + 'static {
         fence: Option<u64>,
     ) -> Result<Option<Holder>, BoxError>;
 
+    /// Raise the fence counter so that every later grant's fence is at
+    /// least `by` above every fence handed out before (`by` checked by the
+    /// core); answer the lowest fence a later grant can get. Never lower
+    /// it. Durable before answered. The default: not supported.
+    async fn raise_fences(&self, by: u64) -> Result<u64, BoxError> {
+        let _ = by;
+        Err(crate::RaiseUnsupported.into())
+    }
+
     /// Release the engine's resources (connections, threads).
     async fn close(&self) -> Result<(), BoxError>;
 

@@ -418,6 +418,31 @@ impl<E: Engine> Store for EngineStore<E> {
         self.forced_release(name, Some(fence)).await
     }
 
+    async fn raise_fences(&self, by: u64) -> Result<u64> {
+        let span = tracing::info_span!("alkstore.raise_fences", by, next = field::Empty);
+        async {
+            if !(crate::MIN_FENCE_RAISE..=crate::MAX_FENCE_RAISE).contains(&by) {
+                return Err(Error::InvalidRaise {
+                    by,
+                    min: crate::MIN_FENCE_RAISE,
+                    max: crate::MAX_FENCE_RAISE,
+                });
+            }
+            self.shared.check_open("raise_fences")?;
+            let next = self
+                .shared
+                .engine
+                .raise_fences(by)
+                .await
+                .map_err(|e| Error::database("raise_fences", e))?;
+            tracing::Span::current().record("next", next);
+            tracing::info!(by, next, "fences raised");
+            Ok(next)
+        }
+        .instrument(span)
+        .await
+    }
+
     async fn close(&self) -> Result<()> {
         let span = tracing::debug_span!("alkstore.close");
         async {
@@ -497,6 +522,10 @@ macro_rules! delegate_store {
                 fence: u64,
             ) -> $crate::Result<::std::option::Option<$crate::Holder>> {
                 self.$field.force_release_grant(name, fence).await
+            }
+
+            async fn raise_fences(&self, by: u64) -> $crate::Result<u64> {
+                self.$field.raise_fences(by).await
             }
 
             async fn close(&self) -> $crate::Result<()> {

@@ -42,6 +42,20 @@ pub enum Error {
         /// The most a page holds ([`MAX_LIST_LIMIT`](crate::MAX_LIST_LIMIT)).
         max: usize,
     },
+    /// A fence raise [`Store::raise_fences`](crate::Store::raise_fences)
+    /// will not make: it must be `min` to `max`; nothing was sent to storage.
+    #[error(
+        "invalid fence raise {by}: raise by {min} to {max} (less could be outrun by grants \
+         drawing meanwhile; more wastes the fences' room)"
+    )]
+    InvalidRaise {
+        /// The raise asked for.
+        by: u64,
+        /// The least ([`MIN_FENCE_RAISE`](crate::MIN_FENCE_RAISE)).
+        min: u64,
+        /// The most ([`MAX_FENCE_RAISE`](crate::MAX_FENCE_RAISE)).
+        max: u64,
+    },
     /// The operation could not be carried out; the cause is the source.
     ///
     /// Sources alkstore itself puts here: [`DurationError`] (a bad lease
@@ -183,6 +197,13 @@ pub enum DurationError {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
 #[error("the store is closed")]
 pub struct Closed;
+
+/// The engine has no way to raise its fences
+/// ([`Engine::raise_fences`](crate::Engine::raise_fences) was not written
+/// for it); found in the source chain of [`Error::Database`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+#[error("this engine cannot raise its fences")]
+pub struct RaiseUnsupported;
 
 /// The connection was lost while a statement that changes state ran, and
 /// the try after it could not tell whether the first took effect; found in

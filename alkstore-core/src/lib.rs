@@ -38,14 +38,15 @@ pub use engine::{
 };
 pub use engine_store::EngineStore;
 pub use error::{
-    BoxError, Closed, DurationError, Error, Field, NameProblem, OutcomeUnknown, Result,
+    BoxError, Closed, DurationError, Error, Field, NameProblem, OutcomeUnknown, RaiseUnsupported,
+    Result,
 };
 pub use keepalive::{KeepAlive, KeepAliveOptions, KeepAliveOptionsError, LeaseStatus, LostReason};
 pub use name::{
     MAX_NAME_BYTES, RESERVED_PREFIX, check_text, validate_listing, validate_name, validate_owner,
 };
 pub use owner::unique_owner;
-pub use store::{Holder, Listed, Lock, MAX_LIST_LIMIT, Store};
+pub use store::{Holder, Listed, Lock, MAX_FENCE_RAISE, MAX_LIST_LIMIT, MIN_FENCE_RAISE, Store};
 pub use url::{EngineDescriptor, UrlError};
 pub use wake::{ReleaseBus, Subscription};
 

@@ -83,6 +83,24 @@ pub trait Store: Send + Sync {
     /// [`Store::holder`].
     async fn force_release_grant(&self, name: &str, fence: u64) -> Result<Option<Holder>>;
 
+    /// The operator's fence raise, for what the engine cannot see by itself
+    /// (a store restored from a backup or into a new cluster, a chain of
+    /// promotions inside one replication lag; docs/failover.md): every
+    /// grant made after this answers has a fence at least `by` above every
+    /// fence handed out before it began. Answers the lowest fence a later
+    /// grant can get. Never lowers a fence; live grants keep theirs.
+    ///
+    /// `by` must be [`MIN_FENCE_RAISE`] to [`MAX_FENCE_RAISE`]
+    /// ([`Error::InvalidRaise`](crate::Error::InvalidRaise) otherwise,
+    /// before any round trip).
+    async fn raise_fences(&self, by: u64) -> Result<u64> {
+        let _ = by;
+        Err(crate::Error::database(
+            "raise_fences",
+            crate::RaiseUnsupported,
+        ))
+    }
+
     /// Closes the store; every later call on it or its handles fails with
     /// [`Error::Database`](crate::Error::Database) holding [`Closed`](crate::Closed).
     /// Closing twice is not an error.
@@ -138,6 +156,15 @@ pub trait Lock: Send + Sync + std::fmt::Debug {
 
 /// The most names one page of [`Store::list`] may ask for.
 pub const MAX_LIST_LIMIT: usize = 1000;
+
+/// The least [`Store::raise_fences`] raises by: 2^20. A raise is one
+/// statement, but grants drawing fences meanwhile could outrun a smaller
+/// one on an engine whose counter cannot be locked (PostgreSQL sequences).
+pub const MIN_FENCE_RAISE: u64 = 1 << 20;
+
+/// The most [`Store::raise_fences`] raises by: 2^50, so that raises leave
+/// fences room (they fit an `i64`).
+pub const MAX_FENCE_RAISE: u64 = 1 << 50;
 
 /// One live grant, as [`Store::list`] reports it.
 #[derive(Debug, Clone, PartialEq, Eq)]

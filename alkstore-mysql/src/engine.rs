@@ -273,6 +273,27 @@ impl Engine for MySqlEngine {
         Ok(done.rows_affected())
     }
 
+    async fn raise_fences(&self, by: u64) -> Result<u64, BoxError> {
+        // Neither is run again after a lost connection: a second run would
+        // raise twice. Grants drawing between the two cannot outrun a raise
+        // of at least 2^20 (the core's least), and SETVAL never lowers.
+        let (drawn,): (i64,) = self
+            .connections
+            .run(OnLostConnection::Fail, None, |conn, _| {
+                Box::pin(sqlx::query_as(self.sql.next_fence.clone()).fetch_one(conn))
+            })
+            .await?;
+        let target = drawn
+            .checked_add(fence_to_sql(by))
+            .ok_or("the fences have no room for this raise")?;
+        self.connections
+            .run(OnLostConnection::Fail, None, |conn, _| {
+                Box::pin(sqlx::query(self.sql.set_fences(target)).execute(conn))
+            })
+            .await?;
+        Ok(fence_from_sql(target) + 1)
+    }
+
     async fn close(&self) -> Result<(), BoxError> {
         self.connections.close().await;
         self.pool.close().await;

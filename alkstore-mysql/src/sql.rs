@@ -173,6 +173,9 @@ pub(crate) struct Statements {
     pub(crate) list: SqlStr,
     pub(crate) force_release: SqlStr,
     pub(crate) purge: SqlStr,
+    pub(crate) next_fence: SqlStr,
+    /// `SELECT SETVAL(fences, ` — the rest, a number, by [`Statements::set_fences`].
+    set_fences_prefix: String,
 }
 
 impl Statements {
@@ -398,7 +401,18 @@ END"
                  RETURNING owner, fence, expires_at - {NOW_MS}"
             )),
             purge: audited(format!("DELETE FROM {locks} WHERE expires_at <= {NOW_MS}")),
+            next_fence: audited(format!("SELECT NEXTVAL({fences})")),
+            set_fences_prefix: format!("SELECT SETVAL({fences}, "),
         }
+    }
+}
+
+impl Statements {
+    /// Moves the sequence up to `value` (MariaDB's `SETVAL` never moves it
+    /// down, and takes a literal only: the number is written into the
+    /// statement, which holds nothing else that varies).
+    pub(crate) fn set_fences(&self, value: i64) -> SqlStr {
+        audited(format!("{}{value})", self.set_fences_prefix))
     }
 }
 

@@ -256,6 +256,22 @@ impl Engine for PgEngine {
         Ok(done.rows_affected())
     }
 
+    async fn raise_fences(&self, by: u64) -> Result<u64, BoxError> {
+        let by = fence_to_sql(by);
+        let (next,): (i64,) = self
+            .connections
+            // Not run again: a second run would raise twice.
+            .run(OnLostConnection::Fail, None, |conn, _| {
+                Box::pin(
+                    sqlx::query_as(self.sql.raise_fences.clone())
+                        .bind(by)
+                        .fetch_one(conn),
+                )
+            })
+            .await?;
+        Ok(fence_from_sql(next))
+    }
+
     async fn close(&self) -> Result<(), BoxError> {
         if let Some(listener) = self.listener.get() {
             listener.stop();

@@ -165,6 +165,7 @@ pub(crate) struct Statements {
     pub(crate) list: SqlStr,
     pub(crate) force_release: SqlStr,
     pub(crate) purge: SqlStr,
+    pub(crate) raise_fences: SqlStr,
 }
 
 impl Statements {
@@ -363,6 +364,19 @@ END"
                  )
                  SELECT owner, fence, expires_at - {NOW_MS}, pg_notify($2, $3 || ':' || $1)::text
                  FROM gone"
+            )),
+            // $1 how far. Raises the sequence, durably (nextval and setval
+            // give the transaction an id, so its commit flushes); answers the
+            // lowest fence a later grant can get. Grants drawing between the
+            // nextval and the setval could outrun a raise smaller than they
+            // are many: the core asks at least 2^20.
+            raise_fences: audited(format!(
+                "WITH {DURABLE_COMMIT_CTE}
+                 SELECT setval({fences_regclass}::regclass,
+                               nextval({fences_regclass}::regclass) + $1) + 1
+                        + ('x' || substr(pg_walfile_name(pg_current_wal_lsn()), 1, 8))::bit(32)::bigint
+                          * {TIMELINE_STEP}
+                 FROM durable_commit"
             )),
             // Commits without waiting for the WAL flush, as a release does.
             purge: audited(format!(

@@ -192,6 +192,16 @@ fn force_release(
         .optional()
 }
 
+/// Raises the fence counter by `by`, synced; the lowest fence a later grant
+/// can get.
+fn raise_fences(conn: &Connection, by: u64) -> rusqlite::Result<u64> {
+    commit_mode(conn, Commit::Synced)?;
+    let last: i64 = conn
+        .prepare_cached(sql::RAISE_FENCES)?
+        .query_row([fence_to_sql(by)], |r| r.get(0))?;
+    Ok(fence_from_sql(last) + 1)
+}
+
 /// Deletes every expired row; how many.
 fn purge(conn: &Connection) -> rusqlite::Result<u64> {
     commit_mode(conn, Commit::Unsynced)?;
@@ -275,6 +285,10 @@ impl Engine for SqliteEngine {
 
     async fn purge_expired(&self) -> Result<u64, BoxError> {
         self.worker.run(|conn, _| purge(conn)).await
+    }
+
+    async fn raise_fences(&self, by: u64) -> Result<u64, BoxError> {
+        self.worker.run(move |conn, _| raise_fences(conn, by)).await
     }
 
     async fn close(&self) -> Result<(), BoxError> {

@@ -42,6 +42,10 @@ pub(crate) const ROW: &str = "SELECT owner, fence, expires_at FROM alkstore_lock
 
 /// The next fencing token: one counter for the file, so a token is never
 /// reused for any name, across releases, purges and restarts.
+/// Raises the fence counter by `?1`; answers the new last fence.
+pub(crate) const RAISE_FENCES: &str =
+    "UPDATE alkstore_meta SET value = value + ?1 WHERE key = 'last_fence' RETURNING value";
+
 pub(crate) const NEXT_FENCE: &str =
     "UPDATE alkstore_meta SET value = value + 1 WHERE key = 'last_fence' RETURNING value";
 

@@ -69,11 +69,13 @@ pub enum Flaw {
     /// Refuses a waiting acquire whose deadline has passed without trying
     /// it (so a zero wait never gets a free name).
     RefusesAPassedDeadline,
+    /// Answers a fence raise as done without raising anything.
+    IgnoresTheFenceRaise,
 }
 
 impl Flaw {
     /// Every flaw in the gallery.
-    pub const ALL: [Flaw; 23] = [
+    pub const ALL: [Flaw; 24] = [
         Flaw::GrantsOverALiveRow,
         Flaw::NeverExpires,
         Flaw::KeepsTheFenceOnTakeover,
@@ -97,6 +99,7 @@ impl Flaw {
         Flaw::ForcedReleaseIgnoresTheFence,
         Flaw::WaitingGrantIgnoresTheTtl,
         Flaw::RefusesAPassedDeadline,
+        Flaw::IgnoresTheFenceRaise,
     ];
 
     /// The rule of docs/contract.md it breaks.
@@ -131,6 +134,7 @@ impl Flaw {
             }
             Flaw::WaitingGrantIgnoresTheTtl => "lock grants the ttl it was asked for",
             Flaw::RefusesAPassedDeadline => "lock with a zero wait tries once",
+            Flaw::IgnoresTheFenceRaise => "every grant after a fence raise is above it",
         }
     }
 
@@ -268,6 +272,7 @@ impl Flaw {
             Flaw::ForcedReleaseIgnoresTheFence => &["force_release_ends_the_grant"],
             Flaw::WaitingGrantIgnoresTheTtl => &["lock_grants_the_ttl_asked_for"],
             Flaw::RefusesAPassedDeadline => &["lock_with_a_zero_wait_tries_once"],
+            Flaw::IgnoresTheFenceRaise => &["raise_fences_lifts_every_later_fence"],
         }
     }
 
@@ -529,6 +534,13 @@ impl Engine for Broken {
             }
         }
         Ok(removed)
+    }
+
+    async fn raise_fences(&self, by: u64) -> Result<u64, BoxError> {
+        if self.flaw == Flaw::IgnoresTheFenceRaise {
+            return Ok(self.with_rows(|rows| rows.last_fence + by + 1));
+        }
+        self.inner.raise_fences(by).await
     }
 
     async fn close(&self) -> Result<(), BoxError> {

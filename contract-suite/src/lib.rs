@@ -59,6 +59,7 @@ macro_rules! __with_cases {
             release_false_second_time,
             handle_never_touches_later_grant,
             fences_strictly_increase,
+            raise_fences_lifts_every_later_fence,
             validation_rejects_bad_names,
             validation_rejects_bad_owners,
             duration_guard_on_acquire,

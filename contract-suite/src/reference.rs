@@ -178,6 +178,13 @@ impl Engine for MemoryEngine {
         Ok(self.with_rows(|rows| rows.list(prefix, after, limit, now)))
     }
 
+    async fn raise_fences(&self, by: u64) -> Result<u64, BoxError> {
+        Ok(self.with_rows(|rows| {
+            rows.last_fence += by;
+            rows.last_fence + 1
+        }))
+    }
+
     async fn force_release(
         &self,
         name: &str,

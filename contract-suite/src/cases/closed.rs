@@ -24,6 +24,7 @@ pub async fn closed_store_fails_closed(store: Arc<dyn Store>) {
     assert_closed(store.list("", None, 10).await);
     assert_closed(store.force_release("job").await);
     assert_closed(store.force_release_grant("job", held.fence()).await);
+    assert_closed(store.raise_fences(alkstore_core::MIN_FENCE_RAISE).await);
     assert_closed(held.renew(ttl).await);
     assert_closed(held.release().await);
     assert_closed(other.release().await);

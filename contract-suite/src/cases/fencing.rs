@@ -3,7 +3,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use alkstore_core::Store;
+use alkstore_core::{Error, MAX_FENCE_RAISE, MIN_FENCE_RAISE, Store};
 
 use crate::safety::Rng;
 use crate::safety::history::check;
@@ -99,4 +99,46 @@ pub async fn fences_in_commit_order_across_stores(stores: crate::Stores) {
         "commit order: {grants} grants over {} stores checked, violations: 0",
         peers.len()
     );
+}
+
+/// The operator's fence raise: every grant made after it has a fence at
+/// least the raise above every fence before (and at least the fence it
+/// answered); a live grant keeps its fence and its lease; a raise out of
+/// range is refused before storage.
+pub async fn raise_fences_lifts_every_later_fence(store: Arc<dyn Store>) {
+    let ttl = Duration::from_secs(30);
+    let held = granted(store.try_lock("held", "a", ttl).await);
+    let before = held.fence();
+    for by in [0, MIN_FENCE_RAISE - 1, MAX_FENCE_RAISE + 1] {
+        let refused = store.raise_fences(by).await;
+        assert!(
+            matches!(refused, Err(Error::InvalidRaise { by: b, .. }) if b == by),
+            "rule: a fence raise out of range is InvalidRaise; saw {refused:?} for {by}"
+        );
+    }
+    let next = store.raise_fences(MIN_FENCE_RAISE).await.unwrap();
+    assert!(
+        next > before + MIN_FENCE_RAISE,
+        "rule: a raise answers the lowest later fence, above every earlier fence by the raise; \
+         saw {next} after fence {before}, raised by {MIN_FENCE_RAISE}"
+    );
+    let holder = store.holder("held").await.unwrap().map(|h| h.fence);
+    assert_eq!(
+        holder,
+        Some(before),
+        "rule: a raise leaves live grants as they are"
+    );
+    assert!(
+        held.renew(ttl).await.unwrap(),
+        "rule: a raise leaves live grants as they are"
+    );
+    let after = granted(store.try_lock("after", "b", ttl).await);
+    assert!(
+        after.fence() >= next,
+        "rule: every grant after a raise has a fence at least the one it answered; saw {} \
+         after a raise answering {next}",
+        after.fence()
+    );
+    assert!(after.release().await.unwrap());
+    assert!(held.release().await.unwrap());
 }
