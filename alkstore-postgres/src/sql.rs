@@ -32,6 +32,12 @@ pub(crate) const TIMELINE_STEP: i64 = 1 << 44;
 /// Advisory-lock class for schema creation (with `hashtext(schema)` as key).
 pub(crate) const SCHEMA_LOCK_CLASS: i32 = 0x616c_6b73; // "alks"
 
+/// The timeline of the WAL the server writes, which every promotion of a
+/// standby raises: a fence's high part ([`TIMELINE_STEP`]). Readable by any
+/// role; an error during recovery (a standby grants nothing anyway).
+const TIMELINE: &str =
+    "('x' || substr(pg_walfile_name(pg_current_wal_lsn()), 1, 8))::bit(32)::bigint";
+
 /// The advisory-lock class under which the grants of one name in `schema`
 /// are serialised (with `hashtext(name)` as key): the schema's own, so that
 /// stores in other schemas of the database never wait on each other's
@@ -211,9 +217,8 @@ BEGIN
             RETURN;
         END IF;
         IF timeline IS NULL THEN
-            -- The timeline of the WAL being written, which every promotion
-            -- of a standby raises: a fence's high part (TIMELINE_STEP).
-            timeline := ('x' || substr(pg_walfile_name(pg_current_wal_lsn()), 1, 8))::bit(32)::bigint;
+            -- The WAL's timeline, raised by every promotion: a fence's high part.
+            timeline := {TIMELINE};
         END IF;
         IF FOUND THEN
             -- Expired: lock the row before drawing a fence (waiting for a
@@ -374,8 +379,7 @@ END"
                 "WITH {DURABLE_COMMIT_CTE}
                  SELECT setval({fences_regclass}::regclass,
                                nextval({fences_regclass}::regclass) + $1) + 1
-                        + ('x' || substr(pg_walfile_name(pg_current_wal_lsn()), 1, 8))::bit(32)::bigint
-                          * {TIMELINE_STEP}
+                        + {TIMELINE} * {TIMELINE_STEP}
                  FROM durable_commit"
             )),
             // Commits without waiting for the WAL flush, as a release does.

@@ -92,10 +92,13 @@ async fn fences_rise_across_an_asynchronous_promotion() {
     promoted.close().await.unwrap();
 }
 
-/// Synchronous replication (`synchronous_standby_names = '*'`), the primary
-/// killed under load: every grant acknowledged and still held is on the
-/// promoted server, with its fence, and new fences are above every fence
-/// handed out before.
+/// Synchronous replication (`synchronous_standby_names = '*'`): load on
+/// every name, then WAL shipping cut and 1 s more load — whose grants wait
+/// for the standby and are never answered — then the primary killed and the
+/// standby promoted. Every grant answered and still held is on the promoted
+/// server, with its fence (under asynchronous replication, the grants
+/// answered after the cut are lost: this test fails there), and new fences
+/// are above every fence handed out before.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn acknowledged_grants_survive_a_synchronous_promotion() {
     let Some(pair) = Pair::start(true) else {
@@ -104,7 +107,15 @@ async fn acknowledged_grants_survive_a_synchronous_promotion() {
     let schema = unique_schema("syncfail");
     let store = PgStore::connect(&pair.primary_url, &schema).await.unwrap();
     let mut written = Written::default();
-    write(&store, &mut written, Duration::from_secs(1)).await;
+    write(&store, &mut written, Duration::from_millis(500)).await;
+    until_cut(&pair).await;
+    // Grants now wait for a standby that hears nothing: none is answered,
+    // and the writer is dropped in the middle of one.
+    let _ = tokio::time::timeout(
+        Duration::from_secs(1),
+        write(&store, &mut written, Duration::from_secs(1)),
+    )
+    .await;
     pair.kill_primary().unwrap();
     pair.promote().unwrap();
     store.close().await.unwrap();
@@ -115,6 +126,10 @@ async fn acknowledged_grants_survive_a_synchronous_promotion() {
     } = after_promotion(&promoted, &written)
         .await
         .report("synchronous", &written);
+    assert!(
+        !written.held.is_empty(),
+        "precondition: the writer held answered grants at the kill"
+    );
     assert_eq!(
         lost, 0,
         "acknowledged grants lost under synchronous replication"

@@ -193,13 +193,21 @@ pub async fn lock_grants_the_ttl_asked_for(store: Arc<dyn Store>) {
     let waiter = {
         let store = store.clone();
         tokio::spawn(async move {
+            let asked = Instant::now();
             let lock = granted(store.lock("held", "b", ttl, Duration::from_secs(10)).await);
-            (Instant::now(), lock)
+            (asked, Instant::now(), lock)
         })
     };
-    tokio::time::sleep(Duration::from_millis(100)).await;
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let released_at = Instant::now();
     assert!(holder.release().await.unwrap());
-    let (answered, woken) = waiter.await.unwrap();
+    let (asked, answered, woken) = waiter.await.unwrap();
+    assert!(
+        released_at >= asked + Duration::from_millis(50),
+        "precondition: the waiter was waiting before the release; saw {:?} from its ask to the \
+         release, expected at least 50 ms (the waiter started late)",
+        released_at.saturating_duration_since(asked)
+    );
     check(&*woken, answered, "a waiter after a release");
     let left = store.holder("held").await.unwrap().map(|h| h.expires_in);
     assert!(
@@ -233,12 +241,13 @@ pub async fn lock_woken_by_forced_release(store: Arc<dyn Store>) {
         let waiter = {
             let (store, name) = (store.clone(), name.clone());
             tokio::spawn(async move {
+                let asked_at = Instant::now();
                 let lock = granted(
                     store
                         .lock(&name, "waiter", LONG, Duration::from_secs(20))
                         .await,
                 );
-                (Instant::now(), lock)
+                (asked_at, Instant::now(), lock)
             })
         };
         tokio::time::sleep(Duration::from_millis(600)).await;
@@ -254,7 +263,15 @@ pub async fn lock_woken_by_forced_release(store: Arc<dyn Store>) {
             Some(stuck.fence()),
             "rule: a forced release removes the live grant and answers it"
         );
-        let (granted_at, lock) = waiter.await.unwrap();
+        let (asked_at, granted_at, lock) = waiter.await.unwrap();
+        // The waiter was really waiting before the forced release, long
+        // enough for its back-off to be at its ceiling.
+        assert!(
+            released_at >= asked_at + Duration::from_millis(400),
+            "precondition: the waiter was waiting before the forced release; round {round}: saw \
+             {:?} from its ask to the release, expected at least 400 ms (the waiter started late)",
+            released_at.saturating_duration_since(asked_at)
+        );
         handoffs.push(granted_at - released_at);
         assert!(lock.release().await.unwrap());
         stuck.let_lapse();
