@@ -14,14 +14,16 @@ use sqlx::{AssertSqlSafe, SqlSafeStr, SqlStr};
 /// bound on its lock waits: neither is migrated. 3's acquire function keyed
 /// its per-name lock on the name alone, so grants of one name in different
 /// schemas of a database waited for each other; 4's fences were the
-/// sequence's values alone, which a promoted standby hands out again:
-/// both upgraded in place ([`UPGRADABLE`]), since only the function changed
-/// (and 5's fences are above every fence of 4's).
-pub const SCHEMA_VERSION: i64 = 5;
+/// sequence's values alone, which a promoted standby hands out again; 5's
+/// answered the same owner's grant again by reading it back, which a grant
+/// whose wait for a synchronous standby was cut short is too (committed on
+/// the primary only): all upgraded in place ([`UPGRADABLE`]), since only the
+/// function changed (and 5's fences are above every fence of 4's).
+pub const SCHEMA_VERSION: i64 = 6;
 
 /// Older layouts an opener upgrades in place, under the creation lock: the
 /// acquire function replaced (same signature), the version recorded.
-pub(crate) const UPGRADABLE: std::ops::RangeInclusive<i64> = 3..=4;
+pub(crate) const UPGRADABLE: std::ops::RangeInclusive<i64> = 3..=5;
 
 /// A fence is `timeline × TIMELINE_STEP + n`, `n` drawn from the schema's
 /// sequence: 2^44, so that every fence handed out on a timeline is above
@@ -212,9 +214,28 @@ BEGIN
     PERFORM pg_advisory_xact_lock({fence_lock_class}, hashtext(p_name));
     LOOP
         SELECT l.owner, l.fence, l.expires_at INTO held FROM {locks} l WHERE l.name = p_name;
-        IF FOUND AND held.expires_at > now_ms THEN
-            RETURN QUERY SELECT held.owner = p_owner, held.fence, held.expires_at - now_ms;
+        IF FOUND AND held.expires_at > now_ms AND held.owner <> p_owner THEN
+            RETURN QUERY SELECT false, held.fence, held.expires_at - now_ms;
             RETURN;
+        END IF;
+        IF FOUND AND held.expires_at > now_ms THEN
+            -- The same owner's live grant: answered only once a write of
+            -- ours commits, because its commit waits for a synchronous
+            -- standby, and the standby then has every WAL record before it,
+            -- the grant's own included. Read back alone, the row could be a
+            -- grant whose commit's wait for the standby was cut short (its
+            -- backend terminated, the answer lost): on the primary only.
+            {BOUND_LOCK_WAIT}
+            UPDATE {locks} l SET owner = l.owner
+             WHERE l.name = p_name AND l.owner = p_owner AND l.fence = held.fence
+               AND l.expires_at > now_ms
+            RETURNING l.expires_at INTO held.expires_at;
+            IF FOUND THEN
+                RETURN QUERY SELECT true, held.fence, held.expires_at - now_ms;
+                RETURN;
+            END IF;
+            -- Released or expired meanwhile: look again.
+            CONTINUE;
         END IF;
         IF timeline IS NULL THEN
             -- The WAL's timeline, raised by every promotion: a fence's high part.
@@ -294,19 +315,20 @@ END"
             )),
             drop_schema: audited(format!("DROP SCHEMA {s}")),
             // One statement. `live` reads the row as of the statement's
-            // snapshot: when a live row is there, nothing is written (no row
-            // lock, no WAL) and the answer is "held", or the same owner's
-            // grant again. Only when no live row is visible does it call the
-            // acquire function (a one-time filter skips it otherwise).
+            // snapshot: when someone else's live row is there, nothing is
+            // written (no row lock, no WAL) and the answer is "held". Only
+            // otherwise does it call the acquire function (a one-time filter
+            // skips it), which also answers the same owner's grant again —
+            // confirmed by a write, never by this read.
             acquire: audited(format!(
                 "WITH {DURABLE_COMMIT_CTE},
                  clock AS (SELECT {NOW_MS} AS now_ms),
                  live AS (
-                     SELECT l.owner, l.fence, l.expires_at - c.now_ms AS expires_in_ms
+                     SELECT l.fence, l.expires_at - c.now_ms AS expires_in_ms
                      FROM {locks} l, clock c
-                     WHERE l.name = $1 AND l.expires_at > c.now_ms
+                     WHERE l.name = $1 AND l.expires_at > c.now_ms AND l.owner <> $2
                  )
-                 SELECT owner = $2 AS granted, fence, expires_in_ms FROM live
+                 SELECT false AS granted, fence, expires_in_ms FROM live
                  UNION ALL
                  SELECT g.granted, g.fence, g.expires_in_ms FROM {acquire_fn}($1, $2, $3, $4) g
                  WHERE NOT EXISTS (SELECT 1 FROM live) AND EXISTS (SELECT 1 FROM durable_commit)"

@@ -137,3 +137,187 @@ async fn acknowledged_grants_survive_a_synchronous_promotion() {
     assert_eq!(below, 0, "fences went down across the promotion");
     promoted.close().await.unwrap();
 }
+
+/// Backends of `user` waiting for the synchronous standby (`SyncRep`) in a
+/// statement of `schema`'s store, as `(pid, waiting for over a second)`.
+async fn waiting_for_the_standby(
+    admin: &mut PgConnection,
+    user: &str,
+    schema: &str,
+) -> Vec<(i32, bool)> {
+    sqlx::query_as(
+        "SELECT pid, query_start < now() - interval '1 second' FROM pg_stat_activity
+         WHERE wait_event = 'SyncRep' AND usename = $1 AND strpos(query, $2) > 0",
+    )
+    .bind(user)
+    .bind(schema)
+    .fetch_all(admin)
+    .await
+    .unwrap()
+}
+
+/// How many grants each store asks for while WAL shipping is cut.
+const CUT_SHORT: usize = 4;
+
+/// A grant answered: the store's schema, name, owner, fence.
+type Answered = (String, String, String, u64);
+
+/// Asks for [`CUT_SHORT`] names at once on `store` (in `schema`).
+fn ask_for_grants(
+    store: &std::sync::Arc<PgStore>,
+    schema: &str,
+) -> Vec<tokio::task::JoinHandle<Option<Answered>>> {
+    (0..CUT_SHORT)
+        .map(|i| {
+            let store = store.clone();
+            let schema = schema.to_owned();
+            tokio::spawn(async move {
+                let (name, owner) = (format!("cut{i}"), format!("o{i}"));
+                let lock = store
+                    .try_lock(&name, &owner, Duration::from_secs(60))
+                    .await
+                    .ok()??;
+                let fence = lock.fence();
+                lock.let_lapse();
+                Some((schema, name, owner, fence))
+            })
+        })
+        .collect()
+}
+
+/// Makes `CUT_SHORT` idle connections in `store`: the grants asked for
+/// later then run on connections it reuses, as in a long-running service.
+async fn warm(store: &PgStore) {
+    let names: Vec<String> = (0..CUT_SHORT).map(|i| format!("warm{i}")).collect();
+    let locks = futures::future::join_all(
+        names
+            .iter()
+            .map(|name| store.try_lock(name, "warm", Duration::from_secs(5))),
+    )
+    .await;
+    for lock in locks {
+        assert!(lock.unwrap().unwrap().release().await.unwrap());
+    }
+}
+
+/// Synchronous replication, WAL shipping cut: a commit whose wait for the
+/// standby is cut short is committed on the primary only. Cut short by
+/// terminating the backend mid-wait (`pg_terminate_backend`), the server
+/// answers nothing, and the store's retry on a new connection must not read
+/// its own row back and answer "granted" (it did: 4 of 4 lost); it confirms
+/// with a write, whose commit waits for the standby too. A role's
+/// `statement_timeout` does not cut the wait short (the server disarms it
+/// before the commit): those grants wait on. Then the primary is killed and
+/// the standby promoted: every grant answered is on the promoted server.
+/// (A cancel request, `pg_cancel_backend`, is answered as a success: a known
+/// limit, docs/failover.md.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn grants_whose_standby_wait_is_cut_short_are_not_answered() {
+    let Some(pair) = Pair::start(true) else {
+        return;
+    };
+    let mut admin = PgConnection::connect(&pair.primary_url).await.unwrap();
+    sqlx::raw_sql(
+        "CREATE ROLE impatient LOGIN PASSWORD 'impatient';
+         ALTER ROLE impatient SET statement_timeout = '300ms';
+         GRANT CREATE ON DATABASE postgres TO impatient;",
+    )
+    .execute(&mut admin)
+    .await
+    .unwrap();
+    let impatient_url = format!(
+        "postgres://impatient:impatient@127.0.0.1:{}/postgres",
+        pair.primary.port
+    );
+    let (terminated_schema, timed_out_schema) = (unique_schema("term"), unique_schema("tmo"));
+    let terminated = std::sync::Arc::new(
+        PgStore::connect(&pair.primary_url, &terminated_schema)
+            .await
+            .unwrap(),
+    );
+    let timed_out = std::sync::Arc::new(
+        PgStore::connect(&impatient_url, &timed_out_schema)
+            .await
+            .unwrap(),
+    );
+    warm(&terminated).await;
+    warm(&timed_out).await;
+    until_cut(&pair).await;
+
+    let mut asked = ask_for_grants(&terminated, &terminated_schema);
+    // Every first try waits for the standby; each backend is terminated.
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let mut killed = Vec::new();
+    while killed.len() < CUT_SHORT {
+        for (pid, _) in waiting_for_the_standby(&mut admin, "postgres", &terminated_schema).await {
+            if !killed.contains(&pid) {
+                sqlx::query("SELECT pg_terminate_backend($1)")
+                    .bind(pid)
+                    .execute(&mut admin)
+                    .await
+                    .unwrap();
+                killed.push(pid);
+            }
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the grants did not wait for the standby"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let impatient = ask_for_grants(&timed_out, &timed_out_schema);
+    // Settled when each ask has answered, or waits again (a retry, in a new
+    // backend) or still (over a second, past the role's timeout).
+    loop {
+        let retries = waiting_for_the_standby(&mut admin, "postgres", &terminated_schema)
+            .await
+            .into_iter()
+            .filter(|(pid, _)| !killed.contains(pid))
+            .count();
+        let patient = waiting_for_the_standby(&mut admin, "impatient", &timed_out_schema)
+            .await
+            .into_iter()
+            .filter(|(_, long)| *long)
+            .count();
+        let answered =
+            |asks: &[tokio::task::JoinHandle<_>]| asks.iter().filter(|a| a.is_finished()).count();
+        if answered(&asked) + retries == CUT_SHORT && answered(&impatient) + patient == CUT_SHORT {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the asks neither answered nor waited"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    pair.kill_primary().unwrap();
+    pair.promote().unwrap();
+    asked.extend(impatient);
+    let mut answered = Vec::new();
+    for ask in asked {
+        let outcome = tokio::time::timeout(Duration::from_secs(30), ask)
+            .await
+            .expect("every ask ends once the primary is gone")
+            .unwrap();
+        answered.extend(outcome);
+    }
+    let mut lost = Vec::new();
+    for (schema, name, owner, fence) in &answered {
+        let promoted = PgStore::connect(&pair.standby_url, schema).await.unwrap();
+        let holder = promoted.holder(name).await.unwrap();
+        if !holder.is_some_and(|h| h.owner == *owner && h.fence == *fence) {
+            lost.push(format!("{schema}.{name}"));
+        }
+        promoted.close().await.unwrap();
+    }
+    eprintln!(
+        "cut short: {} of {} grants answered, lost: {lost:?}",
+        answered.len(),
+        2 * CUT_SHORT
+    );
+    assert_eq!(
+        lost,
+        Vec::<String>::new(),
+        "a grant answered after its standby wait was cut short was lost"
+    );
+}
