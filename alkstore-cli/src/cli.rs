@@ -13,6 +13,7 @@ Exit codes:
   2  usage error
   3  error from the store or the URL
   4  aborted at the confirmation prompt
+  5  doctor: a promise is given up, or a setting could not be read
 
 The URL may come from ALKSTORE_URL instead of --url. No password is ever printed.";
 
@@ -33,9 +34,30 @@ pub struct Cli {
     pub command: Command,
 }
 
-/// One operation on the store.
+/// What to do: inspect the deployment, or an operation on the store.
 #[derive(Debug, Subcommand)]
 pub enum Command {
+    /// Read the server's durability and replication settings and say, for
+    /// each promise (one holder per name, no answered grant lost in a crash,
+    /// none lost in a failover, fences rising across one), whether this
+    /// deployment keeps it and which setting gives it up. Opens no store and
+    /// creates nothing. Exit 0 when every promise is kept (or does not
+    /// apply), 5 when one is given up or a setting could not be read.
+    Doctor {
+        /// Print a JSON object {"engine", "server", "settings", "promises",
+        /// "worst"} instead of a table.
+        #[arg(long)]
+        json: bool,
+    },
+
+    /// An operation on the store.
+    #[command(flatten)]
+    Store(StoreCommand),
+}
+
+/// One operation on the store.
+#[derive(Debug, Subcommand)]
+pub enum StoreCommand {
     /// List the live holders whose names start with a prefix, in name order.
     List {
         /// Only names starting with this (default: every name).
@@ -138,7 +160,7 @@ mod tests {
         .ok()
         .map(|cli| cli.command);
         assert!(
-            matches!(parsed, Some(Command::Release { force: true, yes: true, ref name }) if name == "x"),
+            matches!(parsed, Some(Command::Store(StoreCommand::Release { force: true, yes: true, ref name })) if name == "x"),
             "{parsed:?}"
         );
     }

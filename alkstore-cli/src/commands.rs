@@ -6,10 +6,11 @@
 use std::io::{self, BufRead, Write};
 use std::time::{Duration, SystemTime};
 
+use alkstore::doctor::Verdict;
 use alkstore::{BoxError, Store};
 use alkstore::{Listed, MAX_LIST_LIMIT};
 
-use crate::cli::Command;
+use crate::cli::{Command, StoreCommand};
 use crate::output::{self, Row, printable};
 
 /// How a command ended, when it did not fail.
@@ -21,6 +22,8 @@ pub enum Outcome {
     Nothing,
     /// The operator answered no at the confirmation prompt: exit 4.
     Aborted,
+    /// `doctor`: a promise is given up, or a setting could not be read: exit 5.
+    Unkept,
 }
 
 impl Outcome {
@@ -30,13 +33,19 @@ impl Outcome {
             Outcome::Done => 0,
             Outcome::Nothing => 1,
             Outcome::Aborted => 4,
+            Outcome::Unkept => 5,
         }
     }
 }
 
-/// Opens the store `url` names, runs `command` on it, and closes the store
-/// (also when the command failed; the command's error wins over a failed close).
+/// Runs `command`: `doctor` on the deployment `url` names, any other on the
+/// store it names — opened, and closed after (also when the command failed;
+/// the command's error wins over a failed close).
 pub async fn run(url: &str, command: Command) -> Result<Outcome, BoxError> {
+    let command = match command {
+        Command::Doctor { json } => return doctor(url, json).await,
+        Command::Store(command) => command,
+    };
     let store = alkstore::open(url).await?;
     let result = dispatch(&*store, command).await;
     let closed = store.close().await;
@@ -46,18 +55,18 @@ pub async fn run(url: &str, command: Command) -> Result<Outcome, BoxError> {
 }
 
 /// Runs one command on an open store.
-async fn dispatch(store: &dyn Store, command: Command) -> Result<Outcome, BoxError> {
+async fn dispatch(store: &dyn Store, command: StoreCommand) -> Result<Outcome, BoxError> {
     match command {
-        Command::List {
+        StoreCommand::List {
             prefix,
             limit,
             json,
         } => list(store, &prefix, limit.map(|n| n.get()), json).await,
-        Command::Show { name, json } => show(store, &name, json).await,
-        Command::Release { force, yes, name } => release(store, &name, force, yes).await,
-        Command::Purge { json } => purge(store, json).await,
-        Command::RaiseFences { by, json } => raise_fences(store, by, json).await,
-        Command::Watch { name, interval } => {
+        StoreCommand::Show { name, json } => show(store, &name, json).await,
+        StoreCommand::Release { force, yes, name } => release(store, &name, force, yes).await,
+        StoreCommand::Purge { json } => purge(store, json).await,
+        StoreCommand::RaiseFences { by, json } => raise_fences(store, by, json).await,
+        StoreCommand::Watch { name, interval } => {
             watch(store, &name, Duration::from_millis(interval)).await
         }
     }
@@ -314,4 +323,21 @@ async fn confirm(question: String) -> Result<bool, BoxError> {
     .await??;
     let answer = line.trim().to_ascii_lowercase();
     Ok(answer == "y" || answer == "yes")
+}
+
+/// `doctor`: the deployment's settings and each promise's verdict, as a
+/// table or JSON; [`Outcome::Unkept`] unless every promise is kept or does
+/// not apply.
+pub async fn doctor(url: &str, json: bool) -> Result<Outcome, BoxError> {
+    let report = alkstore::inspect(url).await?;
+    let mut out = io::stdout().lock();
+    if json {
+        output::write_json(&mut out, &output::report_json(&report))?;
+    } else {
+        output::report(&mut out, &report)?;
+    }
+    Ok(match report.worst() {
+        Verdict::NotApplicable | Verdict::Kept => Outcome::Done,
+        Verdict::Unknown | Verdict::GivenUp => Outcome::Unkept,
+    })
 }

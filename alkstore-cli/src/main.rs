@@ -7,6 +7,7 @@
 //! alkstore --url URL purge [--json]
 //! alkstore --url URL raise-fences [--by N] [--json]
 //! alkstore --url URL watch NAME [--interval MS]
+//! alkstore --url URL doctor [--json]
 //! ```
 //!
 //! The URL may come from the `ALKSTORE_URL` environment variable instead of
@@ -21,7 +22,8 @@
 //! - 3: an error from the store or the URL;
 //! - 4: aborted at the confirmation prompt of `release`, or confirmed but
 //!   nothing removed: another grant held the name by then (the answer
-//!   removes only the grant that was shown).
+//!   removes only the grant that was shown);
+//! - 5: `doctor`: a promise is given up, or a setting could not be read.
 //!
 //! Errors print to stderr as `alkstore: <error>`, then one
 //! `  caused by: <source>` line for each source in the chain.

@@ -5,6 +5,7 @@ use std::io::{self, Write};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use alkstore::Holder;
+use alkstore::doctor::Report;
 use serde_json::{Value, json};
 
 /// The table's column headers.
@@ -54,6 +55,71 @@ fn write_row(out: &mut impl Write, cells: [&str; 4], widths: [usize; 4]) -> io::
         out,
         "{name:<w_name$}  {owner:<w_owner$}  {fence:>w_fence$}  {expires:>w_expires$}"
     )
+}
+
+/// Writes a `doctor` report: where, one line per promise (promise,
+/// verdict, why), then the settings read.
+pub fn report(out: &mut impl Write, report: &Report) -> io::Result<()> {
+    writeln!(out, "{} at {}", report.engine, printable(&report.server))?;
+    writeln!(out)?;
+    let width = report
+        .findings
+        .iter()
+        .map(|f| f.promise.describe().len())
+        .chain(["PROMISE".len()])
+        .max()
+        .unwrap_or(0);
+    let verdict_width = "given up".len();
+    writeln!(
+        out,
+        "{:<width$}  {:<verdict_width$}  WHY",
+        "PROMISE", "VERDICT"
+    )?;
+    for finding in &report.findings {
+        writeln!(
+            out,
+            "{:<width$}  {:<verdict_width$}  {}",
+            finding.promise.describe(),
+            finding.verdict.key(),
+            printable(&finding.because)
+        )?;
+    }
+    if !report.settings.is_empty() {
+        writeln!(out)?;
+        writeln!(out, "SETTINGS")?;
+        for (name, value) in &report.settings {
+            writeln!(out, "{} = {}", printable(name), printable(value))?;
+        }
+    }
+    Ok(())
+}
+
+/// The JSON object of a `doctor` report: `{"engine", "server", "settings":
+/// {name: value}, "promises": [{"promise", "verdict", "because"}], "worst"}`.
+pub fn report_json(report: &Report) -> Value {
+    let settings: serde_json::Map<String, Value> = report
+        .settings
+        .iter()
+        .map(|(name, value)| (name.clone(), Value::from(value.as_str())))
+        .collect();
+    let promises: Vec<Value> = report
+        .findings
+        .iter()
+        .map(|f| {
+            json!({
+                "promise": f.promise.key(),
+                "verdict": f.verdict.key(),
+                "because": f.because,
+            })
+        })
+        .collect();
+    json!({
+        "engine": report.engine,
+        "server": report.server,
+        "settings": settings,
+        "promises": promises,
+        "worst": report.worst().key(),
+    })
 }
 
 /// The JSON object of one live grant: `{"name", "owner", "fence", "expires_in_ms"}`.

@@ -426,8 +426,11 @@ fn help_names_the_variable_but_never_its_value() {
 
 #[test]
 fn bad_urls_exit_3_with_the_cause() {
-    for url in ["redis://nowhere/0", "locks.db", "sqlite://"] {
-        let ran = run(url, &["list"], None);
+    for (url, command) in ["redis://nowhere/0", "locks.db", "sqlite://"]
+        .into_iter()
+        .flat_map(|url| [(url, "list"), (url, "doctor")])
+    {
+        let ran = run(url, &[command], None);
         assert_eq!(ran.code, 3, "{url}: {ran:?}");
         assert!(ran.stderr.starts_with("alkstore: "), "{url}: {ran:?}");
         assert!(ran.stderr.contains("\n  caused by: "), "{url}: {ran:?}");
@@ -443,19 +446,24 @@ fn a_refused_connection_exits_3_at_once_with_where_and_why() {
         "postgres://u:pw@127.0.0.1:1/x",
         "mysql://u:pw@127.0.0.1:1/x",
     ] {
-        let asked = std::time::Instant::now();
-        let ran = run(url, &["list"], None);
-        let took = asked.elapsed();
-        assert_eq!(ran.code, 3, "{url}: {ran:?}");
-        assert!(
-            took < Duration::from_secs(3),
-            "{url}: answered after {took:?}"
-        );
-        assert!(
-            ran.stderr.contains("cannot connect to 127.0.0.1:1"),
-            "{url}: {ran:?}"
-        );
-        assert!(ran.stderr.contains("Connection refused"), "{url}: {ran:?}");
+        for command in ["list", "doctor"] {
+            let asked = std::time::Instant::now();
+            let ran = run(url, &[command], None);
+            let took = asked.elapsed();
+            assert_eq!(ran.code, 3, "{url} {command}: {ran:?}");
+            assert!(
+                took < Duration::from_secs(3),
+                "{url} {command}: answered after {took:?}"
+            );
+            assert!(
+                ran.stderr.contains("cannot connect to 127.0.0.1:1"),
+                "{url} {command}: {ran:?}"
+            );
+            assert!(
+                ran.stderr.contains("Connection refused"),
+                "{url} {command}: {ran:?}"
+            );
+        }
     }
 }
 
@@ -592,4 +600,185 @@ async fn watch_prints_each_change_of_holder() {
 
     assert!(second.release().await.unwrap());
     store.close().await.unwrap();
+}
+
+/// `doctor --json` on `url`: the exit code, and each promise's verdict and
+/// reason by the promise's key.
+fn doctor(url: &str) -> (i32, std::collections::HashMap<String, (String, String)>) {
+    let ran = run(url, &["doctor", "--json"], None);
+    assert!(
+        ran.code == 0 || ran.code == 5,
+        "doctor failed on {}: {ran:?}",
+        alkstore::engine::url::masked(url)
+    );
+    let report: Value = serde_json::from_str(&ran.stdout).unwrap();
+    let verdicts = report["promises"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| {
+            let text = |key: &str| p[key].as_str().unwrap().to_owned();
+            (text("promise"), (text("verdict"), text("because")))
+        })
+        .collect();
+    (ran.code, verdicts)
+}
+
+/// Asserts each promise's verdict, and that the failover finding's reason
+/// says `why`.
+fn assert_verdicts(
+    verdicts: &std::collections::HashMap<String, (String, String)>,
+    failover: &str,
+    why: &str,
+) {
+    let verdict = |key: &str| verdicts[key].0.as_str();
+    assert_eq!(verdict("exclusion"), "kept", "{verdicts:?}");
+    assert_eq!(verdict("no_grant_lost_in_a_crash"), "kept", "{verdicts:?}");
+    assert_eq!(
+        verdict("no_grant_lost_in_a_failover"),
+        failover,
+        "{verdicts:?}"
+    );
+    assert!(
+        verdicts["no_grant_lost_in_a_failover"].1.contains(why),
+        "{verdicts:?}"
+    );
+}
+
+/// PostgreSQL: a default cluster (asynchronous if anything: the failover
+/// promise given up, exit 5), a synchronous pair (every promise kept,
+/// exit 0), the same read by a role that cannot see which standbys are
+/// synchronous (unknown, exit 5, what to grant), an asynchronous pair
+/// (given up). Nothing is created: doctor opens no store.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn doctor_judges_postgres_deployments() {
+    let Some(server) = alkstore_testkit::pg::server() else {
+        return;
+    };
+    if server.cluster.is_some() {
+        let (code, verdicts) = doctor(&server.url);
+        assert_eq!(code, 5);
+        assert_verdicts(&verdicts, "given up", "synchronous_standby_names is empty");
+        assert_eq!(verdicts["fences_rise_across_a_failover"].0, "kept");
+    }
+    let Some(sync) = alkstore_testkit::pg::Pair::start(true) else {
+        return;
+    };
+    let mut admin = <sqlx::PgConnection as sqlx::Connection>::connect(&sync.primary_url)
+        .await
+        .unwrap();
+    // The standby connects on its own time after the start.
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let (streaming,): (i64,) =
+            sqlx::query_as("SELECT count(*) FROM pg_stat_replication WHERE sync_state = 'sync'")
+                .fetch_one(&mut admin)
+                .await
+                .unwrap();
+        if streaming == 1 {
+            break;
+        }
+        assert!(Instant::now() < deadline, "the standby never streamed");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let (code, verdicts) = doctor(&sync.primary_url);
+    assert_eq!(code, 0, "{verdicts:?}");
+    assert_verdicts(&verdicts, "kept", "1 synchronous now");
+    let table = run(&sync.primary_url, &["doctor"], None);
+    assert_eq!(table.code, 0, "{table:?}");
+    assert!(
+        table.stdout.lines().any(
+            |l| l.starts_with("no answered grant lost in a failover") && l.contains("  kept  ")
+        ),
+        "{table:?}"
+    );
+
+    sqlx::query("CREATE ROLE plain LOGIN PASSWORD 'plain'")
+        .execute(&mut admin)
+        .await
+        .unwrap();
+    let plain = format!(
+        "postgres://plain:plain@127.0.0.1:{}/postgres",
+        sync.primary.port
+    );
+    let (code, verdicts) = doctor(&plain);
+    assert_eq!(code, 5);
+    assert_verdicts(&verdicts, "unknown", "grant it pg_read_all_stats");
+    let (objects,): (i64,) = sqlx::query_as(
+        "SELECT count(*) FROM pg_namespace WHERE nspname NOT LIKE 'pg\\_%' AND nspname NOT IN ('public', 'information_schema')",
+    )
+    .fetch_one(&mut admin)
+    .await
+    .unwrap();
+    assert_eq!(objects, 0, "doctor created a schema");
+
+    let Some(asynchronous) = alkstore_testkit::pg::Pair::start(false) else {
+        return;
+    };
+    let (code, verdicts) = doctor(&asynchronous.primary_url);
+    assert_eq!(code, 5);
+    assert_verdicts(&verdicts, "given up", "synchronous_standby_names is empty");
+}
+
+/// MariaDB: the default test server (no binary log: nothing replicates,
+/// the failover promise given up), a primary with an asynchronous replica
+/// (given up: no semi-sync; `sync_binlog = 0` first), and one with lossless
+/// semi-sync replication (every promise kept, exit 0).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn doctor_judges_mariadb_deployments() {
+    let Some(server) = alkstore_testkit::mysql::server() else {
+        return;
+    };
+    if server.instance.is_some() {
+        let (code, verdicts) = doctor(&server.url);
+        assert_eq!(code, 5);
+        assert_verdicts(&verdicts, "given up", "log_bin = OFF");
+    }
+    let Some(asynchronous) = alkstore_testkit::mysql::Pair::start(false) else {
+        return;
+    };
+    let (code, verdicts) = doctor(&asynchronous.primary_url);
+    assert_eq!(code, 5);
+    assert_verdicts(&verdicts, "given up", "sync_binlog = 0");
+    let Some(semi_sync) = alkstore_testkit::mysql::Pair::start(true) else {
+        return;
+    };
+    let mut admin = <sqlx::MySqlConnection as sqlx::Connection>::connect(&semi_sync.primary_url)
+        .await
+        .unwrap();
+    // The replica connects on its own time after the start.
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let (_, clients): (String, String) =
+            sqlx::query_as("SHOW GLOBAL STATUS LIKE 'Rpl_semi_sync_master_clients'")
+                .fetch_one(&mut admin)
+                .await
+                .unwrap();
+        if clients == "1" {
+            break;
+        }
+        assert!(Instant::now() < deadline, "the replica never acknowledged");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let (code, verdicts) = doctor(&semi_sync.primary_url);
+    assert_eq!(code, 0, "{verdicts:?}");
+    assert_verdicts(&verdicts, "kept", "1 semi-sync replicas now");
+}
+
+/// SQLite: a store's file keeps what one host can (exit 0); a missing file
+/// is an error (exit 3), and is not created.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn doctor_judges_an_sqlite_file_and_creates_none() {
+    let dir = tempfile::tempdir().unwrap();
+    let url = sqlite_url(&dir);
+    alkstore::open(&url).await.unwrap().close().await.unwrap();
+    let (code, verdicts) = doctor(&url);
+    assert_eq!(code, 0, "{verdicts:?}");
+    assert_eq!(verdicts["no_grant_lost_in_a_crash"].0, "kept");
+    assert_eq!(verdicts["no_grant_lost_in_a_failover"].0, "n/a");
+    let missing = format!("sqlite://{}", dir.path().join("missing.db").display());
+    let ran = run(&missing, &["doctor"], None);
+    assert_eq!(ran.code, 3, "{ran:?}");
+    assert!(ran.stderr.contains("read-only"), "{ran:?}");
+    assert!(!dir.path().join("missing.db").exists());
 }

@@ -15,6 +15,7 @@
 //! `alkstore-contract-suite` crate proves the result.
 
 pub mod clock;
+pub mod doctor;
 mod duration;
 mod engine;
 mod engine_store;

@@ -61,6 +61,11 @@ pub struct EngineDescriptor {
     /// [`Error::Database`](crate::Error::Database) with a [`UrlError`]
     /// source, and nothing is opened.
     pub open: for<'a> fn(&'a str) -> OpenFuture<'a>,
+    /// Reads the durability and replication settings of the deployment
+    /// `url` names and judges the contract's promises by them
+    /// ([`doctor`](crate::doctor)), without opening a store: nothing is
+    /// created.
+    pub inspect: for<'a> fn(&'a str) -> crate::doctor::InspectFuture<'a>,
 }
 
 impl EngineDescriptor {
@@ -82,15 +87,34 @@ impl std::fmt::Debug for EngineDescriptor {
 /// Opens `url` with the first of `engines` that handles it; an
 /// [`UrlError::UnknownScheme`] naming every form they know when none does.
 pub async fn open_with(engines: &[&EngineDescriptor], url: &str) -> Result<Box<dyn Store>> {
+    (engine_for(engines, url, "open")?.open)(url).await
+}
+
+/// Inspects the deployment `url` names ([`EngineDescriptor::inspect`]) with
+/// the first of `engines` that handles it; an [`UrlError::UnknownScheme`]
+/// when none does.
+pub async fn inspect_with(
+    engines: &[&EngineDescriptor],
+    url: &str,
+) -> Result<crate::doctor::Report> {
+    (engine_for(engines, url, "inspect")?.inspect)(url).await
+}
+
+/// The first of `engines` that handles `url`.
+fn engine_for<'e>(
+    engines: &[&'e EngineDescriptor],
+    url: &str,
+    operation: &'static str,
+) -> Result<&'e EngineDescriptor> {
     match engines.iter().find(|engine| engine.handles(url)) {
-        Some(engine) => (engine.open)(url).await,
+        Some(engine) => Ok(engine),
         None => {
             let known: Vec<String> = engines
                 .iter()
                 .flat_map(|e| e.schemes.iter().map(|s| format!("{s}…")))
                 .collect();
             Err(crate::Error::database(
-                "open",
+                operation,
                 UrlError::UnknownScheme {
                     url: masked(url),
                     known: if known.is_empty() {

@@ -34,6 +34,7 @@
 //! ```
 
 mod connection;
+mod doctor;
 mod engine;
 mod schema;
 mod sql;

@@ -13,10 +13,11 @@ pub const ENGINE: EngineDescriptor = EngineDescriptor {
     name: "mysql",
     schemes: &["mysql://", "mariadb://"],
     open: open_url,
+    inspect: crate::doctor::inspect_url,
 };
 
 /// The URL to hand the driver (`mysql://`, no database) and the database.
-fn parse(url: &str) -> Result<(String, String), UrlError> {
+pub(crate) fn parse(url: &str) -> Result<(String, String), UrlError> {
     let malformed = |problem: String| UrlError::malformed(url, problem);
     let mut parsed = ::url::Url::parse(url).map_err(|e| malformed(e.to_string()))?;
     if parsed.host_str().is_none_or(str::is_empty) {

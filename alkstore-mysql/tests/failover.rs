@@ -39,7 +39,7 @@ async fn until_caught_up(pair: &Pair) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn fences_rise_across_an_asynchronous_promotion() {
-    let Some(pair) = Pair::start() else {
+    let Some(pair) = Pair::start(false) else {
         return;
     };
     let database = alkstore_testkit::unique_name("failover");

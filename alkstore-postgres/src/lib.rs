@@ -28,6 +28,7 @@
 //! ```
 
 mod connection;
+mod doctor;
 mod engine;
 mod listener;
 mod schema;

@@ -60,6 +60,23 @@ const BOUND_LOCK_WAIT: &str = "IF p_wait_ms IS NOT NULL THEN
             wait_until - clock_timestamp()) * 1000))::bigint::text, true);
     END IF;";
 
+/// `alkstore doctor`: the durability and replication settings, as text
+/// (`pg_settings` is readable by any role).
+pub(crate) const DOCTOR_SETTINGS: &str = "
+SELECT name, setting FROM pg_settings
+WHERE name IN ('fsync', 'full_page_writes', 'synchronous_commit',
+               'synchronous_standby_names', 'wal_level')";
+
+/// `alkstore doctor`: whether the server is a standby; whether this role
+/// may read `pg_stat_replication`'s `sync_state` (superusers and members of
+/// `pg_read_all_stats`; others see it NULL); how many standbys stream from
+/// it; how many of them are synchronous now.
+pub(crate) const DOCTOR_STANDBYS: &str = "
+SELECT pg_is_in_recovery(),
+       pg_has_role(current_user, 'pg_read_all_stats', 'USAGE'),
+       (SELECT count(*) FROM pg_stat_replication),
+       (SELECT count(*) FROM pg_stat_replication WHERE sync_state IN ('sync', 'quorum'))";
+
 /// The `meta` key whose presence marks the schema's objects as alkstore's.
 pub(crate) const MARKER_KEY: &str = "made_by_alkstore";
 

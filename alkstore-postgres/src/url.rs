@@ -12,10 +12,11 @@ pub const ENGINE: EngineDescriptor = EngineDescriptor {
     name: "postgres",
     schemes: &["postgres://", "postgresql://"],
     open: open_url,
+    inspect: crate::doctor::inspect_url,
 };
 
 /// The URL to hand the driver (without `schema`) and the schema.
-fn parse(url: &str) -> Result<(String, String), UrlError> {
+pub(crate) fn parse(url: &str) -> Result<(String, String), UrlError> {
     let malformed = |problem: String| UrlError::malformed(url, problem);
     let mut parsed = ::url::Url::parse(url).map_err(|e| malformed(e.to_string()))?;
     if parsed.host_str().is_none_or(str::is_empty)

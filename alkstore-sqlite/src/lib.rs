@@ -25,6 +25,7 @@
 //! The host's system clock decides expiry (every client is on this host).
 
 mod bus;
+mod doctor;
 mod engine;
 mod schema;
 mod sql;

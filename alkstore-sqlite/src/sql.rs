@@ -6,6 +6,9 @@ pub(crate) const SCHEMA_VERSION: i64 = 1;
 /// WAL, so readers never wait for the writer. Answers the mode now in effect.
 pub(crate) const WAL_MODE: &str = "PRAGMA journal_mode = WAL";
 
+/// `alkstore doctor`: the file's journal mode (WAL is kept in the file).
+pub(crate) const JOURNAL_MODE: &str = "PRAGMA journal_mode";
+
 /// Connection settings at open: NORMAL sync (durable across process
 /// crashes); each write sets its own before it runs ([`SYNCED`],
 /// [`UNSYNCED`]; docs/engine-sqlite.md).

@@ -13,16 +13,17 @@ pub const ENGINE: EngineDescriptor = EngineDescriptor {
     name: "sqlite",
     schemes: &["sqlite:"],
     open: open_url,
+    inspect: crate::doctor::inspect_url,
 };
 
 /// Where a URL points.
 #[derive(Debug, Clone, PartialEq, Eq)]
-enum Target {
+pub(crate) enum Target {
     Memory,
     File(PathBuf),
 }
 
-fn parse(url: &str) -> Result<Target, UrlError> {
+pub(crate) fn parse(url: &str) -> Result<Target, UrlError> {
     if url == "sqlite::memory:" || url == "sqlite://:memory:" {
         return Ok(Target::Memory);
     }

@@ -92,7 +92,8 @@ pub trait Dialect: Send + Sync + 'static {
 /// The connect options of a dialect's database.
 pub type Options<D> = <<<D as Dialect>::Database as Database>::Connection as Connection>::Options;
 
-type Conn<D> = <<D as Dialect>::Database as Database>::Connection;
+/// The connection type of a dialect's database.
+pub type Conn<D> = <<D as Dialect>::Database as Database>::Connection;
 
 /// How much longer than the first try's deadline a try after a lost
 /// connection may wait: the first try's lock waits ended at the deadline,
@@ -137,16 +138,21 @@ pub struct ConnectError {
 /// refused connection only with a timeout ([`CONNECT_TIMEOUT`] later) that
 /// hides the cause.
 pub async fn check_connect<D: Dialect>(options: &Options<D>) -> Result<(), ConnectError> {
+    let _ = connect::<D>(options).await?.close().await;
+    Ok(())
+}
+
+/// Makes one connection with `options` (within [`CONNECT_TIMEOUT`]), its
+/// failure a [`ConnectError`] saying where it went and why.
+pub async fn connect<D: Dialect>(options: &Options<D>) -> Result<Conn<D>, ConnectError> {
     let failed = |source: BoxError| ConnectError {
         server: D::server(options),
         source,
     };
-    let conn = tokio::time::timeout(CONNECT_TIMEOUT, options.connect())
+    tokio::time::timeout(CONNECT_TIMEOUT, options.connect())
         .await
         .map_err(|_| failed(format!("no answer within {CONNECT_TIMEOUT:?}").into()))?
-        .map_err(|e| failed(e.into()))?;
-    let _ = conn.close().await;
-    Ok(())
+        .map_err(|e| failed(e.into()))
 }
 
 /// A waiting acquire's deadline passed before a connection was free or made:

@@ -31,8 +31,8 @@
 pub use alkstore_core::{
     BoxError, Closed, DurationError, Error, Field, Holder, KeepAlive, KeepAliveOptions,
     KeepAliveOptionsError, LeaseStatus, Listed, Lock, LostReason, MAX_LEASE_MILLIS, MAX_LIST_LIMIT,
-    MAX_NAME_BYTES, NameProblem, RESERVED_PREFIX, Result, Store, UrlError, schedule, unique_owner,
-    validate_listing, validate_name, validate_owner,
+    MAX_NAME_BYTES, NameProblem, RESERVED_PREFIX, Result, Store, UrlError, doctor, schedule,
+    unique_owner, validate_listing, validate_name, validate_owner,
 };
 
 /// For engine authors: what an engine implements and what the core gives
@@ -85,4 +85,27 @@ engines! {
 /// is an [`Error::Database`] whose source is a [`UrlError`]; nothing is opened.
 pub async fn open(url: &str) -> Result<Box<dyn Store>> {
     alkstore_core::url::open_with(ENGINES, url).await
+}
+
+/// Inspects the deployment a URL names (same forms as [`open`]) without
+/// opening a store — nothing is created: its durability and replication
+/// settings, and for each promise of the contract whether it keeps it
+/// ([`doctor::Report`]). What `alkstore doctor` prints.
+///
+/// ```
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> alkstore::Result<()> {
+/// use alkstore::doctor::{Promise, Verdict};
+///
+/// let report = alkstore::inspect("sqlite::memory:").await?;
+/// let crash = report.finding(Promise::NoGrantLostInACrash).unwrap();
+/// assert_eq!(crash.verdict, Verdict::NotApplicable); // nothing outlives memory
+/// # Ok(())
+/// # }
+/// ```
+///
+/// An unreachable server is an [`Error::Database`] whose source says where
+/// and why; a malformed URL one with a [`UrlError`].
+pub async fn inspect(url: &str) -> Result<doctor::Report> {
+    alkstore_core::url::inspect_with(ENGINES, url).await
 }

@@ -290,9 +290,14 @@ pub struct Pair {
 
 impl Pair {
     /// Starts a primary and a replica replicating from it, from the
-    /// primary's next transaction on. `None` (the reason printed) when
-    /// there are no server binaries, or when a server is given by URL.
-    pub fn start() -> Option<Pair> {
+    /// primary's next transaction on. With `semi_sync`, lossless
+    /// semi-synchronous replication: the primary's commits wait for the
+    /// replica's acknowledgement after the binary log is synced and before
+    /// the engine commits (`AFTER_SYNC`, `sync_binlog = 1`), with the
+    /// longest timeout (no fallback to asynchronous). `None` (the reason
+    /// printed) when there are no server binaries, or when a server is
+    /// given by URL.
+    pub fn start(semi_sync: bool) -> Option<Pair> {
         if std::env::var(URL_VAR).is_ok_and(|url| !url.is_empty()) {
             eprintln!("SKIPPED: a failover test needs servers of its own, not {URL_VAR}");
             return None;
@@ -305,10 +310,13 @@ impl Pair {
             );
             return None;
         };
-        Some(Self::start_with(&install_db, mariadbd).expect("start a primary and a replica"))
+        Some(
+            Self::start_with(&install_db, mariadbd, semi_sync)
+                .expect("start a primary and a replica"),
+        )
     }
 
-    fn start_with(install_db: &Path, mariadbd: PathBuf) -> Result<Pair, String> {
+    fn start_with(install_db: &Path, mariadbd: PathBuf, semi_sync: bool) -> Result<Pair, String> {
         let logs = |id: u32| {
             vec![
                 format!("--server-id={id}"),
@@ -316,10 +324,27 @@ impl Pair {
                 "--binlog-format=ROW".to_owned(),
             ]
         };
-        let (primary, primary_password) = start_instance(install_db, mariadbd.clone(), logs(1))?;
-        let (replica, replica_password) = start_instance(install_db, mariadbd, logs(2))?;
+        let mut primary_settings = logs(1);
+        let mut replica_settings = logs(2);
+        if semi_sync {
+            primary_settings.push("--sync-binlog=1".to_owned());
+            replica_settings.push("--rpl-semi-sync-slave-enabled=ON".to_owned());
+        }
+        let (primary, primary_password) =
+            start_instance(install_db, mariadbd.clone(), primary_settings)?;
+        let (replica, replica_password) = start_instance(install_db, mariadbd, replica_settings)?;
         // Each server made its own superuser: replicate what comes next only.
         primary.sql(&primary_password, "RESET MASTER")?;
+        // Semi-sync from here on (enabled at the start, the first server's
+        // own setup would wait for a replica that does not exist yet).
+        if semi_sync {
+            primary.sql(
+                &primary_password,
+                "SET GLOBAL rpl_semi_sync_master_wait_point = AFTER_SYNC,
+                     rpl_semi_sync_master_timeout = 4294967295,
+                     rpl_semi_sync_master_enabled = ON",
+            )?;
+        }
         replica.sql(
             &replica_password,
             &format!(

@@ -1,0 +1,212 @@
+//! What `alkstore doctor` reports of a deployment: the server's durability
+//! and replication settings, and for each promise of the contract whether
+//! this deployment keeps it — and if not, which setting gives it up.
+//!
+//! An engine reads its settings without opening a store (nothing is
+//! created) and judges them in [`Report::new`]'s findings;
+//! [`EngineDescriptor::inspect`](crate::EngineDescriptor::inspect) is how
+//! `alkstore::inspect` reaches it from a URL.
+//!
+//! ```
+//! use alkstore_core::doctor::{Finding, Promise, Report, Verdict};
+//!
+//! let report = Report::new(
+//!     "postgres",
+//!     "127.0.0.1:5432",
+//!     vec![("fsync".into(), "off".into())],
+//!     vec![Finding::given_up(Promise::NoGrantLostInACrash, "fsync = off")],
+//! );
+//! assert_eq!(report.worst(), Verdict::GivenUp);
+//! ```
+
+use std::future::Future;
+use std::pin::Pin;
+
+/// A promise of the contract (docs/contract.md) that a deployment may keep
+/// or give up.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Promise {
+    /// At most one live grant per name while one server is the primary.
+    Exclusion,
+    /// A grant or renewal the store answered survives a crash of the server.
+    NoGrantLostInACrash,
+    /// A grant or renewal the store answered is on the server a failover
+    /// promotes.
+    NoGrantLostInAFailover,
+    /// Every fence a promoted server hands out is above every fence handed
+    /// out before the failover.
+    FencesRiseAcrossAFailover,
+}
+
+impl Promise {
+    /// Every promise, in the order a report lists them.
+    pub const ALL: [Promise; 4] = [
+        Promise::Exclusion,
+        Promise::NoGrantLostInACrash,
+        Promise::NoGrantLostInAFailover,
+        Promise::FencesRiseAcrossAFailover,
+    ];
+
+    /// A short key, for JSON and scripts: `exclusion`,
+    /// `no_grant_lost_in_a_crash`, `no_grant_lost_in_a_failover`,
+    /// `fences_rise_across_a_failover`.
+    pub fn key(self) -> &'static str {
+        match self {
+            Promise::Exclusion => "exclusion",
+            Promise::NoGrantLostInACrash => "no_grant_lost_in_a_crash",
+            Promise::NoGrantLostInAFailover => "no_grant_lost_in_a_failover",
+            Promise::FencesRiseAcrossAFailover => "fences_rise_across_a_failover",
+        }
+    }
+
+    /// The promise in words, for a table.
+    pub fn describe(self) -> &'static str {
+        match self {
+            Promise::Exclusion => "one holder per name",
+            Promise::NoGrantLostInACrash => "no answered grant lost in a crash",
+            Promise::NoGrantLostInAFailover => "no answered grant lost in a failover",
+            Promise::FencesRiseAcrossAFailover => "fences rise across a failover",
+        }
+    }
+}
+
+/// Whether a deployment keeps a promise. Ordered from best to worst.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum Verdict {
+    /// Nothing to keep: no failover for an embedded file, say.
+    NotApplicable,
+    /// Kept, by these settings.
+    Kept,
+    /// The settings could not all be read (the role lacks a right): the
+    /// reason says which and what to grant.
+    Unknown,
+    /// Given up by the setting the reason names.
+    GivenUp,
+}
+
+impl Verdict {
+    /// A short key, for JSON and tables: `n/a`, `kept`, `unknown`, `given up`.
+    pub fn key(self) -> &'static str {
+        match self {
+            Verdict::NotApplicable => "n/a",
+            Verdict::Kept => "kept",
+            Verdict::Unknown => "unknown",
+            Verdict::GivenUp => "given up",
+        }
+    }
+}
+
+/// One promise judged, with the settings that decide it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Finding {
+    /// The promise.
+    pub promise: Promise,
+    /// Whether it is kept.
+    pub verdict: Verdict,
+    /// Why: the settings that keep it, or the one that gives it up.
+    pub because: String,
+}
+
+impl Finding {
+    /// A finding of `verdict`.
+    pub fn new(promise: Promise, verdict: Verdict, because: impl Into<String>) -> Self {
+        Finding {
+            promise,
+            verdict,
+            because: because.into(),
+        }
+    }
+
+    /// Kept, because of `because`.
+    pub fn kept(promise: Promise, because: impl Into<String>) -> Self {
+        Self::new(promise, Verdict::Kept, because)
+    }
+
+    /// Given up, by `because`.
+    pub fn given_up(promise: Promise, because: impl Into<String>) -> Self {
+        Self::new(promise, Verdict::GivenUp, because)
+    }
+}
+
+/// A deployment inspected: where, what its settings are, and each promise
+/// judged.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Report {
+    /// The engine's name (`sqlite`, `postgres`, `mysql`).
+    pub engine: &'static str,
+    /// Where the server is (host and port, or a path); never a password.
+    pub server: String,
+    /// The settings read, by name, in the order read.
+    pub settings: Vec<(String, String)>,
+    /// One finding per promise, in [`Promise::ALL`]'s order.
+    pub findings: Vec<Finding>,
+}
+
+impl Report {
+    /// A report; the findings are put in [`Promise::ALL`]'s order.
+    pub fn new(
+        engine: &'static str,
+        server: impl Into<String>,
+        settings: Vec<(String, String)>,
+        mut findings: Vec<Finding>,
+    ) -> Self {
+        findings.sort_by_key(|f| Promise::ALL.iter().position(|p| *p == f.promise));
+        Report {
+            engine,
+            server: server.into(),
+            settings,
+            findings,
+        }
+    }
+
+    /// The worst verdict of the report ([`Verdict::NotApplicable`] when it
+    /// has none).
+    pub fn worst(&self) -> Verdict {
+        self.findings
+            .iter()
+            .map(|f| f.verdict)
+            .max()
+            .unwrap_or(Verdict::NotApplicable)
+    }
+
+    /// The finding on `promise`, if the report has one.
+    pub fn finding(&self, promise: Promise) -> Option<&Finding> {
+        self.findings.iter().find(|f| f.promise == promise)
+    }
+}
+
+/// The future of [`EngineDescriptor::inspect`](crate::EngineDescriptor::inspect).
+pub type InspectFuture<'a> = Pin<Box<dyn Future<Output = crate::Result<Report>> + Send + 'a>>;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn findings_come_in_the_order_of_the_promises_and_the_worst_wins() {
+        let report = Report::new(
+            "test",
+            "here",
+            Vec::new(),
+            vec![
+                Finding::given_up(Promise::FencesRiseAcrossAFailover, "x"),
+                Finding::kept(Promise::Exclusion, "y"),
+                Finding::new(Promise::NoGrantLostInACrash, Verdict::Unknown, "z"),
+            ],
+        );
+        let order: Vec<Promise> = report.findings.iter().map(|f| f.promise).collect();
+        assert_eq!(
+            order,
+            [
+                Promise::Exclusion,
+                Promise::NoGrantLostInACrash,
+                Promise::FencesRiseAcrossAFailover
+            ]
+        );
+        assert_eq!(report.worst(), Verdict::GivenUp);
+        assert_eq!(
+            Report::new("test", "here", Vec::new(), Vec::new()).worst(),
+            Verdict::NotApplicable
+        );
+    }
+}
