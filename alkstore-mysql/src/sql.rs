@@ -13,11 +13,20 @@ use sqlx::{AssertSqlSafe, SqlSafeStr, SqlStr};
 /// which a promoted replica hands out again: both upgraded in place
 /// ([`UPGRADABLE`]), since only the procedure changed (and a `meta` row is
 /// added).
-pub const SCHEMA_VERSION: i64 = 3;
+/// 3's answered the same owner's grant again by reading it back, which a
+/// grant whose wait for a semi-sync replica's acknowledgement was cut short
+/// (its connection killed) is too, on the primary only: upgraded in place.
+pub const SCHEMA_VERSION: i64 = 4;
 
 /// Older layouts an opener upgrades in place, under the creation lock: the
 /// acquire procedure dropped and made again, the version recorded.
-pub(crate) const UPGRADABLE: std::ops::RangeInclusive<i64> = 1..=2;
+pub(crate) const UPGRADABLE: std::ops::RangeInclusive<i64> = 1..=3;
+
+/// The `meta` key the acquire procedure counts up to confirm the same
+/// owner's grant with a write of its own: a change that goes into the binary
+/// log, so that its commit waits for a semi-sync replica (a write that
+/// changes nothing would log nothing under row-based logging).
+pub(crate) const CONFIRMATIONS_KEY: &str = "same_owner_confirmations";
 
 /// The `meta` key holding the `server_id` of the server that drew the last
 /// fence: a grant on another server (a promoted replica, a switchover) first
@@ -202,9 +211,10 @@ impl Statements {
         let acquire_proc = format!("{db}.acquire");
         // The acquire procedure: one CALL, one round trip.
         //
-        // 1. A plain (consistent, non-locking) read: a live row answers at
-        //    once — "held", or the same owner's grant again — and nothing is
-        //    written or locked.
+        // 1. A plain (consistent, non-locking) read: someone else's live row
+        //    answers "held" at once, and nothing is written or locked. The
+        //    same owner's live row goes on to 2, where it is locked and
+        //    confirmed by a write before it is answered.
         // 2. Otherwise one READ COMMITTED transaction, which draws a fence
         //    only while it holds the name's row lock: an expired row is
         //    locked (FOR UPDATE, waiting out a renewal, release or purge in
@@ -261,9 +271,9 @@ BEGIN
             SELECT COUNT(*), MAX(owner), MAX(fence), MAX(expires_at)
               INTO found, held_owner, held_fence, held_until
               FROM {locks} WHERE name = p_name;
-            IF found = 1 AND held_until > now_ms THEN
+            IF found = 1 AND held_until > now_ms AND held_owner <> p_owner THEN
                 {RESTORE_WAITS}
-                SELECT held_owner = p_owner, held_fence, held_until - now_ms;
+                SELECT FALSE, held_fence, held_until - now_ms;
                 LEAVE look;
             END IF;
             SET TRANSACTION ISOLATION LEVEL READ COMMITTED;
@@ -273,6 +283,17 @@ BEGIN
               INTO found, held_owner, held_fence, held_until
               FROM {locks} WHERE name = p_name FOR UPDATE;
             IF found = 1 AND held_until > now_ms THEN
+                IF held_owner = p_owner THEN
+                    -- The same owner's grant, answered only once a write of
+                    -- ours commits: its commit waits for a semi-sync replica,
+                    -- which then has the grant too (the binary log is in
+                    -- order). Read back alone, the row could be a grant whose
+                    -- wait for the replica was cut short (its connection
+                    -- killed, the answer lost), on the primary only.
+                    {BOUND_WAITS}
+                    INSERT INTO {meta} (`key`, value) VALUES ('{CONFIRMATIONS_KEY}', 1)
+                        ON DUPLICATE KEY UPDATE value = value + 1;
+                END IF;
                 COMMIT;
                 {RESTORE_WAITS}
                 SELECT held_owner = p_owner, held_fence, held_until - now_ms;

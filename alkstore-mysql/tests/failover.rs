@@ -8,7 +8,9 @@
 
 use std::time::{Duration, Instant};
 
-use alkstore_contract_suite::failover::{AfterPromotion, Written, after_promotion, write};
+use alkstore_contract_suite::failover::{
+    AfterPromotion, CUT_SHORT, Written, after_promotion, answers, ask_for_grants, lost, warm, write,
+};
 use alkstore_core::Store;
 use alkstore_mysql::MySqlStore;
 use alkstore_testkit::mysql::Pair;
@@ -69,4 +71,110 @@ async fn fences_rise_across_an_asynchronous_promotion() {
     );
     assert_eq!(below, 0, "fences went down across the promotion");
     promoted.close().await.unwrap();
+}
+
+/// Threads of the primary running a statement, other than `admin`'s: once
+/// the replica is cut off, the store's, waiting for the replica's
+/// acknowledgement (the acquire procedure's `COMMIT`) or queued behind one
+/// that does.
+async fn waiting_for_the_replica(admin: &mut MySqlConnection) -> Vec<i64> {
+    let rows: Vec<(i64,)> = sqlx::query_as(
+        "SELECT ID FROM information_schema.PROCESSLIST
+         WHERE COMMAND IN ('Query', 'Execute') AND ID <> CONNECTION_ID()",
+    )
+    .fetch_all(admin)
+    .await
+    .unwrap();
+    rows.into_iter().map(|(id,)| id).collect()
+}
+
+/// Lossless semi-synchronous replication (`AFTER_SYNC`, no fallback), the
+/// binary log's shipping cut: grants wait for the replica's
+/// acknowledgement. Each waiting connection is killed (`KILL CONNECTION`):
+/// the server stops waiting and commits on the primary only, answering
+/// nothing. The store's retry on a new connection must not read its own
+/// row back and answer "granted" (layout 3 did); it confirms with a write,
+/// whose commit waits for the replica too. Then the primary is killed and
+/// the replica promoted: every grant answered is on the promoted server.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn grants_whose_replica_wait_is_cut_short_are_not_answered() {
+    let Some(pair) = Pair::start(true) else {
+        return;
+    };
+    let mut admin = MySqlConnection::connect(&pair.primary_url).await.unwrap();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let (_, clients): (String, String) =
+            sqlx::query_as("SHOW GLOBAL STATUS LIKE 'Rpl_semi_sync_master_clients'")
+                .fetch_one(&mut admin)
+                .await
+                .unwrap();
+        if clients == "1" {
+            break;
+        }
+        assert!(Instant::now() < deadline, "the replica never acknowledged");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let database = alkstore_testkit::unique_name("semicut");
+    let store = std::sync::Arc::new(
+        MySqlStore::connect(&pair.primary_url, &database)
+            .await
+            .unwrap(),
+    );
+    warm(&*store).await;
+    pair.cut().unwrap();
+
+    let asked = ask_for_grants(&store);
+    let mut killed = Vec::new();
+    while killed.len() < CUT_SHORT {
+        for id in waiting_for_the_replica(&mut admin).await {
+            if !killed.contains(&id) {
+                sqlx::query("KILL CONNECTION ?")
+                    .bind(id)
+                    .execute(&mut admin)
+                    .await
+                    .unwrap();
+                killed.push(id);
+            }
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the grants did not wait for the replica"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    // Settled when each ask has answered, or waits again (its retry).
+    loop {
+        let retries = waiting_for_the_replica(&mut admin)
+            .await
+            .into_iter()
+            .filter(|id| !killed.contains(id))
+            .count();
+        let answered = asked.iter().filter(|a| a.is_finished()).count();
+        if answered + retries == CUT_SHORT {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the asks neither answered nor waited"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    pair.kill_primary().unwrap();
+    pair.promote().unwrap();
+    let answered = answers(asked).await;
+    let promoted = MySqlStore::connect(&pair.replica_url, &database)
+        .await
+        .unwrap();
+    let lost_names = lost(&promoted, &answered).await;
+    promoted.close().await.unwrap();
+    eprintln!(
+        "cut short: {} of {CUT_SHORT} grants answered, lost: {lost_names:?}",
+        answered.len()
+    );
+    assert_eq!(
+        lost_names,
+        Vec::<String>::new(),
+        "a grant answered after its replica wait was cut short was lost"
+    );
 }

@@ -9,7 +9,9 @@
 
 use std::time::{Duration, Instant};
 
-use alkstore_contract_suite::failover::{AfterPromotion, Written, after_promotion, write};
+use alkstore_contract_suite::failover::{
+    AfterPromotion, CUT_SHORT, Written, after_promotion, answers, ask_for_grants, lost, warm, write,
+};
 use alkstore_core::Store;
 use alkstore_postgres::PgStore;
 use alkstore_testkit::pg::{Pair, unique_schema};
@@ -156,50 +158,6 @@ async fn waiting_for_the_standby(
     .unwrap()
 }
 
-/// How many grants each store asks for while WAL shipping is cut.
-const CUT_SHORT: usize = 4;
-
-/// A grant answered: the store's schema, name, owner, fence.
-type Answered = (String, String, String, u64);
-
-/// Asks for [`CUT_SHORT`] names at once on `store` (in `schema`).
-fn ask_for_grants(
-    store: &std::sync::Arc<PgStore>,
-    schema: &str,
-) -> Vec<tokio::task::JoinHandle<Option<Answered>>> {
-    (0..CUT_SHORT)
-        .map(|i| {
-            let store = store.clone();
-            let schema = schema.to_owned();
-            tokio::spawn(async move {
-                let (name, owner) = (format!("cut{i}"), format!("o{i}"));
-                let lock = store
-                    .try_lock(&name, &owner, Duration::from_secs(60))
-                    .await
-                    .ok()??;
-                let fence = lock.fence();
-                lock.let_lapse();
-                Some((schema, name, owner, fence))
-            })
-        })
-        .collect()
-}
-
-/// Makes `CUT_SHORT` idle connections in `store`: the grants asked for
-/// later then run on connections it reuses, as in a long-running service.
-async fn warm(store: &PgStore) {
-    let names: Vec<String> = (0..CUT_SHORT).map(|i| format!("warm{i}")).collect();
-    let locks = futures::future::join_all(
-        names
-            .iter()
-            .map(|name| store.try_lock(name, "warm", Duration::from_secs(5))),
-    )
-    .await;
-    for lock in locks {
-        assert!(lock.unwrap().unwrap().release().await.unwrap());
-    }
-}
-
 /// Synchronous replication, WAL shipping cut: a commit whose wait for the
 /// standby is cut short is committed on the primary only. Cut short by
 /// terminating the backend mid-wait (`pg_terminate_backend`), the server
@@ -240,11 +198,11 @@ async fn grants_whose_standby_wait_is_cut_short_are_not_answered() {
             .await
             .unwrap(),
     );
-    warm(&terminated).await;
-    warm(&timed_out).await;
+    warm(&*terminated).await;
+    warm(&*timed_out).await;
     until_cut(&pair).await;
 
-    let mut asked = ask_for_grants(&terminated, &terminated_schema);
+    let asked = ask_for_grants(&terminated);
     // Every first try waits for the standby; each backend is terminated.
     let deadline = Instant::now() + Duration::from_secs(30);
     let mut killed = Vec::new();
@@ -265,7 +223,7 @@ async fn grants_whose_standby_wait_is_cut_short_are_not_answered() {
         );
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
-    let impatient = ask_for_grants(&timed_out, &timed_out_schema);
+    let impatient = ask_for_grants(&timed_out);
     // Settled when each ask has answered, or waits again (a retry, in a new
     // backend) or still (over a second, past the role's timeout).
     loop {
@@ -292,31 +250,23 @@ async fn grants_whose_standby_wait_is_cut_short_are_not_answered() {
     }
     pair.kill_primary().unwrap();
     pair.promote().unwrap();
-    asked.extend(impatient);
-    let mut answered = Vec::new();
-    for ask in asked {
-        let outcome = tokio::time::timeout(Duration::from_secs(30), ask)
-            .await
-            .expect("every ask ends once the primary is gone")
-            .unwrap();
-        answered.extend(outcome);
-    }
-    let mut lost = Vec::new();
-    for (schema, name, owner, fence) in &answered {
+    let (asked, impatient) = (answers(asked).await, answers(impatient).await);
+    let mut lost_names = Vec::new();
+    for (schema, answered) in [
+        (&terminated_schema, &asked),
+        (&timed_out_schema, &impatient),
+    ] {
         let promoted = PgStore::connect(&pair.standby_url, schema).await.unwrap();
-        let holder = promoted.holder(name).await.unwrap();
-        if !holder.is_some_and(|h| h.owner == *owner && h.fence == *fence) {
-            lost.push(format!("{schema}.{name}"));
-        }
+        lost_names.extend(lost(&promoted, answered).await);
         promoted.close().await.unwrap();
     }
+    let answered = asked.len() + impatient.len();
     eprintln!(
-        "cut short: {} of {} grants answered, lost: {lost:?}",
-        answered.len(),
+        "cut short: {answered} of {} grants answered, lost: {lost_names:?}",
         2 * CUT_SHORT
     );
     assert_eq!(
-        lost,
+        lost_names,
         Vec::<String>::new(),
         "a grant answered after its standby wait was cut short was lost"
     );

@@ -122,3 +122,71 @@ impl AfterPromotion {
         self
     }
 }
+
+/// How many grants a test asks for at once while the replica is cut off,
+/// and how many idle connections [`warm`] leaves.
+pub const CUT_SHORT: usize = 4;
+
+/// A grant answered while the replica was cut off: name, owner, fence.
+pub type Answered = (String, String, u64);
+
+/// Makes [`CUT_SHORT`] idle connections in `store`: the grants asked for
+/// later run on connections it reuses, as in a long-running service.
+pub async fn warm(store: &dyn Store) {
+    let names: Vec<String> = (0..CUT_SHORT).map(|i| format!("warm{i}")).collect();
+    let locks = futures::future::join_all(
+        names
+            .iter()
+            .map(|name| store.try_lock(name, "warm", Duration::from_secs(5))),
+    )
+    .await;
+    for lock in locks {
+        assert!(lock.unwrap().unwrap().release().await.unwrap());
+    }
+}
+
+/// Asks for [`CUT_SHORT`] names (`cut0`, `cut1`, …) at once on `store`, each
+/// in a task of its own; a task answers its grant, or `None` for a refusal
+/// or an error.
+pub fn ask_for_grants<S: Store + ?Sized + 'static>(
+    store: &std::sync::Arc<S>,
+) -> Vec<tokio::task::JoinHandle<Option<Answered>>> {
+    (0..CUT_SHORT)
+        .map(|i| {
+            let store = store.clone();
+            tokio::spawn(async move {
+                let (name, owner) = (format!("cut{i}"), format!("o{i}"));
+                let lock = store.try_lock(&name, &owner, TTL).await.ok()??;
+                let fence = lock.fence();
+                lock.let_lapse();
+                Some((name, owner, fence))
+            })
+        })
+        .collect()
+}
+
+/// The asks' answers once each has ended (within 30 s of the primary's
+/// death, which ends any still waiting).
+pub async fn answers(asks: Vec<tokio::task::JoinHandle<Option<Answered>>>) -> Vec<Answered> {
+    let mut answered = Vec::new();
+    for ask in asks {
+        let outcome = tokio::time::timeout(Duration::from_secs(30), ask)
+            .await
+            .expect("every ask ends once the primary is gone")
+            .expect("the ask did not panic");
+        answered.extend(outcome);
+    }
+    answered
+}
+
+/// The answered grants the promoted server does not hold, by name.
+pub async fn lost(promoted: &dyn Store, answered: &[Answered]) -> Vec<String> {
+    let mut lost = Vec::new();
+    for (name, owner, fence) in answered {
+        let holder = promoted.holder(name).await.unwrap();
+        if holder.map(|h| (h.owner, h.fence)) != Some((owner.clone(), *fence)) {
+            lost.push(name.clone());
+        }
+    }
+    lost
+}
