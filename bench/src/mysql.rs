@@ -45,6 +45,54 @@ async fn handoffs(holder: &Arc<dyn Store>, waiter: &Arc<dyn Store>, tag: &str) -
     samples
 }
 
+/// A store in `database` whose acquire procedure never checks which server
+/// drew the last fence (as layout 2 did): its `SELECT … INTO drawn_by`
+/// line made `SET drawn_by = @@server_id;`. Only for measuring what the
+/// check costs; the bench drops it after.
+async fn without_the_server_check(
+    url: &str,
+    database: &str,
+    bare: &mut MySqlConnection,
+) -> MySqlStore {
+    let store = MySqlStore::connect(url, database).await.unwrap();
+    let quoted = format!("`{}`", database.replace('`', "``"));
+    let row = sqlx::query(sqlx::AssertSqlSafe(format!(
+        "SHOW CREATE PROCEDURE {quoted}.acquire"
+    )))
+    .fetch_one(&mut *bare)
+    .await
+    .unwrap();
+    let definition: String = sqlx::Row::get(&row, "Create Procedure");
+    let mut replaced = 0;
+    let flat: Vec<String> = definition
+        .lines()
+        .map(|line| {
+            match line
+                .trim_start()
+                .starts_with("SELECT MAX(value) INTO drawn_by")
+            {
+                true => {
+                    replaced += 1;
+                    "            SET drawn_by = @@server_id;".to_owned()
+                }
+                false => line.to_owned(),
+            }
+        })
+        .collect();
+    assert_eq!(replaced, 1, "the acquire procedure checks its server once");
+    sqlx::raw_sql(sqlx::AssertSqlSafe(format!(
+        "USE {quoted}; DROP PROCEDURE {quoted}.acquire"
+    )))
+    .execute(&mut *bare)
+    .await
+    .unwrap();
+    sqlx::raw_sql(sqlx::AssertSqlSafe(flat.join("\n")))
+        .execute(&mut *bare)
+        .await
+        .unwrap();
+    store
+}
+
 pub async fn run(
     url: &str,
     rows: &mut Vec<Row>,
@@ -62,6 +110,8 @@ pub async fn run(
     let insert = format!("INSERT IGNORE INTO `{database}`.bench_raw (name) VALUES (?)");
     let delete = format!("DELETE FROM `{database}`.bench_raw WHERE name = ?");
     let dyn_store: Arc<dyn Store> = store.clone();
+    let flat_database = format!("{database}_flat");
+    let flat = without_the_server_check(url, &flat_database, &mut bare).await;
     let held = dyn_store
         .try_lock("held", "holder", TTL)
         .await
@@ -69,7 +119,7 @@ pub async fn run(
         .unwrap();
 
     eprintln!("bench: mysql floors and operations, alternating");
-    let mut rounds = Rounds::<6>::default();
+    let mut rounds = Rounds::<7>::default();
     // The first round warms every statement up and is not counted.
     for round in 0..=RUNS {
         let s = once!(ITERATIONS, {
@@ -110,13 +160,34 @@ pub async fn run(
         let h = once!(ITERATIONS, {
             assert!(dyn_store.holder("held").await.unwrap().is_some());
         });
-        rounds.record(round, [s, r, p, c, n, h]);
+        let f = once!(ITERATIONS, {
+            let lock = flat.try_lock("cycle", "me", TTL).await.unwrap().unwrap();
+            lock.release().await.unwrap();
+        });
+        rounds.record(round, [s, r, p, c, n, h, f]);
     }
-    let [select, refused, pair, cycle, renew, holder] = rounds.medians();
+    let [select, refused, pair, cycle_time, renew, holder, flat_cycle] = rounds.medians();
+    let cycle = cycle_time;
     let select = Row::time(ENGINE, "SELECT 1 (bare connection)", select);
     let pair = Row::time(ENGINE, "raw insert+delete (bare connection)", pair);
     let cycle = Row::time(ENGINE, "try_lock+release cycle", cycle).against(&pair, None);
     rows.extend([select.clone(), pair.clone(), cycle.clone()]);
+    // What the check of the server that drew the last fence costs a grant:
+    // the same cycle on a store whose procedure skips it.
+    let flat_cycle = Row::time(
+        ENGINE,
+        "try_lock+release cycle, without the server_id check",
+        flat_cycle,
+    );
+    rows.push(flat_cycle.clone());
+    rows.push(
+        Row::time(
+            ENGINE,
+            "try_lock+release cycle, with the check (as above)",
+            cycle_time,
+        )
+        .against(&flat_cycle, Some(1.03)),
+    );
     rows.push(Row::time(ENGINE, "refused try_lock", refused).against(&select, None));
     rows.push(Row::time(ENGINE, "renew", renew).against(&pair, None));
     rows.push(Row::time(ENGINE, "holder", holder).against(&select, None));
@@ -167,6 +238,8 @@ pub async fn run(
     contended.push((ENGINE, run));
 
     other.close().await.unwrap();
+    flat.drop_database().await.unwrap();
+    flat.close().await.unwrap();
     store.drop_database().await.unwrap();
     let _ = sqlx::raw_sql(sqlx::AssertSqlSafe(format!(
         "DROP DATABASE IF EXISTS `{database}`"

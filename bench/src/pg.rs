@@ -127,6 +127,39 @@ async fn wal_flushes(url: &str, schema: &str, bare: &mut PgConnection) -> Vec<(S
     ]
 }
 
+/// A store in `schema` whose acquire function draws fences from the
+/// sequence alone, without the WAL's timeline (as layout 4 did): the
+/// function's `timeline := …;` line made `timeline := 0;`. Only for
+/// measuring what the timeline read costs; the bench drops it after.
+async fn without_the_timeline(url: &str, schema: &str, bare: &mut PgConnection) -> PgStore {
+    let store = PgStore::connect(url, schema).await.unwrap();
+    let (definition,): (String,) = sqlx::query_as(
+        "SELECT pg_get_functiondef(p.oid) FROM pg_proc p JOIN pg_namespace n ON n.oid = p.pronamespace
+         WHERE n.nspname = $1 AND p.proname = 'acquire'",
+    )
+    .bind(schema)
+    .fetch_one(&mut *bare)
+    .await
+    .unwrap();
+    let mut replaced = 0;
+    let flat: Vec<String> = definition
+        .lines()
+        .map(|line| match line.trim_start().starts_with("timeline := ") {
+            true => {
+                replaced += 1;
+                "            timeline := 0;".to_owned()
+            }
+            false => line.to_owned(),
+        })
+        .collect();
+    assert_eq!(replaced, 1, "the acquire function reads its timeline once");
+    sqlx::raw_sql(sqlx::AssertSqlSafe(flat.join("\n")))
+        .execute(&mut *bare)
+        .await
+        .unwrap();
+    store
+}
+
 pub async fn run(
     url: &str,
     rows: &mut Vec<Row>,
@@ -151,6 +184,7 @@ pub async fn run(
     let store = Arc::new(PgStore::connect(url, &schema).await.unwrap());
     let dyn_store: Arc<dyn Store> = store.clone();
     let store_ref = dyn_store.as_ref();
+    let flat = without_the_timeline(url, &format!("{schema}_flat"), &mut bare).await;
     let held = dyn_store
         .try_lock(ops::HELD, "holder", TTL)
         .await
@@ -166,7 +200,7 @@ pub async fn run(
     else {
         panic!("the peer's held lock is free")
     };
-    let mut rounds = Rounds::<9>::default();
+    let mut rounds = Rounds::<10>::default();
     // A B A B …: every figure and its floor share each stretch of the
     // machine's weather; the first round warms every statement up and is
     // not counted.
@@ -231,6 +265,10 @@ pub async fn run(
                 let refused = peer_held_lock.try_acquire(&mut peer).await.unwrap();
                 assert!(matches!(refused, Either::Right(_)));
             }),
+            once!(ITERATIONS, {
+                let lock = flat.try_lock("cycle", "me", TTL).await.unwrap().unwrap();
+                lock.release().await.unwrap();
+            }),
         ];
         rounds.record(round, round_times);
     }
@@ -245,11 +283,26 @@ pub async fn run(
         holder,
         peer_cycle,
         peer_refused,
+        flat_cycle,
     ] = rounds.medians();
     let select_bare = Row::time(ENGINE, "SELECT 1 (bare connection)", select);
     let pair_bare = Row::time(ENGINE, "raw insert+delete (bare connection)", pair);
+    let cycle_time = cycle;
     let cycle = Row::time(ENGINE, "try_lock+release cycle (10 rows)", cycle)
         .against(&pair_bare, Some(0.85));
+    // What reading the WAL's timeline for each fence costs a grant: the
+    // same cycle on a store whose function draws fences without it.
+    let flat_cycle = Row::time(
+        ENGINE,
+        "try_lock+release cycle, fences without the timeline",
+        flat_cycle,
+    );
+    let timeline_cost = Row::time(
+        ENGINE,
+        "try_lock+release cycle, with the timeline (as above)",
+        cycle_time,
+    )
+    .against(&flat_cycle, Some(1.03));
     rows.extend([
         select_bare.clone(),
         pair_bare.clone(),
@@ -259,6 +312,8 @@ pub async fn run(
             advisory,
         ),
         cycle.clone(),
+        flat_cycle,
+        timeline_cost,
         Row::time(ENGINE, "refused try_lock (10 rows)", refused).against(&select_bare, Some(1.1)),
         Row::time(ENGINE, "renew", renew).against(&pair_bare, None),
         Row::time(ENGINE, "holder", holder).against(&select_bare, None),
@@ -380,6 +435,8 @@ pub async fn run(
     let many = contention::many_names(dyn_store.clone(), "many", 64, Duration::from_secs(3)).await;
     rows.push(Row::rate(ENGINE, "64 tasks on 64 names: cycles", many));
     store.drop_schema().await.unwrap();
+    flat.drop_schema().await.unwrap();
+    flat.close().await.unwrap();
     store.close().await.unwrap();
     curve
 }
