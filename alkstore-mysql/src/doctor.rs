@@ -52,10 +52,13 @@ async fn inspect(url: &str) -> Result<Report, BoxError> {
 pub(crate) fn judge(observed: &HashMap<String, String>) -> Vec<Finding> {
     let get = |name: &str| observed.get(name).map_or("", String::as_str);
     let flush = get("innodb_flush_log_at_trx_commit");
-    let crash = if flush == "1" {
+    // 3 is 1 with the log written at prepare too: as durable.
+    let crash = if flush == "1" || flush == "3" {
         Finding::kept(
             Promise::NoGrantLostInACrash,
-            "innodb_flush_log_at_trx_commit = 1: every commit is on disk when answered",
+            format!(
+                "innodb_flush_log_at_trx_commit = {flush}: every commit is on disk when answered"
+            ),
         )
     } else {
         Finding::given_up(
@@ -105,6 +108,16 @@ fn failover<'a>(get: &impl Fn(&str) -> &'a str, crash: &Finding) -> Finding {
             "sync_binlog = {sync_binlog}: after a crash the binary log can lack commits that were answered"
         ));
     }
+    if !get("version").contains("MARIADB") {
+        return Finding::new(
+            promise,
+            Verdict::Unknown,
+            format!(
+                "version {}: not MariaDB, whose semi-sync settings these are (the engine needs MariaDB's sequences)",
+                get("version")
+            ),
+        );
+    }
     if get("rpl_semi_sync_master_enabled") != "ON" {
         return given_up(
             "rpl_semi_sync_master_enabled is not ON: replication is asynchronous, and a promoted replica lacks what it had not received".into(),
@@ -124,7 +137,7 @@ fn failover<'a>(get: &impl Fn(&str) -> &'a str, crash: &Finding) -> Finding {
     let timeout = get("rpl_semi_sync_master_timeout");
     if timeout.parse::<u64>().unwrap_or(0) < LONGEST_SEMI_SYNC_TIMEOUT {
         return given_up(format!(
-            "rpl_semi_sync_master_timeout = {timeout} ms: a replica silent that long and semi-sync falls back to asynchronous, answering commits no replica has ({LONGEST_SEMI_SYNC_TIMEOUT} never does)"
+            "rpl_semi_sync_master_timeout = {timeout} ms: a replica silent that long and semi-sync falls back to asynchronous, answering commits no replica has (the longest, {LONGEST_SEMI_SYNC_TIMEOUT}, is about 49.7 days)"
         ));
     }
     if get("rpl_semi_sync_master_status") != "ON" {
@@ -156,6 +169,7 @@ mod tests {
             ("rpl_semi_sync_master_timeout", "4294967295"),
             ("rpl_semi_sync_master_status", "ON"),
             ("rpl_semi_sync_master_clients", "1"),
+            ("version", "10.11.6-MARIADB-0+DEB12U1-LOG"),
         ]
         .into_iter()
         .map(|(k, v)| (k.to_owned(), v.to_owned()))
@@ -196,5 +210,8 @@ mod tests {
                 failover.because
             );
         }
+        let mysql = judge(&observed(&[("version", "8.0.36")]));
+        assert_eq!(mysql[2].verdict, Verdict::Unknown);
+        assert!(mysql[2].because.contains("not MariaDB"));
     }
 }

@@ -322,12 +322,8 @@ async fn create_missing(
     sqlx::query(statements.record_fences.clone())
         .execute(&mut *conn)
         .await?;
-    if upgrade && objects.acquire {
-        // An older layout's procedure (only it changed) is made again.
-        sqlx::raw_sql(statements.drop_acquire.clone())
-            .execute(&mut *conn)
-            .await?;
-    }
+    // An older layout's procedure (only it changed) is replaced in one
+    // statement: a CALL of a process already open never finds it missing.
     if !objects.acquire || upgrade {
         sqlx::raw_sql(statements.create_acquire.clone())
             .execute(&mut *conn)

@@ -19,7 +19,7 @@ use sqlx::{AssertSqlSafe, SqlSafeStr, SqlStr};
 pub const SCHEMA_VERSION: i64 = 4;
 
 /// Older layouts an opener upgrades in place, under the creation lock: the
-/// acquire procedure dropped and made again, the version recorded.
+/// acquire procedure replaced (`CREATE OR REPLACE`), the version recorded.
 pub(crate) const UPGRADABLE: std::ops::RangeInclusive<i64> = 1..=3;
 
 /// The `meta` key the acquire procedure counts up to confirm the same
@@ -145,7 +145,7 @@ WHERE EVENT_OBJECT_SCHEMA = ? AND EVENT_OBJECT_TABLE IN ('locks', 'meta')";
 /// needs no privilege; a variable the server lacks, such as MySQL's
 /// differently named semi-sync ones, is simply absent).
 pub(crate) const DOCTOR_VARIABLES: &str = "SHOW GLOBAL VARIABLES WHERE Variable_name IN (
-    'innodb_flush_log_at_trx_commit', 'sync_binlog', 'log_bin', 'server_id',
+    'version', 'innodb_flush_log_at_trx_commit', 'sync_binlog', 'log_bin', 'server_id',
     'gtid_strict_mode', 'read_only', 'rpl_semi_sync_master_enabled',
     'rpl_semi_sync_master_wait_point', 'rpl_semi_sync_master_timeout',
     'rpl_semi_sync_master_wait_no_slave')";
@@ -187,7 +187,6 @@ pub(crate) struct Statements {
     pub(crate) record_drawn_by: SqlStr,
     pub(crate) read_meta: SqlStr,
     pub(crate) fences_created: SqlStr,
-    pub(crate) drop_acquire: SqlStr,
     pub(crate) drop_objects: [SqlStr; 4],
     pub(crate) drop_database: SqlStr,
     pub(crate) acquire: SqlStr,
@@ -238,7 +237,7 @@ impl Statements {
         // The procedure refuses to run inside an open transaction, whose
         // COMMIT would be the caller's.
         let create_acquire = format!(
-            "CREATE PROCEDURE {acquire_proc}(p_name VARBINARY({TEXT_BYTES}), \
+            "CREATE OR REPLACE PROCEDURE {acquire_proc}(p_name VARBINARY({TEXT_BYTES}), \
                  p_owner VARBINARY({TEXT_BYTES}), p_ttl BIGINT, p_wait_ms BIGINT)
 MODIFIES SQL DATA
 BEGIN
@@ -344,7 +343,6 @@ BEGIN
     END;
 END"
         );
-        let drop_acquire = audited(format!("DROP PROCEDURE IF EXISTS {acquire_proc}"));
         Statements {
             create_database: audited(format!(
                 "CREATE DATABASE {db} CHARACTER SET utf8mb4 COLLATE utf8mb4_bin"
@@ -394,9 +392,8 @@ END"
             fences_created: audited(format!(
                 "SELECT COUNT(*) FROM {meta} WHERE `key` = '{FENCES_CREATED_KEY}'"
             )),
-            drop_acquire: drop_acquire.clone(),
             drop_objects: [
-                drop_acquire,
+                audited(format!("DROP PROCEDURE IF EXISTS {acquire_proc}")),
                 audited(format!("DROP TABLE IF EXISTS {locks}")),
                 audited(format!("DROP SEQUENCE IF EXISTS {fences}")),
                 audited(format!("DROP TABLE IF EXISTS {meta}")),

@@ -9,7 +9,7 @@
 use std::time::{Duration, Instant};
 
 use alkstore_contract_suite::failover::{
-    AfterPromotion, CUT_SHORT, Written, after_promotion, answers, ask_for_grants, lost, warm, write,
+    AfterPromotion, Written, after_promotion, answers, ask_for_grants, lost, warm, write,
 };
 use alkstore_core::Store;
 use alkstore_mysql::MySqlStore;
@@ -73,14 +73,11 @@ async fn fences_rise_across_an_asynchronous_promotion() {
     promoted.close().await.unwrap();
 }
 
-/// Threads of the primary running a statement, other than `admin`'s: once
-/// the replica is cut off, the store's, waiting for the replica's
-/// acknowledgement (the acquire procedure's `COMMIT`) or queued behind one
-/// that does.
+/// Threads of the primary waiting for a replica's acknowledgement.
 async fn waiting_for_the_replica(admin: &mut MySqlConnection) -> Vec<i64> {
     let rows: Vec<(i64,)> = sqlx::query_as(
         "SELECT ID FROM information_schema.PROCESSLIST
-         WHERE COMMAND IN ('Query', 'Execute') AND ID <> CONNECTION_ID()",
+         WHERE STATE LIKE 'Waiting for semi-sync ACK%'",
     )
     .fetch_all(admin)
     .await
@@ -89,15 +86,18 @@ async fn waiting_for_the_replica(admin: &mut MySqlConnection) -> Vec<i64> {
 }
 
 /// Lossless semi-synchronous replication (`AFTER_SYNC`, no fallback), the
-/// binary log's shipping cut: grants wait for the replica's
-/// acknowledgement. Each waiting connection is killed (`KILL CONNECTION`):
-/// the server stops waiting and commits on the primary only, answering
+/// binary log's shipping cut: a grant waits for the replica's
+/// acknowledgement, and its connection is killed (`KILL CONNECTION`): the
+/// server stops waiting and commits on the primary only, answering
 /// nothing. The store's retry on a new connection must not read its own
 /// row back and answer "granted" (layout 3 did); it confirms with a write,
 /// whose commit waits for the replica too. Then the primary is killed and
-/// the replica promoted: every grant answered is on the promoted server.
+/// the replica promoted: nothing answered is lost. One grant at a time: a
+/// killed waiter lets the other commits of its binary-log group finish
+/// without the acknowledgement, answered as successes (MariaDB's doing, a
+/// known limit in docs/failover.md), which no client can tell.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn grants_whose_replica_wait_is_cut_short_are_not_answered() {
+async fn a_grant_whose_replica_wait_is_cut_short_is_not_answered() {
     let Some(pair) = Pair::start(true) else {
         return;
     };
@@ -121,42 +121,42 @@ async fn grants_whose_replica_wait_is_cut_short_are_not_answered() {
             .await
             .unwrap(),
     );
-    warm(&*store).await;
+    warm(&*store, 1).await;
     pair.cut().unwrap();
 
-    let asked = ask_for_grants(&store);
-    let mut killed = Vec::new();
-    while killed.len() < CUT_SHORT {
-        for id in waiting_for_the_replica(&mut admin).await {
-            if !killed.contains(&id) {
-                sqlx::query("KILL CONNECTION ?")
-                    .bind(id)
-                    .execute(&mut admin)
-                    .await
-                    .unwrap();
-                killed.push(id);
-            }
+    let asked = ask_for_grants(&store, 1);
+    let first = loop {
+        if let Some(&id) = waiting_for_the_replica(&mut admin).await.first() {
+            break id;
         }
         assert!(
             Instant::now() < deadline,
-            "the grants did not wait for the replica"
+            "the grant did not wait for the replica"
         );
         tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-    // Settled when each ask has answered, or waits again (its retry).
+    };
+    sqlx::query("KILL CONNECTION ?")
+        .bind(first)
+        .execute(&mut admin)
+        .await
+        .unwrap();
+    // Settled when the ask has answered, or its retry waits for the replica.
     loop {
-        let retries = waiting_for_the_replica(&mut admin)
+        let retrying = waiting_for_the_replica(&mut admin)
             .await
             .into_iter()
-            .filter(|id| !killed.contains(id))
-            .count();
-        let answered = asked.iter().filter(|a| a.is_finished()).count();
-        if answered + retries == CUT_SHORT {
+            .any(|id| id != first);
+        let answered = asked[0].is_finished();
+        assert!(
+            !answered,
+            "the ask ended (answered or failed) while the replica heard nothing"
+        );
+        if retrying {
             break;
         }
         assert!(
             Instant::now() < deadline,
-            "the asks neither answered nor waited"
+            "the ask neither answered nor waited"
         );
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
@@ -168,10 +168,6 @@ async fn grants_whose_replica_wait_is_cut_short_are_not_answered() {
         .unwrap();
     let lost_names = lost(&promoted, &answered).await;
     promoted.close().await.unwrap();
-    eprintln!(
-        "cut short: {} of {CUT_SHORT} grants answered, lost: {lost_names:?}",
-        answered.len()
-    );
     assert_eq!(
         lost_names,
         Vec::<String>::new(),

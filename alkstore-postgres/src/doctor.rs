@@ -105,7 +105,23 @@ pub(crate) fn judge(observed: &Observed) -> Vec<Finding> {
             "fsync = off: a crash can lose any commit",
         ),
     };
-    let failover = failover(observed, &crash);
+    // A standby's own settings say nothing of the primary's commits.
+    let (crash, failover) = if observed.in_recovery {
+        let unknown = |promise| {
+            Finding::new(
+                promise,
+                Verdict::Unknown,
+                "this server is a standby: its settings are not the primary's; run doctor on the primary",
+            )
+        };
+        (
+            unknown(Promise::NoGrantLostInACrash),
+            unknown(Promise::NoGrantLostInAFailover),
+        )
+    } else {
+        let failover = failover(observed, &crash);
+        (crash, failover)
+    };
     let fences = if observed.setting("wal_level") == "minimal" {
         Finding::new(
             Promise::FencesRiseAcrossAFailover,
@@ -232,6 +248,13 @@ mod tests {
         assert!(torn[1].because.contains("full_page_writes = off"));
         let minimal = [("wal_level", "minimal")];
         assert_eq!(verdicts(&observed(&minimal, 0))[3], NotApplicable);
+    }
+
+    #[test]
+    fn a_standby_is_judged_unknown_not_kept() {
+        let mut standby = observed(&[("synchronous_standby_names", "*")], 0);
+        standby.in_recovery = true;
+        assert_eq!(verdicts(&standby), [NotApplicable, Unknown, Unknown, Kept]);
     }
 
     #[test]

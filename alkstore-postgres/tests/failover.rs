@@ -10,7 +10,7 @@
 use std::time::{Duration, Instant};
 
 use alkstore_contract_suite::failover::{
-    AfterPromotion, CUT_SHORT, Written, after_promotion, answers, ask_for_grants, lost, warm, write,
+    AfterPromotion, Written, after_promotion, answers, ask_for_grants, lost, warm, write,
 };
 use alkstore_core::Store;
 use alkstore_postgres::PgStore;
@@ -158,6 +158,9 @@ async fn waiting_for_the_standby(
     .unwrap()
 }
 
+/// How many grants each store asks for while WAL shipping is cut.
+const CUT_SHORT: usize = 4;
+
 /// Synchronous replication, WAL shipping cut: a commit whose wait for the
 /// standby is cut short is committed on the primary only. Cut short by
 /// terminating the backend mid-wait (`pg_terminate_backend`), the server
@@ -198,32 +201,38 @@ async fn grants_whose_standby_wait_is_cut_short_are_not_answered() {
             .await
             .unwrap(),
     );
-    warm(&*terminated).await;
-    warm(&*timed_out).await;
+    warm(&*terminated, CUT_SHORT).await;
+    warm(&*timed_out, CUT_SHORT).await;
     until_cut(&pair).await;
 
-    let asked = ask_for_grants(&terminated);
+    let asked = ask_for_grants(&terminated, CUT_SHORT);
     // Every first try waits for the standby; each backend is terminated.
     let deadline = Instant::now() + Duration::from_secs(30);
-    let mut killed = Vec::new();
-    while killed.len() < CUT_SHORT {
-        for (pid, _) in waiting_for_the_standby(&mut admin, "postgres", &terminated_schema).await {
-            if !killed.contains(&pid) {
-                sqlx::query("SELECT pg_terminate_backend($1)")
-                    .bind(pid)
-                    .execute(&mut admin)
-                    .await
-                    .unwrap();
-                killed.push(pid);
-            }
+    // Once every first try waits for the standby (no retry exists before a
+    // backend is terminated), each of those backends is terminated.
+    let killed = loop {
+        let waiting: Vec<i32> = waiting_for_the_standby(&mut admin, "postgres", &terminated_schema)
+            .await
+            .into_iter()
+            .map(|(pid, _)| pid)
+            .collect();
+        if waiting.len() == CUT_SHORT {
+            break waiting;
         }
         assert!(
             Instant::now() < deadline,
             "the grants did not wait for the standby"
         );
         tokio::time::sleep(Duration::from_millis(20)).await;
+    };
+    for pid in &killed {
+        sqlx::query("SELECT pg_terminate_backend($1)")
+            .bind(pid)
+            .execute(&mut admin)
+            .await
+            .unwrap();
     }
-    let impatient = ask_for_grants(&timed_out);
+    let impatient = ask_for_grants(&timed_out, CUT_SHORT);
     // Settled when each ask has answered, or waits again (a retry, in a new
     // backend) or still (over a second, past the role's timeout).
     loop {
@@ -240,6 +249,13 @@ async fn grants_whose_standby_wait_is_cut_short_are_not_answered() {
         let answered =
             |asks: &[tokio::task::JoinHandle<_>]| asks.iter().filter(|a| a.is_finished()).count();
         if answered(&asked) + retries == CUT_SHORT && answered(&impatient) + patient == CUT_SHORT {
+            // Not one answered: every retry waits for the standby, every
+            // impatient grant waited past its role's timeout.
+            assert_eq!(
+                (answered(&asked), answered(&impatient)),
+                (0, 0),
+                "grants answered while the standby heard nothing"
+            );
             break;
         }
         assert!(

@@ -123,17 +123,13 @@ impl AfterPromotion {
     }
 }
 
-/// How many grants a test asks for at once while the replica is cut off,
-/// and how many idle connections [`warm`] leaves.
-pub const CUT_SHORT: usize = 4;
-
 /// A grant answered while the replica was cut off: name, owner, fence.
 pub type Answered = (String, String, u64);
 
-/// Makes [`CUT_SHORT`] idle connections in `store`: the grants asked for
+/// Makes `how_many` idle connections in `store`: the grants asked for
 /// later run on connections it reuses, as in a long-running service.
-pub async fn warm(store: &dyn Store) {
-    let names: Vec<String> = (0..CUT_SHORT).map(|i| format!("warm{i}")).collect();
+pub async fn warm(store: &dyn Store, how_many: usize) {
+    let names: Vec<String> = (0..how_many).map(|i| format!("warm{i}")).collect();
     let locks = futures::future::join_all(
         names
             .iter()
@@ -145,13 +141,14 @@ pub async fn warm(store: &dyn Store) {
     }
 }
 
-/// Asks for [`CUT_SHORT`] names (`cut0`, `cut1`, …) at once on `store`, each
+/// Asks for `how_many` names (`cut0`, `cut1`, …) at once on `store`, each
 /// in a task of its own; a task answers its grant, or `None` for a refusal
 /// or an error.
 pub fn ask_for_grants<S: Store + ?Sized + 'static>(
     store: &std::sync::Arc<S>,
+    how_many: usize,
 ) -> Vec<tokio::task::JoinHandle<Option<Answered>>> {
-    (0..CUT_SHORT)
+    (0..how_many)
         .map(|i| {
             let store = store.clone();
             tokio::spawn(async move {
