@@ -178,6 +178,19 @@ impl Report {
 /// The future of [`EngineDescriptor::inspect`](crate::EngineDescriptor::inspect).
 pub type InspectFuture<'a> = Pin<Box<dyn Future<Output = crate::Result<Report>> + Send + 'a>>;
 
+/// An engine's inspection as [`EngineDescriptor::inspect`](crate::EngineDescriptor::inspect)
+/// answers it: its error an [`Error::Database`](crate::Error::Database) of
+/// the operation `inspect`, with the cause as its source.
+pub fn inspecting<'a>(
+    report: impl Future<Output = Result<Report, crate::BoxError>> + Send + 'a,
+) -> InspectFuture<'a> {
+    Box::pin(async move {
+        report
+            .await
+            .map_err(|e| crate::Error::database("inspect", e))
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

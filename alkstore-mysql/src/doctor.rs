@@ -4,10 +4,9 @@
 
 use std::collections::HashMap;
 
-use alkstore_core::doctor::{Finding, InspectFuture, Promise, Report, Verdict};
-use alkstore_core::{BoxError, Error};
+use alkstore_core::BoxError;
+use alkstore_core::doctor::{Finding, InspectFuture, Promise, Report, Verdict, inspecting};
 use sqlx::Connection;
-use sqlx::mysql::MySqlConnectOptions;
 
 use crate::connection::MySql;
 use crate::sql;
@@ -19,18 +18,11 @@ const LONGEST_SEMI_SYNC_TIMEOUT: u64 = u32::MAX as u64;
 
 /// Inspects the server `url` names (its database ignored).
 pub(crate) fn inspect_url(url: &str) -> InspectFuture<'_> {
-    Box::pin(async move {
-        let (url, _) = crate::url::parse(url).map_err(|e| Error::database("inspect", e))?;
-        inspect(&url)
-            .await
-            .map_err(|e| Error::database("inspect", e))
-    })
+    inspecting(async move { inspect(&crate::url::parse(url)?.0).await })
 }
 
 async fn inspect(url: &str) -> Result<Report, BoxError> {
-    let options: MySqlConnectOptions = url.parse()?;
-    let server = <MySql as alkstore_sqlx::Dialect>::server(&options);
-    let mut conn = alkstore_sqlx::connect::<MySql>(&options).await?;
+    let (server, mut conn) = alkstore_sqlx::connect_url::<MySql>(url).await?;
     let mut shown: Vec<(String, String)> = sqlx::query_as(sql::DOCTOR_VARIABLES)
         .fetch_all(&mut conn)
         .await?;

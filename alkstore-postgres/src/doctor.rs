@@ -4,10 +4,9 @@
 
 use std::collections::HashMap;
 
-use alkstore_core::doctor::{Finding, InspectFuture, Promise, Report, Verdict};
-use alkstore_core::{BoxError, Error};
+use alkstore_core::BoxError;
+use alkstore_core::doctor::{Finding, InspectFuture, Promise, Report, Verdict, inspecting};
 use sqlx::Connection;
-use sqlx::postgres::PgConnectOptions;
 
 use crate::connection::Postgres;
 use crate::sql;
@@ -32,18 +31,11 @@ impl Observed {
 
 /// Inspects the server `url` names (its `schema` parameter ignored).
 pub(crate) fn inspect_url(url: &str) -> InspectFuture<'_> {
-    Box::pin(async move {
-        let (url, _) = crate::url::parse(url).map_err(|e| Error::database("inspect", e))?;
-        inspect(&url)
-            .await
-            .map_err(|e| Error::database("inspect", e))
-    })
+    inspecting(async move { inspect(&crate::url::parse(url)?.0).await })
 }
 
 async fn inspect(url: &str) -> Result<Report, BoxError> {
-    let options: PgConnectOptions = url.parse()?;
-    let server = <Postgres as alkstore_sqlx::Dialect>::server(&options);
-    let mut conn = alkstore_sqlx::connect::<Postgres>(&options).await?;
+    let (server, mut conn) = alkstore_sqlx::connect_url::<Postgres>(url).await?;
     let settings: Vec<(String, String)> = sqlx::query_as(sql::DOCTOR_SETTINGS)
         .fetch_all(&mut conn)
         .await?;

@@ -4,8 +4,8 @@
 
 use std::path::Path;
 
-use alkstore_core::doctor::{Finding, InspectFuture, Promise, Report, Verdict};
-use alkstore_core::{BoxError, Error};
+use alkstore_core::BoxError;
+use alkstore_core::doctor::{Finding, InspectFuture, Promise, Report, Verdict, inspecting};
 use rusqlite::{Connection, OpenFlags};
 
 use crate::sql;
@@ -13,16 +13,11 @@ use crate::url::Target;
 
 /// Inspects the file (or in-memory database) `url` names.
 pub(crate) fn inspect_url(url: &str) -> InspectFuture<'_> {
-    Box::pin(async move {
-        let target = crate::url::parse(url).map_err(|e| Error::database("inspect", e))?;
-        let report = match target {
+    inspecting(async move {
+        match crate::url::parse(url)? {
             Target::Memory => Ok(in_memory()),
-            Target::File(path) => tokio::task::spawn_blocking(move || inspect_file(&path))
-                .await
-                .map_err(BoxError::from)
-                .and_then(|report| report),
-        };
-        report.map_err(|e| Error::database("inspect", e))
+            Target::File(path) => tokio::task::spawn_blocking(move || inspect_file(&path)).await?,
+        }
     })
 }
 

@@ -155,6 +155,15 @@ pub async fn connect<D: Dialect>(options: &Options<D>) -> Result<Conn<D>, Connec
         .map_err(|e| failed(e.into()))
 }
 
+/// Connects to the server a driver URL names, for a one-off look (what
+/// `alkstore doctor` reads): where it is, for a report (never a password),
+/// and the connection.
+pub async fn connect_url<D: Dialect>(url: &str) -> Result<(String, Conn<D>), BoxError> {
+    let options: Options<D> = url.parse()?;
+    let conn = connect::<D>(&options).await?;
+    Ok((D::server(&options), conn))
+}
+
 /// A waiting acquire's deadline passed before a connection was free or made:
 /// nothing was sent, and the engine reports the attempt as refused.
 #[derive(Debug, thiserror::Error)]

@@ -250,11 +250,19 @@ impl Instance {
         format!("mysql://alkstore:{password}@127.0.0.1:{}", self.port)
     }
 
-    /// Runs `sql` with the `mariadb` client as the superuser over TCP (the
-    /// password through the environment, never on a command line).
-    fn sql(&self, password: &str, sql: &str) -> Result<(), String> {
+    /// The first value `sql` answers, run by the `mariadb` client as the
+    /// superuser over TCP (the password through the environment).
+    fn query(&self, password: &str, sql: &str) -> Result<String, String> {
         let output = std::process::Command::new("mariadb")
-            .args(["--no-defaults", "-h", "127.0.0.1", "-u", "alkstore"])
+            .args([
+                "--no-defaults",
+                "-N",
+                "-B",
+                "-h",
+                "127.0.0.1",
+                "-u",
+                "alkstore",
+            ])
             .arg(format!("--port={}", self.port))
             .args(["-e", sql])
             .env("MYSQL_PWD", password)
@@ -262,13 +270,19 @@ impl Instance {
             .output()
             .map_err(|e| format!("could not run the mariadb client: {e}"))?;
         if output.status.success() {
-            Ok(())
+            Ok(String::from_utf8_lossy(&output.stdout).trim().to_owned())
         } else {
             Err(format!(
                 "{sql:?} failed: {}",
                 String::from_utf8_lossy(&output.stderr)
             ))
         }
+    }
+
+    /// Runs `sql` with the `mariadb` client as the superuser over TCP (the
+    /// password through the environment, never on a command line).
+    fn sql(&self, password: &str, sql: &str) -> Result<(), String> {
+        self.query(password, sql).map(drop)
     }
 }
 
@@ -356,6 +370,21 @@ impl Pair {
                 primary.port
             ),
         )?;
+        // Ready once the replica receives (with `semi_sync`: acknowledges).
+        if semi_sync {
+            process::until(
+                Duration::from_secs(30),
+                "the replica to acknowledge",
+                || {
+                    let clients = primary.query(
+                        &primary_password,
+                        "SELECT VARIABLE_VALUE FROM information_schema.GLOBAL_STATUS
+                     WHERE VARIABLE_NAME = 'RPL_SEMI_SYNC_MASTER_CLIENTS'",
+                    )?;
+                    Ok(clients == "1")
+                },
+            )?;
+        }
         Ok(Pair {
             primary_url: primary.url(&primary_password),
             replica_url: replica.url(&replica_password),

@@ -4,6 +4,7 @@ use crate::process;
 
 use std::path::{Path, PathBuf};
 use std::sync::OnceLock;
+use std::time::Duration;
 
 /// The URL of a server to use instead of starting one.
 pub const URL_VAR: &str = "ALKSTORE_PG_URL";
@@ -42,6 +43,17 @@ impl Cluster {
     /// The data directory.
     pub fn data(&self) -> PathBuf {
         self.dir.join("data")
+    }
+
+    /// The first value `sql` answers, run by `psql` as the superuser over
+    /// the cluster's own socket.
+    pub fn query(&self, sql: &str) -> Result<String, String> {
+        let port = self.port.to_string();
+        let dir = self.dir.display().to_string();
+        let args = [
+            "-h", &dir, "-p", &port, "-U", "postgres", "-d", "postgres", "-Atc", sql,
+        ];
+        process::output(Path::new("psql"), &args, self.user()).map(|out| out.trim().to_owned())
     }
 
     /// Runs `pg_ctl` with `args` against this cluster (for fault tests:
@@ -294,6 +306,15 @@ impl Pair {
         .map_err(|e| e.replace(&password, "****"))?;
         spawn_watchdog(&standby)?;
         standby.start()?;
+        // Ready once the primary sees the standby streaming (and, with
+        // `synchronous`, as its synchronous standby).
+        let ready = match synchronous {
+            true => "SELECT count(*) FROM pg_stat_replication WHERE sync_state = 'sync'",
+            false => "SELECT count(*) FROM pg_stat_replication WHERE state = 'streaming'",
+        };
+        process::until(Duration::from_secs(30), "the standby to stream", || {
+            Ok(primary.query(ready)? == "1")
+        })?;
         Ok(Pair {
             primary_url: primary.url(&password),
             standby_url: standby.url(&password),

@@ -30,13 +30,19 @@ pub fn command_as(user: Option<&str>, program: &Path) -> Command {
 /// Runs `program args` (as `user` when given) to its end; the error holds
 /// its output.
 pub fn run(program: &Path, args: &[&str], user: Option<&str>) -> Result<(), String> {
+    output(program, args, user).map(drop)
+}
+
+/// Runs `program` with `args` (as `user`, when given) and answers its
+/// standard output; a failure holds the exit status and both outputs.
+pub fn output(program: &Path, args: &[&str], user: Option<&str>) -> Result<String, String> {
     let output = command_as(user, program)
         .args(args)
         .stdin(Stdio::null())
         .output()
         .map_err(|e| format!("could not run {}: {e}", program.display()))?;
     if output.status.success() {
-        Ok(())
+        Ok(String::from_utf8_lossy(&output.stdout).into_owned())
     } else {
         Err(format!(
             "{} {args:?} failed ({}): {}{}",
@@ -123,4 +129,21 @@ pub fn skip_or_fail(engine: &str, why: &str, hint: &str) {
     if direct.is_err() {
         eprintln!("{line}");
     }
+}
+
+/// Polls `ready` every 20 ms until it answers true, for at most `patience`;
+/// an error of `ready` ends the wait with it.
+pub fn until(
+    patience: std::time::Duration,
+    what: &str,
+    mut ready: impl FnMut() -> Result<bool, String>,
+) -> Result<(), String> {
+    let deadline = std::time::Instant::now() + patience;
+    while !ready()? {
+        if std::time::Instant::now() > deadline {
+            return Err(format!("waited {patience:?} for {what}"));
+        }
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    Ok(())
 }
