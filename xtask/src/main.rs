@@ -8,7 +8,8 @@
 //!   the workspace's `alkstore-<engine>` packages with a `tests/contract.rs`.
 //! - `cargo xtask tidy` — what the compiler cannot check: every contract case
 //!   listed and documented, case counts in the docs, the docs' SQL against
-//!   each engine's `sql.rs`, no unused dependencies.
+//!   each engine's `sql.rs`, no unused dependencies, the paths docs cite,
+//!   this usage line (also run by `cargo test`: `tidy::tests`).
 //! - `cargo xtask ci` — fmt check, clippy `-D warnings`, the full test run,
 //!   the quickstart example, the contract table and tidy.
 //! - `cargo xtask bench [engine…]` — the benchmark (`bench/`; every engine,
@@ -89,7 +90,7 @@ fn main() -> ExitCode {
         }
         _ => {
             eprintln!(
-                "usage: cargo xtask <contract | tidy | ci | bench [engine…] | soak [minutes]>"
+                "usage: cargo xtask <contract | tidy | ci | bench [engine…] | mutants [args] | soak [minutes]>"
             );
             return ExitCode::from(2);
         }

@@ -1,5 +1,6 @@
 //! `cargo xtask tidy`: what the compiler cannot check, checked on the tree
-//! (as rust-analyzer's xtask does).
+//! (as rust-analyzer's xtask does) — and run by `cargo test` too, as the
+//! test `the_tree_is_tidy`, so a drift fails the README's test command.
 //!
 //! - every contract case (a `pub async fn` of `contract-suite/src/cases/`)
 //!   is listed in `contract_tests!` — so no case exists without running —
@@ -9,27 +10,38 @@
 //! - every SQL statement an engine's doc quotes inline (`UPDATE …`,
 //!   `DELETE …`, `SELECT …`, `INSERT …`, `CALL …`) is, up to whitespace and
 //!   the placeholders for names, in that engine's `sql.rs`;
-//! - every dependency a package declares is used by its code.
+//! - every dependency a package declares is used by its code;
+//! - every path a doc cites exists: a repository path in backticks, or a
+//!   relative link (from the doc's own folder);
+//! - every xtask command is in its usage line and its module doc.
 
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 
 pub(crate) fn run() -> Result<(), String> {
-    let root = crate::workspace_root();
-    let mut problems = Vec::new();
-    let cases = contract_cases(&root, &mut problems)?;
-    case_counts(&root, cases.len(), &mut problems)?;
-    docs_sql(&root, &mut problems)?;
-    unused_dependencies(&root, &mut problems)?;
+    let (problems, cases) = problems(&crate::workspace_root())?;
     if problems.is_empty() {
         eprintln!(
-            "xtask tidy: {} contract cases listed and documented; docs' SQL matches; no unused dependencies",
-            cases.len()
+            "xtask tidy: {cases} contract cases listed and documented; docs' SQL matches; \
+             cited paths exist; xtask usage complete; no unused dependencies"
         );
         Ok(())
     } else {
         Err(format!("tidy found:\n- {}", problems.join("\n- ")))
     }
+}
+
+/// Every problem tidy finds in the tree at `root`, and how many contract
+/// cases there are.
+fn problems(root: &Path) -> Result<(Vec<String>, usize), String> {
+    let mut problems = Vec::new();
+    let cases = contract_cases(root, &mut problems)?;
+    case_counts(root, cases.len(), &mut problems)?;
+    docs_sql(root, &mut problems)?;
+    unused_dependencies(root, &mut problems)?;
+    cited_paths(root, &mut problems)?;
+    xtask_usage(root, &mut problems)?;
+    Ok((problems, cases.len()))
 }
 
 fn read(path: &Path) -> Result<String, String> {
@@ -250,4 +262,243 @@ fn unused_dependencies(root: &Path, problems: &mut Vec<String>) -> Result<(), St
         }
     }
     Ok(())
+}
+
+/// The Markdown files whose citations are checked: the README, the
+/// CHANGELOG, `docs/`, and each package's README.
+fn markdown_files(root: &Path) -> Vec<PathBuf> {
+    let mut files = vec![root.join("README.md"), root.join("CHANGELOG.md")];
+    for dir in ["docs", "."] {
+        let Ok(entries) = std::fs::read_dir(root.join(dir)) else {
+            continue;
+        };
+        for entry in entries.flatten() {
+            let path = entry.path();
+            if dir == "docs" && path.extension().is_some_and(|e| e == "md") {
+                files.push(path);
+            } else if dir == "." && path.is_dir() && path.join("Cargo.toml").is_file() {
+                let readme = path.join("README.md");
+                if readme.is_file() {
+                    files.push(readme);
+                }
+            }
+        }
+    }
+    files
+}
+
+/// Whether `text` reads as a path in the repository: path characters only,
+/// at least one `/` between two names, a file's extension, a folder's
+/// trailing `/` or two `/` (`crate/feature` is not a path), no scheme, not
+/// absolute, not under `target/` (what builds write).
+fn looks_like_a_path(text: &str) -> bool {
+    !text.is_empty()
+        && text
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || "_./-".contains(c))
+        && text.trim_end_matches('/').contains('/')
+        // A file, a folder (trailing `/`) or a deeper path: not `crate/feature`.
+        && (text.ends_with('/')
+            || text.matches('/').count() > 1
+            || [".rs", ".md", ".toml", ".json", ".sh"]
+                .iter()
+                .any(|ext| text.ends_with(ext)))
+        && !text.starts_with('/')
+        && !text.starts_with("target/")
+        && !text.contains("//")
+}
+
+/// A bare file name of the kinds the repository holds: no `/`, a name and
+/// a `.rs` or `.md` extension.
+fn is_a_file_name(text: &str) -> bool {
+    !text.contains('/')
+        && text.len() > 3
+        && (text.ends_with(".rs") || text.ends_with(".md"))
+        && text
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || "_.-".contains(c))
+}
+
+/// The names of every file under `root`, `target/` and hidden folders left out.
+fn file_names(root: &Path) -> BTreeSet<String> {
+    let mut names = BTreeSet::new();
+    let mut dirs = vec![root.to_path_buf()];
+    while let Some(dir) = dirs.pop() {
+        let Ok(entries) = std::fs::read_dir(&dir) else {
+            continue;
+        };
+        for entry in entries.flatten() {
+            let name = entry.file_name().to_string_lossy().into_owned();
+            let path = entry.path();
+            if path.is_dir() {
+                if name != "target" && !name.starts_with('.') {
+                    dirs.push(path);
+                }
+            } else {
+                names.insert(name);
+            }
+        }
+    }
+    names
+}
+
+/// Every repository path a doc cites in backticks, and every relative link,
+/// exists. A backticked path counts only when its first part is a top-level
+/// entry of the repository (so `user/repo`-like text is left alone).
+fn cited_paths(root: &Path, problems: &mut Vec<String>) -> Result<(), String> {
+    let names = file_names(root);
+    for file in markdown_files(root) {
+        let text = read(&file)?;
+        let shown = file
+            .strip_prefix(root)
+            .unwrap_or(&file)
+            .display()
+            .to_string();
+        let prose: String = text.split("```").step_by(2).collect::<Vec<_>>().join(" ");
+        for (i, span) in prose.split('`').enumerate() {
+            let top = span.split('/').next().unwrap_or("");
+            let missing = if looks_like_a_path(span) && root.join(top).exists() {
+                !root.join(span).exists()
+            } else {
+                // A bare file name (`lock.rs`, `contract.md`): some file of
+                // the repository has it.
+                is_a_file_name(span) && !names.contains(span)
+            };
+            if i % 2 == 1 && missing {
+                problems.push(format!("{shown} cites `{span}`, which does not exist"));
+            }
+        }
+        let dir = file.parent().unwrap_or(root);
+        for (at, _) in prose.match_indices("](") {
+            let target = &prose[at + 2..];
+            let target = &target[..target.find(')').unwrap_or(target.len())];
+            let path = target.split('#').next().unwrap_or("");
+            if path.is_empty() || path.contains(':') || path.starts_with('/') {
+                continue;
+            }
+            if !dir.join(path).exists() {
+                problems.push(format!("{shown} links to {path}, which does not exist"));
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Every command `xtask/src/main.rs` matches is in its usage line and in its
+/// module doc (as `` `cargo xtask <command>` ``).
+fn xtask_usage(root: &Path, problems: &mut Vec<String>) -> Result<(), String> {
+    let main = read(&root.join("xtask/src/main.rs"))?;
+    let commands: BTreeSet<&str> = main
+        .match_indices("Some(\"")
+        .filter_map(|(at, _)| {
+            let rest = &main[at + 6..];
+            let name = &rest[..rest.find('"')?];
+            rest[name.len()..].starts_with("\") =>").then_some(name)
+        })
+        .collect();
+    const USAGE: &str = "usage: cargo xtask <";
+    let usage = main
+        .find(USAGE)
+        .map(|at| &main[at + USAGE.len()..])
+        .and_then(|rest| rest.find('>').map(|end| &rest[..end]))
+        .ok_or("xtask/src/main.rs has no usage line")?;
+    let in_usage: BTreeSet<&str> = usage
+        .split('|')
+        .filter_map(|alt| alt.split_whitespace().next())
+        .collect();
+    let in_doc: BTreeSet<&str> = names_after(&main, "//! - `cargo xtask ")
+        .into_iter()
+        .collect();
+    for command in &commands {
+        if !in_usage.contains(command) {
+            problems.push(format!("xtask's usage line leaves out `{command}`"));
+        }
+        if !in_doc.contains(command) {
+            problems.push(format!(
+                "xtask's module doc leaves out `cargo xtask {command}`"
+            ));
+        }
+    }
+    for listed in in_usage.union(&in_doc) {
+        if !commands.contains(listed) {
+            problems.push(format!("xtask names `{listed}`, which it does not run"));
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The README's test command runs tidy: a drift fails it.
+    #[test]
+    fn the_tree_is_tidy() {
+        let (problems, cases) = problems(&crate::workspace_root()).unwrap();
+        assert!(cases > 0);
+        assert!(
+            problems.is_empty(),
+            "tidy found:\n- {}",
+            problems.join("\n- ")
+        );
+    }
+
+    /// A copy of the tracked tree, each drift planted in it, is found.
+    #[test]
+    fn planted_drifts_are_found() {
+        let root = crate::workspace_root();
+        let copy = std::env::temp_dir().join(format!("alkstore-tidy-{}", std::process::id()));
+        let listed = std::process::Command::new("git")
+            .args(["ls-files", "-z"])
+            .current_dir(&root)
+            .output()
+            .expect("git runs");
+        for path in listed.stdout.split(|b| *b == 0).filter(|p| !p.is_empty()) {
+            let path = std::str::from_utf8(path).unwrap();
+            let to = copy.join(path);
+            std::fs::create_dir_all(to.parent().unwrap()).unwrap();
+            std::fs::copy(root.join(path), &to).unwrap();
+        }
+        let plant = |file: &str, from: &str, to: &str| {
+            let path = copy.join(file);
+            let text = std::fs::read_to_string(&path).unwrap();
+            assert!(text.contains(from), "{file} holds {from:?}");
+            std::fs::write(&path, text.replacen(from, to, 1)).unwrap();
+        };
+        let (clean, _) = problems(&copy).unwrap();
+        assert!(clean.is_empty(), "the copy is tidy: {clean:?}");
+        plant(
+            "docs/failover.md",
+            "## Runbook",
+            "See `alkstore-core/src/nowhere.rs`.\n\n## Runbook",
+        );
+        plant(
+            "docs/failover.md",
+            "## Tests",
+            "[gone](gone.md)\n\n## Tests",
+        );
+        plant(
+            "docs/engine-postgres.md",
+            "## ",
+            "`DELETE FROM nowhere WHERE x = 1`\n\n## ",
+        );
+        plant("README.md", "# ", "# 7 contract cases\n\n# ");
+        plant("docs/decisions.md", "# ", "`nowhere.rs`\n\n# ");
+        plant("xtask/src/main.rs", " | soak [minutes]>", ">");
+        let (found, _) = problems(&copy).unwrap();
+        let _ = std::fs::remove_dir_all(&copy);
+        for expected in [
+            "docs/failover.md cites `alkstore-core/src/nowhere.rs`",
+            "docs/failover.md links to gone.md",
+            "quotes `DELETE FROM nowhere WHERE x = 1`",
+            "README.md says 7 contract cases",
+            "docs/decisions.md cites `nowhere.rs`",
+            "xtask's usage line leaves out `soak`",
+        ] {
+            assert!(
+                found.iter().any(|p| p.contains(expected)),
+                "{expected:?} not in {found:?}"
+            );
+        }
+    }
 }
