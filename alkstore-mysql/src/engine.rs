@@ -115,7 +115,7 @@ impl Engine for MySqlEngine {
             }
             Err(error) if fences_gone(&error) => {
                 return Err(LostFencesError {
-                    database: self.database.clone(),
+                    namespace: alkstore_sqlx::Namespace::database(&self.database),
                 }
                 .into());
             }

@@ -14,7 +14,7 @@ use std::collections::HashMap;
 use alkstore_core::{BoxError, Error, Field, NameProblem, SchemaVersionError, check_text};
 use sqlx::{ConnectOptions, Connection, MySqlConnection, MySqlPool};
 
-use alkstore_sqlx::Objects;
+use alkstore_sqlx::{Namespace, Objects};
 
 use crate::sql::{self, Statements};
 
@@ -25,36 +25,7 @@ pub const MAX_DATABASE_BYTES: usize = 64;
 /// Databases that belong to the server.
 const SERVER_DATABASES: [&str; 4] = ["mysql", "information_schema", "performance_schema", "sys"];
 
-/// The database holds objects with alkstore's names that alkstore did not
-/// make; they are never adopted, changed or dropped.
-#[derive(Debug, thiserror::Error)]
-#[error(
-    "database {database:?} holds {what} that alkstore did not create; alkstore will not adopt \
-     or drop it (choose another database)"
-)]
-pub struct ForeignObjectsError {
-    /// The database.
-    pub database: String,
-    /// What was found.
-    pub what: &'static str,
-}
-
-/// alkstore's database lost its `fences` sequence: a new one would hand out
-/// fences from 1 again, below fences already handed out, so alkstore
-/// refuses to make one, and a grant refuses to draw from none.
-#[derive(Debug, thiserror::Error)]
-#[error(
-    "database {database:?} is alkstore's but its fences sequence is gone; a new one starting at 1 \
-     would hand out fences already used, so alkstore will not make one. Restore it with \
-     CREATE SEQUENCE … START WITH a value above every fence ever handed out (when that is \
-     unknown: the current Unix time in microseconds, above any count of grants made at under a \
-     million a second). Do not drop alkstore's objects to start over: fences would restart at 1 \
-     too"
-)]
-pub struct LostFencesError {
-    /// The database.
-    pub database: String,
-}
+pub use alkstore_sqlx::{ForeignObjectsError, LostFencesError};
 
 /// The role asked to drop alkstore's objects cannot see every trigger or
 /// event in the database (`information_schema` hides those the role has no
@@ -189,7 +160,7 @@ async fn read_meta(
 
 fn foreign(database: &str, what: &'static str) -> ForeignObjectsError {
     ForeignObjectsError {
-        database: database.to_owned(),
+        namespace: Namespace::database(database),
         what,
     }
 }
@@ -300,7 +271,7 @@ async fn create_missing(
             .await?;
         if fences_created != 0 && !objects.fences {
             return Err(LostFencesError {
-                database: database.to_owned(),
+                namespace: Namespace::database(database),
             }
             .into());
         }

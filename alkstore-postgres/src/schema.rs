@@ -14,7 +14,7 @@ use std::collections::HashMap;
 use alkstore_core::{BoxError, Error, Field, SchemaVersionError, check_text};
 use sqlx::{PgConnection, PgPool};
 
-use alkstore_sqlx::Objects;
+use alkstore_sqlx::{Namespace, Objects};
 
 use crate::sql::{self, Statements};
 
@@ -22,35 +22,7 @@ use crate::sql::{self, Statements};
 /// longer ones, which would make two long names one schema: refuse them.
 pub const MAX_SCHEMA_BYTES: usize = 63;
 
-/// The schema holds objects with alkstore's names that alkstore did not
-/// make; they are never adopted, changed or dropped.
-#[derive(Debug, thiserror::Error)]
-#[error(
-    "schema {schema:?} holds {what} that alkstore did not create; alkstore will not adopt or \
-     drop it (choose another schema)"
-)]
-pub struct ForeignObjectsError {
-    /// The schema.
-    pub schema: String,
-    /// What was found.
-    pub what: &'static str,
-}
-
-/// alkstore's schema lost its `fences` sequence. Making a new one would hand
-/// out fences from 1 again, below fences already handed out; alkstore
-/// refuses rather than break the fence rule.
-#[derive(Debug, thiserror::Error)]
-#[error(
-    "schema {schema:?} is alkstore's but its fences sequence is gone; a new one starting at 1 \
-     would hand out fences already used, so alkstore will not make one. Restore it with \
-     CREATE SEQUENCE … AS bigint START WITH a value above every fence ever handed out (when that \
-     is unknown: the current Unix time in microseconds, above any count of grants made at under \
-     a million a second). Do not drop the schema to start over: fences would restart at 1 too"
-)]
-pub struct LostFencesError {
-    /// The schema.
-    pub schema: String,
-}
+pub use alkstore_sqlx::{ForeignObjectsError, LostFencesError};
 
 /// Some of alkstore's objects are missing and this role may not create them.
 #[derive(Debug, thiserror::Error)]
@@ -166,7 +138,7 @@ async fn read_meta(
 
 fn foreign(schema: &str, what: &'static str) -> ForeignObjectsError {
     ForeignObjectsError {
-        schema: schema.to_owned(),
+        namespace: Namespace::schema(schema),
         what,
     }
 }
@@ -243,7 +215,7 @@ async fn create_missing(
         // there, a missing sequence was dropped after fences were drawn.
         if !objects.fences {
             return Err(LostFencesError {
-                schema: schema.to_owned(),
+                namespace: Namespace::schema(schema),
             }
             .into());
         }

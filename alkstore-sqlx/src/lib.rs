@@ -54,6 +54,9 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use alkstore_core::{BoxError, Closed};
+
+mod namespace;
+pub use namespace::{ForeignObjectsError, LostFencesError, Namespace, Objects};
 use sqlx::{ConnectOptions, Connection, Database};
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
@@ -399,51 +402,6 @@ where
     T: for<'r> sqlx::FromRow<'r, R>,
 {
     Ok(row.map(|row| T::from_row(&row)).transpose()?)
-}
-
-/// Which of a store's four objects exist in its namespace (schema or
-/// database), as the catalog shows them. Every sqlx engine keeps the same
-/// four: a `meta` table marked as alkstore's, the `locks` table, the
-/// `fences` sequence and the `acquire` routine.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub struct Objects {
-    /// The `meta` table.
-    pub meta: bool,
-    /// The `locks` table.
-    pub locks: bool,
-    /// The `fences` sequence.
-    pub fences: bool,
-    /// The `acquire` routine.
-    pub acquire: bool,
-}
-
-impl Objects {
-    /// All four are there.
-    pub fn all(self) -> bool {
-        self.meta && self.locks && self.fences && self.acquire
-    }
-
-    /// Any of them is there.
-    pub fn any(self) -> bool {
-        self.meta || self.locks || self.fences || self.acquire
-    }
-
-    /// What an object found without `meta` is, to name it in a refusal:
-    /// `None` when there is `meta`, or nothing at all.
-    pub fn unmarked(self) -> Option<&'static str> {
-        if self.meta {
-            return None;
-        }
-        if self.locks {
-            Some("a table named locks")
-        } else if self.fences {
-            Some("an object named fences")
-        } else if self.acquire {
-            Some("a routine named acquire")
-        } else {
-            None
-        }
-    }
 }
 
 #[cfg(test)]

@@ -1,0 +1,140 @@
+//! Where a store's objects live — a PostgreSQL schema, a MariaDB database —
+//! which of them are there, and the refusals every sqlx engine shares about
+//! them.
+
+/// A store's namespace: its kind as the database calls it, and its name.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Namespace {
+    /// `schema` (PostgreSQL) or `database` (MariaDB).
+    pub kind: &'static str,
+    /// Its name.
+    pub name: String,
+}
+
+impl Namespace {
+    /// A PostgreSQL schema.
+    pub fn schema(name: &str) -> Self {
+        Namespace {
+            kind: "schema",
+            name: name.to_owned(),
+        }
+    }
+
+    /// A MariaDB/MySQL database.
+    pub fn database(name: &str) -> Self {
+        Namespace {
+            kind: "database",
+            name: name.to_owned(),
+        }
+    }
+}
+
+impl std::fmt::Display for Namespace {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{} {:?}", self.kind, self.name)
+    }
+}
+
+/// The namespace holds objects with alkstore's names that alkstore did not
+/// make; they are never adopted, changed or dropped.
+#[derive(Debug, thiserror::Error)]
+#[error(
+    "{namespace} holds {what} that alkstore did not create; alkstore will not adopt or drop it \
+     (choose another {kind})",
+    kind = namespace.kind
+)]
+pub struct ForeignObjectsError {
+    /// Where.
+    pub namespace: Namespace,
+    /// What was found.
+    pub what: &'static str,
+}
+
+/// alkstore's namespace lost its `fences` sequence: a new one would hand out
+/// fences from 1 again, below fences already handed out, so alkstore refuses
+/// to make one, and a grant refuses to draw from none.
+#[derive(Debug, thiserror::Error)]
+#[error(
+    "{namespace} is alkstore's but its fences sequence is gone; a new one starting at 1 would \
+     hand out fences already used, so alkstore will not make one. Restore it with CREATE \
+     SEQUENCE … START WITH a value above every fence ever handed out (when that is unknown: the \
+     current Unix time in microseconds, above any count of grants made at under a million a \
+     second). Do not drop alkstore's objects to start over: fences would restart at 1 too"
+)]
+pub struct LostFencesError {
+    /// Where.
+    pub namespace: Namespace,
+}
+
+/// Which of a store's four objects exist in its namespace (schema or
+/// database), as the catalog shows them. Every sqlx engine keeps the same
+/// four: a `meta` table marked as alkstore's, the `locks` table, the
+/// `fences` sequence and the `acquire` routine.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Objects {
+    /// The `meta` table.
+    pub meta: bool,
+    /// The `locks` table.
+    pub locks: bool,
+    /// The `fences` sequence.
+    pub fences: bool,
+    /// The `acquire` routine.
+    pub acquire: bool,
+}
+
+impl Objects {
+    /// All four are there.
+    pub fn all(self) -> bool {
+        self.meta && self.locks && self.fences && self.acquire
+    }
+
+    /// Any of them is there.
+    pub fn any(self) -> bool {
+        self.meta || self.locks || self.fences || self.acquire
+    }
+
+    /// What an object found without `meta` is, to name it in a refusal:
+    /// `None` when there is `meta`, or nothing at all.
+    pub fn unmarked(self) -> Option<&'static str> {
+        if self.meta {
+            return None;
+        }
+        if self.locks {
+            Some("a table named locks")
+        } else if self.fences {
+            Some("an object named fences")
+        } else if self.acquire {
+            Some("a routine named acquire")
+        } else {
+            None
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn refusals_name_the_namespace_as_its_database_calls_it() {
+        let foreign = ForeignObjectsError {
+            namespace: Namespace::schema("locks"),
+            what: "a table named locks",
+        };
+        assert!(
+            foreign
+                .to_string()
+                .starts_with("schema \"locks\" holds a table named locks"),
+            "{foreign}"
+        );
+        assert!(foreign.to_string().ends_with("(choose another schema)"));
+        let lost = LostFencesError {
+            namespace: Namespace::database("app"),
+        };
+        assert!(
+            lost.to_string()
+                .starts_with("database \"app\" is alkstore's but its fences sequence is gone"),
+            "{lost}"
+        );
+    }
+}
