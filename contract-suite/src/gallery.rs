@@ -73,6 +73,16 @@ pub enum Flaw {
     IgnoresTheFenceRaise,
 }
 
+/// A list of contract cases by name, each checked by the compiler to be a
+/// case of [`cases`](crate::cases): a renamed or misspelt case does not
+/// compile.
+macro_rules! cases {
+    ($($case:ident),* $(,)?) => {{
+        $(let _ = crate::cases::$case;)*
+        &[$(stringify!($case)),*]
+    }};
+}
+
 impl Flaw {
     /// Every flaw in the gallery.
     pub const ALL: [Flaw; 24] = [
@@ -142,150 +152,147 @@ impl Flaw {
     /// those in [`Flaw::also_probed_by`].
     pub fn rejected_by(self) -> &'static [&'static str] {
         match self {
-            Flaw::GrantsOverALiveRow => &[
-                "calls_racing_close_finish_or_fail_closed",
-                "exclusion_many_contenders",
-                "exclusion_two_owners",
-                "expiry_lets_another_owner_in",
-                "fences_in_commit_order_across_stores",
-                "keepalive_holds_past_ttl",
-                "lock_granted_after_expiry",
-                "lock_grants_the_ttl_asked_for",
-                "lock_times_out_with_none",
-                "lock_with_a_zero_wait_tries_once",
-                "lock_with_an_endless_wait_waits_until_granted",
-                "lock_woken_by_forced_release",
-                "lock_woken_by_release",
-                "model_based_sequences",
-                "per_holder_owners_count_exactly",
-                "reacquire_same_owner_keeps_grant",
-                "safety_many_holders_one_name",
-                "schedule_crashed_run_is_not_run_again",
-                "schedule_retry_runs_a_crashed_slot_once_more",
-                "schedule_runs_each_slot_once_across_skewed_clocks",
-                "valid_until_never_outlasts_the_lease",
-            ],
-            Flaw::NeverExpires => &[
-                "expired_rows_stay_until_purged",
-                "expiry_lets_another_owner_in",
-                "fences_strictly_increase",
-                "handle_never_touches_later_grant",
-                "holder_reports_live_holder",
-                "list_pages_live_holders_by_prefix",
-                "lock_granted_after_expiry",
-                "lock_grants_the_ttl_asked_for",
-                "lock_with_an_endless_wait_waits_until_granted",
-                "purge_removes_only_expired_rows",
-                "reacquire_same_owner_keeps_grant",
-                "release_false_after_takeover",
-                "renew_false_after_lapse",
-                "renew_false_after_takeover",
-                "schedule_retry_runs_a_crashed_slot_once_more",
-                "sub_millisecond_ttl_rounds_up",
-                "valid_until_never_outlasts_the_lease",
-            ],
-            Flaw::KeepsTheFenceOnTakeover => &[
-                "expiry_lets_another_owner_in",
-                "fences_strictly_increase",
-                "handle_never_touches_later_grant",
-                "lock_granted_after_expiry",
-                "renew_false_after_lapse",
-                "safety_many_holders_one_name",
-                "sub_millisecond_ttl_rounds_up",
-            ],
-            Flaw::RegrantsTheSameOwner => &[
-                "fences_strictly_increase",
-                "handles_of_one_grant_are_one_grant",
-                "model_based_sequences",
-                "reacquire_same_owner_keeps_grant",
-                "release_false_second_time",
-                "renew_false_ends_valid_until",
-            ],
-            Flaw::RefreshesOnReacquire => &[
-                "fences_strictly_increase",
-                "reacquire_same_owner_keeps_grant",
-            ],
-            Flaw::RenewIgnoresTheFence => &["handle_never_touches_later_grant"],
-            Flaw::ReleaseIgnoresTheFence => &["handle_never_touches_later_grant"],
-            Flaw::RenewMatchesTheNameOnly => &[
-                "handle_never_touches_later_grant",
-                "renew_false_after_takeover",
-            ],
-            Flaw::ReleaseAlwaysAnswersTrue => &[
-                "expired_rows_stay_until_purged",
-                "force_release_ends_the_grant",
-                "handle_never_touches_later_grant",
-                "handles_of_one_grant_are_one_grant",
-                "purge_removes_only_expired_rows",
-                "reacquire_same_owner_keeps_grant",
-                "release_false_after_takeover",
-                "release_false_second_time",
-            ],
-            Flaw::RenewAddsToTheOldWindow => &[
-                "renew_is_a_full_window_from_now",
-                "sub_millisecond_ttl_rounds_up",
-            ],
-            Flaw::RenewsALapsedRow => &["renew_false_after_lapse"],
-            Flaw::KeepsStaleRowsOnRelease => &[
-                "expired_rows_stay_until_purged",
-                "force_release_ends_the_grant",
-                "list_pages_live_holders_by_prefix",
-                "release_own_stale_row",
-                "sub_millisecond_ttl_rounds_up",
-            ],
-            Flaw::ReportsExpiredHolders => &[
-                "expired_rows_stay_until_purged",
-                "holder_reports_live_holder",
-                "renew_false_after_lapse",
-                "sub_millisecond_ttl_rounds_up",
-            ],
-            Flaw::HolderReportsTheTtl => &[
-                "holder_reports_time_left_not_the_ttl",
-                "reacquire_same_owner_keeps_grant",
-            ],
-            Flaw::OverstatesTheLease => &[
-                "fences_strictly_increase",
-                "handles_of_one_grant_are_one_grant",
-                "lock_granted_after_expiry",
-                "lock_with_an_endless_wait_waits_until_granted",
-                "safety_many_holders_one_name",
-                "schedule_crashed_run_is_not_run_again",
-                "schedule_retry_runs_a_crashed_slot_once_more",
-                "schedule_runs_each_slot_once_across_skewed_clocks",
-                "valid_until_never_outlasts_the_lease",
-            ],
-            Flaw::SweepsOnAcquire => &[
-                "expired_rows_stay_until_purged",
-                "list_pages_live_holders_by_prefix",
-            ],
-            Flaw::PurgesLiveRows => &[
-                "expired_rows_stay_until_purged",
-                "purge_removes_only_expired_rows",
-            ],
-            Flaw::PurgeCountsNothing => &[
-                "expired_rows_stay_until_purged",
-                "fences_strictly_increase",
-                "purge_removes_only_expired_rows",
-            ],
-            Flaw::ListsExpiredRows => &["list_pages_live_holders_by_prefix"],
-            Flaw::ForcedReleaseRewindsTheFence => &["force_release_ends_the_grant"],
-            Flaw::ForcedReleaseIgnoresTheFence => &["force_release_ends_the_grant"],
-            Flaw::WaitingGrantIgnoresTheTtl => &["lock_grants_the_ttl_asked_for"],
-            Flaw::RefusesAPassedDeadline => &["lock_with_a_zero_wait_tries_once"],
-            Flaw::IgnoresTheFenceRaise => &["raise_fences_lifts_every_later_fence"],
+            Flaw::GrantsOverALiveRow => cases!(
+                calls_racing_close_finish_or_fail_closed,
+                exclusion_many_contenders,
+                exclusion_two_owners,
+                expiry_lets_another_owner_in,
+                fences_in_commit_order_across_stores,
+                keepalive_holds_past_ttl,
+                lock_granted_after_expiry,
+                lock_grants_the_ttl_asked_for,
+                lock_times_out_with_none,
+                lock_with_a_zero_wait_tries_once,
+                lock_with_an_endless_wait_waits_until_granted,
+                lock_woken_by_forced_release,
+                lock_woken_by_release,
+                model_based_sequences,
+                per_holder_owners_count_exactly,
+                reacquire_same_owner_keeps_grant,
+                safety_many_holders_one_name,
+                schedule_crashed_run_is_not_run_again,
+                schedule_retry_runs_a_crashed_slot_once_more,
+                schedule_runs_each_slot_once_across_skewed_clocks,
+                valid_until_never_outlasts_the_lease
+            ),
+            Flaw::NeverExpires => cases!(
+                expired_rows_stay_until_purged,
+                expiry_lets_another_owner_in,
+                fences_strictly_increase,
+                handle_never_touches_later_grant,
+                holder_reports_live_holder,
+                list_pages_live_holders_by_prefix,
+                lock_granted_after_expiry,
+                lock_grants_the_ttl_asked_for,
+                lock_with_an_endless_wait_waits_until_granted,
+                purge_removes_only_expired_rows,
+                reacquire_same_owner_keeps_grant,
+                release_false_after_takeover,
+                renew_false_after_lapse,
+                renew_false_after_takeover,
+                schedule_retry_runs_a_crashed_slot_once_more,
+                sub_millisecond_ttl_rounds_up,
+                valid_until_never_outlasts_the_lease
+            ),
+            Flaw::KeepsTheFenceOnTakeover => cases!(
+                expiry_lets_another_owner_in,
+                fences_strictly_increase,
+                handle_never_touches_later_grant,
+                lock_granted_after_expiry,
+                renew_false_after_lapse,
+                safety_many_holders_one_name,
+                sub_millisecond_ttl_rounds_up
+            ),
+            Flaw::RegrantsTheSameOwner => cases!(
+                fences_strictly_increase,
+                handles_of_one_grant_are_one_grant,
+                model_based_sequences,
+                reacquire_same_owner_keeps_grant,
+                release_false_second_time,
+                renew_false_ends_valid_until
+            ),
+            Flaw::RefreshesOnReacquire => {
+                cases!(fences_strictly_increase, reacquire_same_owner_keeps_grant)
+            }
+            Flaw::RenewIgnoresTheFence => cases!(handle_never_touches_later_grant),
+            Flaw::ReleaseIgnoresTheFence => cases!(handle_never_touches_later_grant),
+            Flaw::RenewMatchesTheNameOnly => {
+                cases!(handle_never_touches_later_grant, renew_false_after_takeover)
+            }
+            Flaw::ReleaseAlwaysAnswersTrue => cases!(
+                expired_rows_stay_until_purged,
+                force_release_ends_the_grant,
+                handle_never_touches_later_grant,
+                handles_of_one_grant_are_one_grant,
+                purge_removes_only_expired_rows,
+                reacquire_same_owner_keeps_grant,
+                release_false_after_takeover,
+                release_false_second_time
+            ),
+            Flaw::RenewAddsToTheOldWindow => cases!(
+                renew_is_a_full_window_from_now,
+                sub_millisecond_ttl_rounds_up
+            ),
+            Flaw::RenewsALapsedRow => cases!(renew_false_after_lapse),
+            Flaw::KeepsStaleRowsOnRelease => cases!(
+                expired_rows_stay_until_purged,
+                force_release_ends_the_grant,
+                list_pages_live_holders_by_prefix,
+                release_own_stale_row,
+                sub_millisecond_ttl_rounds_up
+            ),
+            Flaw::ReportsExpiredHolders => cases!(
+                expired_rows_stay_until_purged,
+                holder_reports_live_holder,
+                renew_false_after_lapse,
+                sub_millisecond_ttl_rounds_up
+            ),
+            Flaw::HolderReportsTheTtl => cases!(
+                holder_reports_time_left_not_the_ttl,
+                reacquire_same_owner_keeps_grant
+            ),
+            Flaw::OverstatesTheLease => cases!(
+                fences_strictly_increase,
+                handles_of_one_grant_are_one_grant,
+                lock_granted_after_expiry,
+                lock_with_an_endless_wait_waits_until_granted,
+                safety_many_holders_one_name,
+                schedule_crashed_run_is_not_run_again,
+                schedule_retry_runs_a_crashed_slot_once_more,
+                schedule_runs_each_slot_once_across_skewed_clocks,
+                valid_until_never_outlasts_the_lease
+            ),
+            Flaw::SweepsOnAcquire => cases!(
+                expired_rows_stay_until_purged,
+                list_pages_live_holders_by_prefix
+            ),
+            Flaw::PurgesLiveRows => cases!(
+                expired_rows_stay_until_purged,
+                purge_removes_only_expired_rows
+            ),
+            Flaw::PurgeCountsNothing => cases!(
+                expired_rows_stay_until_purged,
+                fences_strictly_increase,
+                purge_removes_only_expired_rows
+            ),
+            Flaw::ListsExpiredRows => cases!(list_pages_live_holders_by_prefix),
+            Flaw::ForcedReleaseRewindsTheFence => cases!(force_release_ends_the_grant),
+            Flaw::ForcedReleaseIgnoresTheFence => cases!(force_release_ends_the_grant),
+            Flaw::WaitingGrantIgnoresTheTtl => cases!(lock_grants_the_ttl_asked_for),
+            Flaw::RefusesAPassedDeadline => cases!(lock_with_a_zero_wait_tries_once),
+            Flaw::IgnoresTheFenceRaise => cases!(raise_fences_lifts_every_later_fence),
         }
     }
 
     /// Cases that draw their operations at random and may or may not run
     /// into this flaw in one run: allowed to fail on it, not required to.
     pub fn also_probed_by(self) -> &'static [&'static str] {
-        const RANDOM: &[&str] = &[
-            "cancellation_leaves_no_trace",
-            "model_based_sequences",
-            "per_holder_owners_count_exactly",
-            "safety_many_holders_one_name",
-        ];
-        RANDOM
+        cases!(
+            cancellation_leaves_no_trace,
+            model_based_sequences,
+            per_holder_owners_count_exactly,
+            safety_many_holders_one_name
+        )
     }
 }
 
