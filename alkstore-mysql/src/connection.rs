@@ -49,6 +49,11 @@ impl Dialect for MySql {
         error_number(error) == Some(DEADLOCK)
     }
 
+    /// `ER_LOCK_WAIT_TIMEOUT`, past the acquire procedure's bound.
+    fn lock_wait_ended(error: &sqlx::Error) -> bool {
+        error_number(error) == Some(LOCK_WAIT_TIMEOUT)
+    }
+
     fn server(options: &MySqlConnectOptions) -> String {
         match options.get_socket() {
             Some(socket) => socket.display().to_string(),

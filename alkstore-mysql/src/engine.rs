@@ -8,11 +8,11 @@ use alkstore_core::{
     Attempt, BoxError, Engine, GrantKey, Holder, LeaseMillis, Listed, ReleaseBus, fence_from_sql,
     fence_to_sql, lease_left,
 };
-use alkstore_sqlx::{OnLostConnection, OutOfTime, decoded, removed};
+use alkstore_sqlx::{OnLostConnection, decoded, ran_out_of_time, removed};
 use async_trait::async_trait;
 use sqlx::MySqlPool;
 
-use crate::connection::{Connections, LOCK_WAIT_TIMEOUT, error_number};
+use crate::connection::{Connections, MySql, error_number};
 use crate::schema::LostFencesError;
 use crate::sql::Statements;
 
@@ -47,16 +47,6 @@ const MAX_WAIT_MS: u128 = 365 * 24 * 3600 * 1000;
 fn lock_wait_ms(deadline: Instant) -> i64 {
     let left = deadline.saturating_duration_since(Instant::now());
     left.as_millis().min(MAX_WAIT_MS) as i64
-}
-
-/// True when the attempt ran out of its wait before it could decide: no
-/// connection in time, or a lock wait cut by the procedure's bound. The
-/// transaction rolled back (or never started), so nothing was written.
-fn ran_out_of_time(error: &BoxError) -> bool {
-    error.is::<OutOfTime>()
-        || error
-            .downcast_ref::<sqlx::Error>()
-            .is_some_and(|e| error_number(e) == Some(LOCK_WAIT_TIMEOUT))
 }
 
 /// `ER_NO_SUCH_TABLE`.
@@ -110,7 +100,7 @@ impl Engine for MySqlEngine {
                 expires_in: Some(lease_left(expires_in_ms)),
             },
             Ok(None) => return Err("the acquire procedure returned no row".into()),
-            Err(error) if deadline.is_some() && ran_out_of_time(&error) => {
+            Err(error) if deadline.is_some() && ran_out_of_time::<MySql>(&error) => {
                 Attempt::Held { expires_in: None }
             }
             Err(error) if fences_gone(&error) => {

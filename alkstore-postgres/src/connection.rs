@@ -42,6 +42,12 @@ impl Dialect for Postgres {
         matches!(sqlstate(error).as_deref(), Some("40P01" | "40001"))
     }
 
+    /// `lock_not_available`: a lock wait past the `lock_timeout` the acquire
+    /// function set from the wait left.
+    fn lock_wait_ended(error: &sqlx::Error) -> bool {
+        sqlstate(error).as_deref() == Some("55P03")
+    }
+
     fn server(options: &PgConnectOptions) -> String {
         match options.get_socket() {
             Some(socket) => socket.display().to_string(),

@@ -12,9 +12,9 @@ use async_trait::async_trait;
 use sqlx::PgPool;
 use tokio::sync::OnceCell;
 
-use alkstore_sqlx::{OnLostConnection, OutOfTime, decoded, removed};
+use alkstore_sqlx::{OnLostConnection, decoded, ran_out_of_time, removed};
 
-use crate::connection::Connections;
+use crate::connection::{Connections, Postgres};
 use crate::listener::Listener;
 use crate::sql::Statements;
 
@@ -46,24 +46,11 @@ impl PgEngine {
     }
 }
 
-/// SQLSTATE 55P03, `lock_not_available`: a lock wait hit `lock_timeout`.
-const LOCK_NOT_AVAILABLE: &str = "55P03";
-
 /// The acquire function's bound on lock waits: the wait left, in whole
 /// milliseconds (rounded up, so a bound never reads as "no bound").
 fn lock_wait_ms(deadline: Instant) -> i32 {
     let left = deadline.saturating_duration_since(Instant::now());
     i32::try_from(left.as_micros().div_ceil(1000)).unwrap_or(i32::MAX)
-}
-
-/// True when the attempt ran out of its wait before it could decide: no
-/// connection in time, or a lock wait cut by the acquire function's bound.
-/// The transaction rolled back (or never started), so nothing was written.
-fn ran_out_of_time(error: &BoxError) -> bool {
-    error.is::<OutOfTime>()
-        || error.downcast_ref::<sqlx::Error>().is_some_and(|e| {
-            matches!(e, sqlx::Error::Database(db) if db.code().as_deref() == Some(LOCK_NOT_AVAILABLE))
-        })
 }
 
 /// A holder as the statements answer it: owner, fence, time left (ms).
@@ -114,7 +101,7 @@ impl Engine for PgEngine {
             },
             // A concurrent grant won the race after our snapshot: held.
             Ok(None) => Attempt::Held { expires_in: None },
-            Err(error) if deadline.is_some() && ran_out_of_time(&error) => {
+            Err(error) if deadline.is_some() && ran_out_of_time::<Postgres>(&error) => {
                 Attempt::Held { expires_in: None }
             }
             Err(error) => return Err(error),

@@ -27,6 +27,9 @@
 //!     fn rolled_back(error: &sqlx::Error) -> bool {
 //!         matches!(error, sqlx::Error::Database(e) if e.code().as_deref() == Some("40P01"))
 //!     }
+//!     fn lock_wait_ended(error: &sqlx::Error) -> bool {
+//!         matches!(error, sqlx::Error::Database(e) if e.code().as_deref() == Some("55P03"))
+//!     }
 //!     fn server(options: &PgConnectOptions) -> String {
 //!         format!("{}:{}", options.get_host(), options.get_port())
 //!     }
@@ -81,6 +84,11 @@ pub trait Dialect: Send + Sync + 'static {
     /// victim, a serialization failure): nothing of it committed, so running
     /// it again is safe for any statement.
     fn rolled_back(error: &sqlx::Error) -> bool;
+
+    /// The server cut a lock wait at the bound the statement set for it
+    /// (and rolled the transaction back): a waiting acquire ran out of its
+    /// wait, having written nothing.
+    fn lock_wait_ended(error: &sqlx::Error) -> bool;
 
     /// Where connections go, for an error to say (host and port, or the
     /// socket; never a password).
@@ -165,6 +173,17 @@ pub async fn connect_url<D: Dialect>(url: &str) -> Result<(String, Conn<D>), Box
     let options: Options<D> = url.parse()?;
     let conn = connect::<D>(&options).await?;
     Ok((D::server(&options), conn))
+}
+
+/// True when a waiting acquire ran out of its wait before it could decide:
+/// no connection in time ([`OutOfTime`]), or a lock wait the server cut at
+/// the statement's bound ([`Dialect::lock_wait_ended`]). The transaction
+/// rolled back (or never started): nothing was written.
+pub fn ran_out_of_time<D: Dialect>(error: &BoxError) -> bool {
+    error.is::<OutOfTime>()
+        || error
+            .downcast_ref::<sqlx::Error>()
+            .is_some_and(D::lock_wait_ended)
 }
 
 /// A waiting acquire's deadline passed before a connection was free or made:
