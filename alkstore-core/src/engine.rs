@@ -186,6 +186,16 @@ pub fn lease_left(ms: i64) -> Duration {
     Duration::from_millis(u64::try_from(ms).unwrap_or(0))
 }
 
+/// A holder as SQL answers it: owner, fence, and lease time left in whole
+/// milliseconds ([`fence_from_sql`], [`lease_left`]).
+pub fn holder_from_sql(owner: String, fence: i64, expires_in_ms: i64) -> crate::Holder {
+    crate::Holder {
+        owner,
+        fence: fence_from_sql(fence),
+        expires_in: lease_left(expires_in_ms),
+    }
+}
+
 /// A fence as SQL stores it (`bigint`, `INTEGER`) as the token handed out.
 /// Fences start at 1; a value below (never written by an engine) reads as 0.
 pub fn fence_from_sql(value: i64) -> u64 {

@@ -35,7 +35,8 @@ mod wake;
 
 pub use duration::{LeaseMillis, MAX_LEASE_MILLIS};
 pub use engine::{
-    Attempt, Engine, GrantKey, SchemaVersionError, fence_from_sql, fence_to_sql, lease_left,
+    Attempt, Engine, GrantKey, SchemaVersionError, fence_from_sql, fence_to_sql, holder_from_sql,
+    lease_left,
 };
 pub use engine_store::EngineStore;
 pub use error::{

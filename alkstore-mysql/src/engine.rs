@@ -6,7 +6,7 @@ use std::time::{Duration, Instant};
 
 use alkstore_core::{
     Attempt, BoxError, Engine, GrantKey, Holder, LeaseMillis, Listed, ReleaseBus, fence_from_sql,
-    fence_to_sql, lease_left,
+    fence_to_sql, holder_from_sql, lease_left,
 };
 use alkstore_sqlx::{OnLostConnection, decoded, ran_out_of_time, removed};
 use async_trait::async_trait;
@@ -162,11 +162,7 @@ impl Engine for MySqlEngine {
             .await
             .and_then(decoded)?;
         row.map(|(owner, fence, expires_in_ms)| {
-            Ok(Holder {
-                owner: text(owner)?,
-                fence: fence_from_sql(fence),
-                expires_in: lease_left(expires_in_ms),
-            })
+            Ok(holder_from_sql(text(owner)?, fence, expires_in_ms))
         })
         .transpose()
     }
@@ -202,11 +198,7 @@ impl Engine for MySqlEngine {
             .map(|(name, owner, fence, left)| {
                 Ok(Listed {
                     name: text(name)?,
-                    holder: Holder {
-                        owner: text(owner)?,
-                        fence: fence_from_sql(fence),
-                        expires_in: lease_left(left),
-                    },
+                    holder: holder_from_sql(text(owner)?, fence, left),
                 })
             })
             .collect()
@@ -242,11 +234,7 @@ impl Engine for MySqlEngine {
             .and_then(decoded)?;
         removed(row, after_lost_connection, "forced release")?
             .map(|(owner, fence, expires_in_ms)| {
-                Ok(Holder {
-                    owner: text(owner)?,
-                    fence: fence_from_sql(fence),
-                    expires_in: lease_left(expires_in_ms),
-                })
+                Ok(holder_from_sql(text(owner)?, fence, expires_in_ms))
             })
             .transpose()
     }

@@ -3,9 +3,8 @@
 //! The caller's database name is the only piece of text spliced into SQL,
 //! and only through [`quote_ident`]; every value is a bound parameter.
 
-use std::sync::Arc;
-
-use sqlx::{AssertSqlSafe, SqlSafeStr, SqlStr};
+use alkstore_sqlx::audited;
+use sqlx::SqlStr;
 
 /// The layout version this crate writes and reads.
 /// 1's acquire procedure rolled the caller's transaction back when it
@@ -165,12 +164,6 @@ pub(crate) const LOCK_CREATION: &str = "SELECT GET_LOCK(CONCAT('alkstore:', MD5(
 
 /// Lets go of the creation lock of the database named `?`.
 pub(crate) const UNLOCK_CREATION: &str = "SELECT RELEASE_LOCK(CONCAT('alkstore:', MD5(LOWER(?))))";
-
-/// Marks composed text as audited: the only spliced text is the database
-/// name, through [`quote_ident`].
-fn audited(text: String) -> SqlStr {
-    AssertSqlSafe(Arc::<str>::from(text)).into_sql_str()
-}
 
 /// The statements of one store, composed once at open for its database.
 /// Cloning one is a reference count, not a copy.

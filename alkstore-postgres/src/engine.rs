@@ -6,7 +6,7 @@ use std::time::{Duration, Instant};
 
 use alkstore_core::{
     Attempt, BoxError, Engine, GrantKey, Holder, LeaseMillis, Listed, ReleaseBus, fence_from_sql,
-    fence_to_sql, lease_left,
+    fence_to_sql, holder_from_sql, lease_left,
 };
 use async_trait::async_trait;
 use sqlx::PgPool;
@@ -51,15 +51,6 @@ impl PgEngine {
 fn lock_wait_ms(deadline: Instant) -> i32 {
     let left = deadline.saturating_duration_since(Instant::now());
     i32::try_from(left.as_micros().div_ceil(1000)).unwrap_or(i32::MAX)
-}
-
-/// A holder as the statements answer it: owner, fence, time left (ms).
-fn holder_of((owner, fence, expires_in_ms): (String, i64, i64)) -> Holder {
-    Holder {
-        owner,
-        fence: fence_from_sql(fence),
-        expires_in: lease_left(expires_in_ms),
-    }
 }
 
 #[async_trait]
@@ -164,7 +155,7 @@ impl Engine for PgEngine {
             })
             .await
             .and_then(decoded)?;
-        Ok(row.map(holder_of))
+        Ok(row.map(|(owner, fence, left)| holder_from_sql(owner, fence, left)))
     }
 
     async fn list(
@@ -193,7 +184,7 @@ impl Engine for PgEngine {
             .into_iter()
             .map(|(name, owner, fence, left)| Listed {
                 name,
-                holder: holder_of((owner, fence, left)),
+                holder: holder_from_sql(owner, fence, left),
             })
             .collect())
     }
@@ -228,7 +219,7 @@ impl Engine for PgEngine {
             .await
             .and_then(decoded)?;
         let row = removed(row, after_lost_connection, "forced release")?;
-        Ok(row.map(|(owner, fence, left, _)| holder_of((owner, fence, left))))
+        Ok(row.map(|(owner, fence, left, _)| holder_from_sql(owner, fence, left)))
     }
 
     async fn purge_expired(&self) -> Result<u64, BoxError> {

@@ -5,9 +5,8 @@
 //! [`quote_literal`] and a dollar-quote tag the name cannot contain); every
 //! value is a bound parameter.
 
-use std::sync::Arc;
-
-use sqlx::{AssertSqlSafe, SqlSafeStr, SqlStr};
+use alkstore_sqlx::audited;
+use sqlx::SqlStr;
 
 /// The schema version this crate writes and reads. 1 drew fences from an
 /// identity column, out of commit order, and 2's acquire function took no
@@ -160,12 +159,6 @@ const ASYNC_COMMIT_CTE: &str =
 /// The LISTEN/NOTIFY channel of the schema with this OID.
 pub(crate) fn channel(schema_oid: i64) -> String {
     format!("alkstore_{schema_oid}")
-}
-
-/// Marks composed text as audited: the only spliced text is the schema,
-/// through [`quote_ident`] and [`quote_literal`].
-fn audited(text: String) -> SqlStr {
-    AssertSqlSafe(Arc::<str>::from(text)).into_sql_str()
 }
 
 /// The statements of one store, composed once at open for its schema.

@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 use alkstore_core::clock::system_millis;
 use alkstore_core::{
     Attempt, BoxError, Engine, GrantKey, Holder, LeaseMillis, Listed, ReleaseBus, fence_from_sql,
-    fence_to_sql, lease_left,
+    fence_to_sql, holder_from_sql, lease_left,
 };
 use async_trait::async_trait;
 use rusqlite::{Connection, ErrorCode, OptionalExtension, TransactionBehavior, params};
@@ -70,11 +70,11 @@ fn read_row(conn: &Connection, name: &str) -> rusqlite::Result<Option<Row>> {
 
 /// A holder as the statements answer it: owner, fence, time left.
 fn holder_of(r: &rusqlite::Row<'_>, first: usize) -> rusqlite::Result<Holder> {
-    Ok(Holder {
-        owner: r.get(first)?,
-        fence: fence_from_sql(r.get(first + 1)?),
-        expires_in: lease_left(r.get(first + 2)?),
-    })
+    Ok(holder_from_sql(
+        r.get(first)?,
+        r.get(first + 1)?,
+        r.get(first + 2)?,
+    ))
 }
 
 /// What a live row means for `owner`; `None` when there is no live row.

@@ -175,6 +175,14 @@ pub async fn connect_url<D: Dialect>(url: &str) -> Result<(String, Conn<D>), Box
     Ok((D::server(&options), conn))
 }
 
+/// Composed SQL text marked as audited for sqlx: the engine's one place that
+/// composes SQL (its `sql.rs`) vouches that the only text spliced in is its
+/// namespace's name, quoted there.
+pub fn audited(text: String) -> sqlx::SqlStr {
+    use sqlx::SqlSafeStr;
+    sqlx::AssertSqlSafe(std::sync::Arc::<str>::from(text)).into_sql_str()
+}
+
 /// True when a waiting acquire ran out of its wait before it could decide:
 /// no connection in time ([`OutOfTime`]), or a lock wait the server cut at
 /// the statement's bound ([`Dialect::lock_wait_ended`]). The transaction

@@ -41,7 +41,7 @@ pub mod engine {
     pub use alkstore_core::{
         Attempt, Engine, EngineDescriptor, EngineStore, GrantKey, LeaseMillis, ReleaseBus,
         SchemaVersionError, Subscription, check_text, clock, delegate_store, fence_from_sql,
-        fence_to_sql, lease_left, url, wait,
+        fence_to_sql, holder_from_sql, lease_left, url, wait,
     };
 }
 
