@@ -60,6 +60,13 @@ impl Instance {
         self.dir.join("mariadbd.err")
     }
 
+    /// Its own temporary directory: servers that share one (`/tmp`) remove
+    /// each other's temporary tables while they start (seen: two
+    /// `mariadb-install-db` at once, "Unknown table 'mysql.tmp_user_sys'").
+    fn tmp(&self) -> PathBuf {
+        self.dir.join("tmp")
+    }
+
     /// Starts the server (again) and waits until it accepts connections.
     pub fn start(&self) -> Result<(), String> {
         self.start_with(None)
@@ -70,6 +77,7 @@ impl Instance {
         let mut args = vec![
             "--no-defaults".to_owned(),
             format!("--datadir={}", self.data().display()),
+            format!("--tmpdir={}", self.tmp().display()),
             format!("--socket={}", self.dir.join("sock").display()),
             format!("--pid-file={}", self.pid_file().display()),
             format!("--log-error={}", self.log().display()),
@@ -211,11 +219,17 @@ fn start_instance(
         settings,
     };
     let data = format!("--datadir={}", instance.data().display());
+    std::fs::create_dir(instance.tmp()).map_err(|e| format!("cannot make the tmpdir: {e}"))?;
+    if as_mysql_user {
+        process::hand_to("mysql", &instance.tmp())?;
+    }
+    let tmp = format!("--tmpdir={}", instance.tmp().display());
     process::run(
         install_db,
         &[
             "--no-defaults",
             &data,
+            &tmp,
             "--auth-root-authentication-method=socket",
             "--skip-test-db",
             "--innodb-log-file-size=16M",
