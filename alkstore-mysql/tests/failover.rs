@@ -6,11 +6,12 @@
 //! promises no more) — and still every fence the promoted server hands out
 //! is above every fence handed out before.
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use alkstore_contract_suite::failover::{
     AfterPromotion, Written, after_promotion, answers, ask_for_grants, lost, warm, write,
 };
+use alkstore_contract_suite::support::Patience;
 use alkstore_core::Store;
 use alkstore_mysql::MySqlStore;
 use alkstore_testkit::mysql::Pair;
@@ -25,7 +26,7 @@ async fn until_caught_up(pair: &Pair) {
         .fetch_one(&mut primary)
         .await
         .unwrap();
-    let deadline = Instant::now() + Duration::from_secs(30);
+    let patience = Patience::new("the replica to catch up", Duration::from_secs(30));
     loop {
         let (reached,): (i64,) = sqlx::query_as("SELECT CAST(MASTER_GTID_WAIT(?, 1) AS SIGNED)")
             .bind(&position)
@@ -35,7 +36,7 @@ async fn until_caught_up(pair: &Pair) {
         if reached == 0 {
             return;
         }
-        assert!(Instant::now() < deadline, "the replica did not catch up");
+        patience.next().await;
     }
 }
 
@@ -102,7 +103,10 @@ async fn a_grant_whose_replica_wait_is_cut_short_is_not_answered() {
         return;
     };
     let mut admin = MySqlConnection::connect(&pair.primary_url).await.unwrap();
-    let deadline = Instant::now() + Duration::from_secs(30);
+    let patience = Patience::new(
+        "the grant's wait, then its retry's",
+        Duration::from_secs(30),
+    );
     let database = alkstore_testkit::unique_name("semicut");
     let store = std::sync::Arc::new(
         MySqlStore::connect(&pair.primary_url, &database)
@@ -117,11 +121,7 @@ async fn a_grant_whose_replica_wait_is_cut_short_is_not_answered() {
         if let Some(&id) = waiting_for_the_replica(&mut admin).await.first() {
             break id;
         }
-        assert!(
-            Instant::now() < deadline,
-            "the grant did not wait for the replica"
-        );
-        tokio::time::sleep(Duration::from_millis(20)).await;
+        patience.next().await;
     };
     sqlx::query("KILL CONNECTION ?")
         .bind(first)
@@ -142,11 +142,7 @@ async fn a_grant_whose_replica_wait_is_cut_short_is_not_answered() {
         if retrying {
             break;
         }
-        assert!(
-            Instant::now() < deadline,
-            "the ask neither answered nor waited"
-        );
-        tokio::time::sleep(Duration::from_millis(20)).await;
+        patience.next().await;
     }
     pair.kill_primary().unwrap();
     pair.promote().unwrap();

@@ -14,7 +14,7 @@ use std::time::Duration;
 use alkstore_contract_suite::load::{through_an_outage, through_killed_sessions};
 use alkstore_contract_suite::safety::history::check;
 use alkstore_contract_suite::support::{
-    assert_dead_holder_blocks_until_ttl, assert_refused_within_wait,
+    assert_dead_holder_blocks_until_ttl, assert_waits_out_a_table_lock,
 };
 use alkstore_core::Store;
 use alkstore_mysql::MySqlStore;
@@ -226,24 +226,17 @@ async fn a_waiting_acquire_after_a_lost_connection_keeps_to_its_wait() {
         .unwrap();
     let mut other = sqlx::MySqlConnection::connect(&db.url).await.unwrap();
     assert!(kill_idle_sessions(&mut other, Duration::ZERO, blocker_id).await >= 1);
-    assert_refused_within_wait(
+    assert_waits_out_a_table_lock(
         &store,
-        ("job", "a", Duration::from_secs(30)),
-        Duration::from_millis(1500),
-        Duration::from_millis(700),
         "the waiting acquire outlived its wait behind the table lock",
+        async {
+            sqlx::raw_sql("UNLOCK TABLES")
+                .execute(&mut blocker)
+                .await
+                .unwrap();
+        },
     )
     .await;
-    sqlx::raw_sql("UNLOCK TABLES")
-        .execute(&mut blocker)
-        .await
-        .unwrap();
-    let lock = store
-        .try_lock("job", "a", Duration::from_secs(30))
-        .await
-        .unwrap()
-        .expect("free once the table lock is gone");
-    assert!(lock.release().await.unwrap());
     store.close().await.unwrap();
     let _ = blocker.close().await;
     let _ = other.close().await;

@@ -39,7 +39,7 @@ async fn a_grant_slow_to_insert_still_draws_the_higher_fence() {
     let Some((slow_store, db)) = common::store("slow").await else {
         return;
     };
-    let quoted = format!("`{}`", db.name.replace('`', "``"));
+    let quoted = db.quoted();
     sqlx::raw_sql(sqlx::AssertSqlSafe(format!(
         "CREATE TRIGGER {quoted}.slow_insert BEFORE INSERT ON {quoted}.locks FOR EACH ROW
          IF NEW.owner = 'slow' THEN DO SLEEP(1); END IF"

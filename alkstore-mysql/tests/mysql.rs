@@ -188,10 +188,7 @@ async fn tables_alkstore_did_not_create_are_never_adopted() {
         format!("CREATE TABLE {quoted}.locks (id INT PRIMARY KEY)"),
         format!("INSERT INTO {quoted}.locks VALUES (7)"),
     ] {
-        sqlx::raw_sql(sqlx::AssertSqlSafe(statement))
-            .execute(store.pool())
-            .await
-            .unwrap();
+        common::sql(store.pool(), statement).await;
     }
     let refused = MySqlStore::connect(&db.url, &other).await.unwrap_err();
     assert!(
@@ -207,10 +204,7 @@ async fn tables_alkstore_did_not_create_are_never_adopted() {
     .await
     .unwrap();
     assert_eq!(kept, 7);
-    sqlx::raw_sql(sqlx::AssertSqlSafe(format!("DROP DATABASE {quoted}")))
-        .execute(store.pool())
-        .await
-        .unwrap();
+    common::sql(store.pool(), format!("DROP DATABASE {quoted}")).await;
     store.close().await.unwrap();
     db.drop().await;
 }
@@ -308,7 +302,7 @@ async fn a_role_with_the_documented_grants_uses_the_store() {
     let Some((admin, db)) = common::store("leastpriv").await else {
         return;
     };
-    let q = format!("`{}`", db.name.replace('`', "``"));
+    let q = db.quoted();
     let (user, url) = role(
         &admin,
         &db,
@@ -338,10 +332,7 @@ async fn a_role_with_the_documented_grants_uses_the_store() {
     assert!(app.force_release("job").await.unwrap().is_some());
     app.purge_expired().await.unwrap();
 
-    sqlx::raw_sql(sqlx::AssertSqlSafe(format!("DROP SEQUENCE {q}.fences")))
-        .execute(admin.pool())
-        .await
-        .unwrap();
+    common::sql(admin.pool(), format!("DROP SEQUENCE {q}.fences")).await;
     for store in [&app, &admin] {
         let error = store
             .try_lock("after", "app", TTL)
@@ -356,10 +347,7 @@ async fn a_role_with_the_documented_grants_uses_the_store() {
         assert!(store.holder("after").await.unwrap().is_none());
     }
     app.close().await.unwrap();
-    sqlx::raw_sql(sqlx::AssertSqlSafe(format!("DROP USER {user}")))
-        .execute(admin.pool())
-        .await
-        .unwrap();
+    common::sql(admin.pool(), format!("DROP USER {user}")).await;
     admin.drop_database().await.unwrap();
     admin.close().await.unwrap();
 }
@@ -372,7 +360,7 @@ async fn drop_keeps_events_and_triggers_alkstore_did_not_create() {
     let Some((store, db)) = common::store("dropkeeps").await else {
         return;
     };
-    let q = format!("`{}`", db.name.replace('`', "``"));
+    let q = db.quoted();
     let run = |statement: String| {
         let pool = store.pool().clone();
         async move {
@@ -438,7 +426,7 @@ async fn a_refused_call_inside_a_transaction_keeps_the_callers_work() {
     let Some((store, db)) = common::store("intx").await else {
         return;
     };
-    let q = format!("`{}`", db.name.replace('`', "``"));
+    let q = db.quoted();
     let mut conn = sqlx::MySqlConnection::connect(&db.url).await.unwrap();
     sqlx::raw_sql(sqlx::AssertSqlSafe(format!(
         "START TRANSACTION; INSERT INTO {q}.locks VALUES ('mine', 'me', 0, 0)"
@@ -510,20 +498,21 @@ async fn layout_1_is_upgraded_in_place() {
     let Some((store, db)) = common::store("upgrade1").await else {
         return;
     };
-    let q = format!("`{}`", db.name.replace('`', "``"));
+    let q = db.quoted();
     let lock = store.try_lock("job", "a", TTL).await.unwrap().unwrap();
     let before = lock.fence();
     assert!(lock.release().await.unwrap());
     // Back to layout 1: a procedure of its own, its version.
-    sqlx::raw_sql(sqlx::AssertSqlSafe(format!(
-        "DROP PROCEDURE {q}.acquire;
+    common::sql(
+        store.pool(),
+        format!(
+            "DROP PROCEDURE {q}.acquire;
          CREATE PROCEDURE {q}.acquire(p_name VARBINARY(255), p_owner VARBINARY(255), \
              p_ttl BIGINT, p_wait_ms BIGINT) SELECT 'layout 1';
          UPDATE {q}.meta SET value = 1 WHERE `key` = 'schema_version'"
-    )))
-    .execute(store.pool())
-    .await
-    .unwrap();
+        ),
+    )
+    .await;
     store.close().await.unwrap();
     let reopened = MySqlStore::connect(&db.url, &db.name).await.unwrap();
     let (version,): (i64,) = sqlx::query_as(sqlx::AssertSqlSafe(format!(
@@ -548,7 +537,7 @@ async fn a_role_blind_to_triggers_and_events_drops_nothing() {
     let Some((admin, db)) = common::store("blinddrop").await else {
         return;
     };
-    let q = format!("`{}`", db.name.replace('`', "``"));
+    let q = db.quoted();
     let (user, url) = role(
         &admin,
         &db,
@@ -559,12 +548,11 @@ async fn a_role_blind_to_triggers_and_events_drops_nothing() {
         ],
     )
     .await;
-    sqlx::raw_sql(sqlx::AssertSqlSafe(format!(
-        "CREATE EVENT {q}.theirs ON SCHEDULE EVERY 1 DAY DISABLE DO SET @x = 1"
-    )))
-    .execute(admin.pool())
-    .await
-    .unwrap();
+    common::sql(
+        admin.pool(),
+        format!("CREATE EVENT {q}.theirs ON SCHEDULE EVERY 1 DAY DISABLE DO SET @x = 1"),
+    )
+    .await;
     let blind = MySqlStore::connect(&url, &db.name).await.unwrap();
     let refused = blind
         .drop_database()
@@ -600,10 +588,7 @@ async fn a_role_blind_to_triggers_and_events_drops_nothing() {
         format!("DROP EVENT {q}.theirs"),
         format!("DROP USER {user}"),
     ] {
-        sqlx::raw_sql(sqlx::AssertSqlSafe(statement))
-            .execute(admin.pool())
-            .await
-            .unwrap();
+        common::sql(admin.pool(), statement).await;
     }
     admin.drop_database().await.unwrap();
     admin.close().await.unwrap();
@@ -618,17 +603,16 @@ async fn fences_drawn_on_another_server_start_2_pow_32_higher() {
     let Some((store, db)) = common::store("promoted").await else {
         return;
     };
-    let q = format!("`{}`", db.name.replace('`', "``"));
+    let q = db.quoted();
     let first = store.try_lock("a", "x", TTL).await.unwrap().unwrap();
     let before = first.fence();
     assert!(first.release().await.unwrap());
     // As a replica's copy of `meta` reads after its primary drew fences.
-    sqlx::raw_sql(sqlx::AssertSqlSafe(format!(
-        "UPDATE {q}.meta SET value = @@server_id + 1 WHERE `key` = 'fences_drawn_by'"
-    )))
-    .execute(store.pool())
-    .await
-    .unwrap();
+    common::sql(
+        store.pool(),
+        format!("UPDATE {q}.meta SET value = @@server_id + 1 WHERE `key` = 'fences_drawn_by'"),
+    )
+    .await;
     let contenders: Vec<_> = (0..8)
         .map(|i| {
             let store = &store;
@@ -673,10 +657,7 @@ async fn role(
     let mut statements = vec![format!("CREATE USER {user} IDENTIFIED BY '{password}'")];
     statements.extend(grants.iter().map(|grant| grant.replace("{}", &user)));
     for statement in statements {
-        sqlx::raw_sql(sqlx::AssertSqlSafe(statement))
-            .execute(admin.pool())
-            .await
-            .unwrap();
+        common::sql(admin.pool(), statement).await;
     }
     let (_, host) = db.url.rsplit_once('@').expect("a URL with credentials");
     (user, format!("mysql://{name}:{password}@{host}"))

@@ -7,11 +7,12 @@
 //! promoted server hands out is above every fence handed out before.
 //! Synchronous: no acknowledged grant is lost.
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use alkstore_contract_suite::failover::{
     AfterPromotion, Written, after_promotion, answers, ask_for_grants, lost, warm, write,
 };
+use alkstore_contract_suite::support::Patience;
 use alkstore_core::Store;
 use alkstore_postgres::PgStore;
 use alkstore_testkit::pg::{Pair, unique_schema};
@@ -26,7 +27,7 @@ async fn until_caught_up(pair: &Pair) {
         .fetch_one(&mut primary)
         .await
         .unwrap();
-    let deadline = Instant::now() + Duration::from_secs(30);
+    let patience = Patience::new("the standby to catch up", Duration::from_secs(30));
     loop {
         let (behind,): (bool,) =
             sqlx::query_as("SELECT coalesce(pg_last_wal_replay_lsn() < $1::pg_lsn, true)")
@@ -37,8 +38,7 @@ async fn until_caught_up(pair: &Pair) {
         if !behind {
             return;
         }
-        assert!(Instant::now() < deadline, "the standby did not catch up");
-        tokio::time::sleep(Duration::from_millis(20)).await;
+        patience.next().await;
     }
 }
 
@@ -46,7 +46,7 @@ async fn until_caught_up(pair: &Pair) {
 async fn until_cut(pair: &Pair) {
     pair.cut().unwrap();
     let mut standby = PgConnection::connect(&pair.standby_url).await.unwrap();
-    let deadline = Instant::now() + Duration::from_secs(30);
+    let patience = Patience::new("the standby to stop receiving WAL", Duration::from_secs(30));
     loop {
         let (receiving,): (i64,) = sqlx::query_as("SELECT count(*) FROM pg_stat_wal_receiver")
             .fetch_one(&mut standby)
@@ -55,8 +55,7 @@ async fn until_cut(pair: &Pair) {
         if receiving == 0 {
             return;
         }
-        assert!(Instant::now() < deadline, "the standby kept receiving WAL");
-        tokio::time::sleep(Duration::from_millis(20)).await;
+        patience.next().await;
     }
 }
 
@@ -207,7 +206,10 @@ async fn grants_whose_standby_wait_is_cut_short_are_not_answered() {
 
     let asked = ask_for_grants(&terminated, CUT_SHORT);
     // Every first try waits for the standby; each backend is terminated.
-    let deadline = Instant::now() + Duration::from_secs(30);
+    let patience = Patience::new(
+        "the grants to wait for the standby",
+        Duration::from_secs(30),
+    );
     // Once every first try waits for the standby (no retry exists before a
     // backend is terminated), each of those backends is terminated.
     let killed = loop {
@@ -219,11 +221,7 @@ async fn grants_whose_standby_wait_is_cut_short_are_not_answered() {
         if waiting.len() == CUT_SHORT {
             break waiting;
         }
-        assert!(
-            Instant::now() < deadline,
-            "the grants did not wait for the standby"
-        );
-        tokio::time::sleep(Duration::from_millis(20)).await;
+        patience.next().await;
     };
     for pid in &killed {
         sqlx::query("SELECT pg_terminate_backend($1)")
@@ -258,11 +256,7 @@ async fn grants_whose_standby_wait_is_cut_short_are_not_answered() {
             );
             break;
         }
-        assert!(
-            Instant::now() < deadline,
-            "the asks neither answered nor waited"
-        );
-        tokio::time::sleep(Duration::from_millis(20)).await;
+        patience.next().await;
     }
     pair.kill_primary().unwrap();
     pair.promote().unwrap();

@@ -7,7 +7,7 @@ mod common;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use alkstore_contract_suite::support::{assert_refused_within_wait, error_chain};
+use alkstore_contract_suite::support::{assert_waits_out_a_table_lock, error_chain};
 use alkstore_core::{Error, Field, Store};
 use alkstore_postgres::PgStore;
 use sqlx::Row;
@@ -381,15 +381,14 @@ async fn a_waiting_acquire_behind_a_table_lock_keeps_to_its_wait() {
     .execute(&mut admin)
     .await
     .unwrap();
-    assert_refused_within_wait(
+    assert_waits_out_a_table_lock(
         &store,
-        ("job", "a", TTL),
-        Duration::from_millis(1500),
-        Duration::from_millis(700),
         "the waiting acquire overran its wait behind the table lock",
+        async {
+            sqlx::raw_sql("ROLLBACK").execute(&mut admin).await.unwrap();
+        },
     )
     .await;
-    sqlx::raw_sql("ROLLBACK").execute(&mut admin).await.unwrap();
     let _ = admin.close().await;
     store.drop_schema().await.unwrap();
     store.close().await.unwrap();

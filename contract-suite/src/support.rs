@@ -145,6 +145,63 @@ pub async fn assert_refused_within_wait(
     assert!(took < wait + slack, "{overran}: {took:?}");
 }
 
+/// A waiting `lock` of `job` on `store`, whose `locks` table someone else
+/// holds locked: refused within its 1.5 s wait (+700 ms; `overran` says
+/// what a later answer means in the calling test); once `unlock` has run,
+/// the name is granted at once and released.
+pub async fn assert_waits_out_a_table_lock(
+    store: &dyn Store,
+    overran: &str,
+    unlock: impl std::future::Future<Output = ()>,
+) {
+    let ttl = Duration::from_secs(30);
+    assert_refused_within_wait(
+        store,
+        ("job", "a", ttl),
+        Duration::from_millis(1500),
+        Duration::from_millis(700),
+        overran,
+    )
+    .await;
+    unlock.await;
+    let lock = store
+        .try_lock("job", "a", ttl)
+        .await
+        .unwrap()
+        .expect("free once the table lock is gone");
+    assert!(lock.release().await.unwrap());
+}
+
+/// A bound on a test's poll for something that comes by itself (a standby
+/// catching up, a backend starting to wait): [`Patience::next`] sleeps
+/// 20 ms before the next look, and fails the test naming `what` once the
+/// patience is spent — a poll with a deadline, never a sleep that hopes.
+#[derive(Debug)]
+pub struct Patience {
+    what: &'static str,
+    until: Instant,
+}
+
+impl Patience {
+    /// At most `patience` for `what`.
+    pub fn new(what: &'static str, patience: Duration) -> Self {
+        Patience {
+            what,
+            until: Instant::now() + patience,
+        }
+    }
+
+    /// Before the next look: fails the test if the patience is spent.
+    pub async fn next(&self) {
+        assert!(
+            Instant::now() < self.until,
+            "waited in vain for {}",
+            self.what
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
 /// Waits (at most 10 s) for `kept` to report its lease lost because it
 /// could not be renewed in time.
 pub async fn assert_not_renewed_in_time(kept: &KeepAlive) {

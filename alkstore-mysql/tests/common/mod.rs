@@ -30,7 +30,21 @@ pub struct Database {
     pub name: String,
 }
 
+/// Runs test-made SQL (several statements allowed) on `pool`; fails the test
+/// on an error.
+pub async fn sql(pool: &sqlx::MySqlPool, statement: String) {
+    sqlx::raw_sql(sqlx::AssertSqlSafe(statement))
+        .execute(pool)
+        .await
+        .unwrap();
+}
+
 impl Database {
+    /// The database's name quoted for SQL text.
+    pub fn quoted(&self) -> String {
+        format!("`{}`", self.name.replace('`', "``"))
+    }
+
     pub async fn drop(self) {
         let sweeper = MySqlStore::connect(&self.url, &self.name)
             .await

@@ -38,9 +38,30 @@ pub async fn lock_times_out_with_none(store: Arc<dyn Store>) {
 /// (each waiter waiting long enough for its back-off to reach its ceiling
 /// first), the median release → grant time stays far below any poll interval.
 pub async fn lock_woken_by_release(store: Arc<dyn Store>) {
+    let (median, handoffs) = handoffs(&store, LetGo::Release).await;
+    assert!(
+        median < Duration::from_millis(30),
+        "rule: a waiter is woken by the release, not by its poll; saw a median release → grant \
+         of {median:?} ({handoffs:?}), expected under 30 ms"
+    );
+}
+
+/// How the holder lets go of the name in [`handoffs`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum LetGo {
+    /// It releases its grant.
+    Release,
+    /// An operator removes the grant by force.
+    ForceRelease,
+}
+
+/// Five rounds of: a holder, a waiter that waits long enough for its
+/// back-off to reach its ceiling (checked, not hoped), the holder letting go
+/// by `let_go`; answers the median let-go → grant time and all of them.
+async fn handoffs(store: &Arc<dyn Store>, let_go: LetGo) -> (Duration, Vec<Duration>) {
     let mut handoffs = Vec::new();
     for round in 0..5 {
-        let name = format!("handoff-{round}");
+        let name = format!("handoff-{let_go:?}-{round}");
         let holder = granted(store.try_lock(&name, "holder", LONG).await);
         let waiter = {
             let (store, name) = (store.clone(), name.clone());
@@ -61,19 +82,30 @@ pub async fn lock_woken_by_release(store: Arc<dyn Store>) {
              (granted while the name was held, or failed), expected it still waiting"
         );
         let released_at = Instant::now();
-        assert!(
-            holder.release().await.unwrap(),
-            "rule: release answers true for its own live grant; round {round}: saw false, \
-             expected true"
-        );
+        match let_go {
+            LetGo::Release => assert!(
+                holder.release().await.unwrap(),
+                "rule: release answers true for its own live grant; round {round}: saw false, \
+                 expected true"
+            ),
+            LetGo::ForceRelease => {
+                let removed = store.force_release(&name).await.unwrap();
+                assert_eq!(
+                    removed.map(|h| h.fence),
+                    Some(holder.fence()),
+                    "rule: a forced release removes the live grant and answers it"
+                );
+                holder.let_lapse();
+            }
+        }
         let (asked_at, granted_at, lock) = waiter.await.unwrap();
-        // The waiter was really waiting before the release, long enough for
-        // its back-off to be at its ceiling.
+        // The waiter was really waiting before the holder let go, long
+        // enough for its back-off to be at its ceiling.
         assert!(
-            released_at - asked_at >= Duration::from_millis(400),
-            "precondition: the waiter was waiting before the release; round {round}: saw {:?} \
-             from its ask to the release, expected at least 400 ms (the waiter started late)",
-            released_at - asked_at
+            released_at >= asked_at + Duration::from_millis(400),
+            "precondition: the waiter was waiting before the {let_go:?}; round {round}: saw \
+             {:?} from its ask to it, expected at least 400 ms (the waiter started late)",
+            released_at.saturating_duration_since(asked_at)
         );
         handoffs.push(granted_at - released_at);
         assert!(
@@ -83,12 +115,7 @@ pub async fn lock_woken_by_release(store: Arc<dyn Store>) {
         );
     }
     handoffs.sort();
-    let median = handoffs[handoffs.len() / 2];
-    assert!(
-        median < Duration::from_millis(30),
-        "rule: a waiter is woken by the release, not by its poll; saw a median release → grant \
-         of {median:?} ({handoffs:?}), expected under 30 ms"
-    );
+    (handoffs[handoffs.len() / 2], handoffs)
 }
 
 /// A waiter gets the name once the holder's lease lapses, with no release.
@@ -234,50 +261,7 @@ pub async fn lock_grants_the_ttl_asked_for(store: Arc<dyn Store>) {
 /// first), the median forced release → grant time stays far below any poll
 /// interval.
 pub async fn lock_woken_by_forced_release(store: Arc<dyn Store>) {
-    let mut handoffs = Vec::new();
-    for round in 0..5 {
-        let name = format!("forced-{round}");
-        let stuck = granted(store.try_lock(&name, "stuck", LONG).await);
-        let waiter = {
-            let (store, name) = (store.clone(), name.clone());
-            tokio::spawn(async move {
-                let asked_at = Instant::now();
-                let lock = granted(
-                    store
-                        .lock(&name, "waiter", LONG, Duration::from_secs(20))
-                        .await,
-                );
-                (asked_at, Instant::now(), lock)
-            })
-        };
-        tokio::time::sleep(Duration::from_millis(600)).await;
-        assert!(
-            !waiter.is_finished(),
-            "rule: one owner holds a name at a time; round {round}: saw the waiter finished, \
-             expected it still waiting"
-        );
-        let released_at = Instant::now();
-        let removed = store.force_release(&name).await.unwrap();
-        assert_eq!(
-            removed.map(|h| h.fence),
-            Some(stuck.fence()),
-            "rule: a forced release removes the live grant and answers it"
-        );
-        let (asked_at, granted_at, lock) = waiter.await.unwrap();
-        // The waiter was really waiting before the forced release, long
-        // enough for its back-off to be at its ceiling.
-        assert!(
-            released_at >= asked_at + Duration::from_millis(400),
-            "precondition: the waiter was waiting before the forced release; round {round}: saw \
-             {:?} from its ask to the release, expected at least 400 ms (the waiter started late)",
-            released_at.saturating_duration_since(asked_at)
-        );
-        handoffs.push(granted_at - released_at);
-        assert!(lock.release().await.unwrap());
-        stuck.let_lapse();
-    }
-    handoffs.sort();
-    let median = handoffs[handoffs.len() / 2];
+    let (median, handoffs) = handoffs(&store, LetGo::ForceRelease).await;
     assert!(
         median < Duration::from_millis(30),
         "rule: a waiter is woken by a forced release, not by its poll; saw a median forced \
