@@ -7,16 +7,6 @@ use sqlx::mysql::{MySqlConnectOptions, MySqlConnection, MySqlDatabaseError};
 #[derive(Debug)]
 pub(crate) struct MySql;
 
-/// The store's own connections.
-pub(crate) type Connections = alkstore_sqlx::Connections<MySql>;
-
-/// The pool's connect options with the session time zone pinned to UTC (the
-/// statements read `UTC_TIMESTAMP`, which needs none; a user's own reads of
-/// the table are then in UTC too).
-pub(crate) fn options(pool_options: MySqlConnectOptions) -> MySqlConnectOptions {
-    pool_options.timezone(Some(String::from("+00:00")))
-}
-
 /// The server's error number, when the error is the server's.
 pub(crate) fn error_number(error: &sqlx::Error) -> Option<u16> {
     match error {
@@ -31,6 +21,9 @@ pub(crate) fn error_number(error: &sqlx::Error) -> Option<u16> {
 /// `ER_CLIENT_INTERACTION_TIMEOUT` (MySQL 8): the server ended the session.
 const SESSION_ENDED: [u16; 3] = [1053, 1927, 4031];
 
+/// `ER_NO_SUCH_TABLE`.
+const NO_SUCH_TABLE: u16 = 1146;
+
 /// `ER_LOCK_DEADLOCK`: the server rolled the whole transaction back.
 pub(crate) const DEADLOCK: u16 = 1213;
 
@@ -39,6 +32,23 @@ pub(crate) const LOCK_WAIT_TIMEOUT: u16 = 1205;
 
 impl Dialect for MySql {
     type Database = sqlx::MySql;
+
+    const ENGINE: &'static str = "mysql";
+
+    /// The session time zone pinned to UTC (the statements read
+    /// `UTC_TIMESTAMP`, which needs none; a user's own reads of the table
+    /// are then in UTC too).
+    fn store_options(pool: &MySqlConnectOptions) -> MySqlConnectOptions {
+        pool.clone().timezone(Some(String::from("+00:00")))
+    }
+
+    /// `ER_NO_SUCH_TABLE` naming the `fences` sequence (dropped after the
+    /// store was opened, or before, by a role that cannot see it): the
+    /// procedure's transaction rolled back, nothing drawn.
+    fn fences_gone(error: &sqlx::Error) -> bool {
+        error_number(error) == Some(NO_SUCH_TABLE)
+            && matches!(error, sqlx::Error::Database(db) if db.message().contains(".fences'"))
+    }
 
     fn connection_lost(error: &sqlx::Error) -> bool {
         matches!(error, sqlx::Error::Io(_))

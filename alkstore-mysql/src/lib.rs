@@ -35,23 +35,21 @@
 
 mod connection;
 mod doctor;
-mod engine;
 mod schema;
 mod sql;
 mod url;
 
-use std::sync::Arc;
+use std::time::Duration;
 
-use alkstore_core::{EngineStore, Error, ReleaseBus, Result};
+use alkstore_core::{EngineStore, Error, Result};
+use alkstore_sqlx::{Namespace, Polling, SqlxEngine};
 use sqlx::MySqlPool;
-use sqlx::mysql::{MySqlConnectOptions, MySqlPoolOptions};
 
-use crate::connection::Connections;
-use crate::engine::MySqlEngine;
+use crate::connection::MySql;
 use crate::sql::Statements;
 
 pub use alkstore_core::SchemaVersionError;
-pub use alkstore_sqlx::ConnectError;
+pub use alkstore_sqlx::{CONNECT_TIMEOUT, ConnectError, DEFAULT_MAX_CONNECTIONS};
 pub use schema::{
     CannotSeeEverythingError, ForeignObjectsError, LostFencesError, MAX_DATABASE_BYTES,
 };
@@ -64,17 +62,15 @@ pub use url::ENGINE;
 /// The default database name.
 pub const DEFAULT_DATABASE: &str = "alkstore";
 
-/// How long `connect` keeps trying to reach the server.
-pub const CONNECT_TIMEOUT: std::time::Duration = alkstore_sqlx::CONNECT_TIMEOUT;
-
-/// The most connections the pool `MySqlStore::connect` makes holds.
-pub const DEFAULT_MAX_CONNECTIONS: u32 = 10;
+/// How long a waiter in another process sleeps at most between attempts:
+/// MariaDB has no LISTEN/NOTIFY, so a release in another process is seen by
+/// polling (releases in this process wake waiters at once).
+const POLL_CEILING: Duration = Duration::from_millis(50);
 
 /// A lock store in one MariaDB/MySQL database.
 #[derive(Debug)]
 pub struct MySqlStore {
-    inner: EngineStore<MySqlEngine>,
-    database: String,
+    inner: EngineStore<SqlxEngine<Statements>>,
 }
 
 impl MySqlStore {
@@ -84,55 +80,36 @@ impl MySqlStore {
     /// always named with `database`.
     pub async fn connect(url: &str, database: &str) -> Result<Self> {
         schema::validate(database)?;
-        let options: MySqlConnectOptions =
-            url.parse().map_err(|e| Error::database("connect", e))?;
-        alkstore_sqlx::check_connect::<connection::MySql>(&options)
-            .await
-            .map_err(|e| Error::database("connect", e))?;
-        let pool = MySqlPoolOptions::new()
-            .max_connections(DEFAULT_MAX_CONNECTIONS)
-            // Lock operations run on the store's own connections; the pool
-            // serves opening and dropping, where a ping that weeds out a
-            // connection the server dropped is worth its trip.
-            .test_before_acquire(true)
-            .acquire_timeout(CONNECT_TIMEOUT)
-            .connect_with(options)
-            .await
-            .map_err(|e| Error::database("connect", e))?;
-        Self::open(pool, database).await
+        Self::open(alkstore_sqlx::connect_pool::<MySql>(url).await?, database).await
     }
 
     /// Opens the store in `database` over an existing pool, creating what
     /// is missing. Safe when several processes open the same database at once.
     pub async fn open(pool: MySqlPool, database: &str) -> Result<Self> {
         schema::validate(database)?;
-        let sql = Statements::new(database);
-        schema::open(&pool, database, &sql)
+        let statements = Statements::new(database);
+        schema::open(&pool, database, &statements)
             .await
             .map_err(|e| Error::database("open", e))?;
-        let options = connection::options((*pool.connect_options()).clone());
-        let connections = Connections::new(options, pool.options().get_max_connections());
-        let engine = MySqlEngine {
+        let engine = SqlxEngine::new(
+            Namespace::database(database),
             pool,
-            database: database.to_owned(),
-            connections,
-            sql,
-            bus: Arc::new(ReleaseBus::new()),
-        };
+            statements,
+            Box::new(Polling(POLL_CEILING)),
+        );
         Ok(MySqlStore {
             inner: EngineStore::new(engine),
-            database: database.to_owned(),
         })
     }
 
     /// The database this store lives in.
     pub fn database(&self) -> &str {
-        &self.database
+        &self.inner.engine().namespace().name
     }
 
     /// The pool underneath.
     pub fn pool(&self) -> &MySqlPool {
-        &self.inner.engine().pool
+        self.inner.engine().pool()
     }
 
     /// Drops alkstore's objects in the database (tests and teardown), and
@@ -142,9 +119,8 @@ impl MySqlStore {
         if self.inner.is_closed() {
             return Err(Error::closed("drop_database"));
         }
-        self.inner
-            .engine()
-            .drop_database()
+        let engine = self.inner.engine();
+        schema::drop(engine.pool(), self.database(), engine.statements())
             .await
             .map_err(|e| Error::database("drop_database", e))
     }

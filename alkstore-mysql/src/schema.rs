@@ -9,12 +9,10 @@
 //! never adopted; dropping removes only alkstore's objects, and the database
 //! only if alkstore created it and nothing else lives there.
 
-use std::collections::HashMap;
-
 use alkstore_core::{BoxError, Error, Field, NameProblem, SchemaVersionError, check_text};
 use sqlx::{ConnectOptions, Connection, MySqlConnection, MySqlPool};
 
-use alkstore_sqlx::{Namespace, Objects};
+use alkstore_sqlx::{Layout, Meta, Namespace, Objects};
 
 use crate::sql::{self, Statements};
 
@@ -105,72 +103,28 @@ async fn inspect(
     ))
 }
 
-/// What `meta` says of alkstore's objects in a database.
-#[derive(Debug, Clone, Copy)]
-struct Meta {
-    /// alkstore created the database itself.
-    created_database: bool,
-    /// The layout version.
-    version: i64,
-}
+/// This build's layout.
+const LAYOUT: Layout = Layout {
+    version: sql::SCHEMA_VERSION,
+    upgradable: sql::UPGRADABLE,
+    created_key: sql::CREATED_DATABASE_KEY,
+    markerless_versions: false,
+};
 
-impl Meta {
-    /// The layout is this build's.
-    fn current(self) -> bool {
-        self.version == sql::SCHEMA_VERSION
-    }
-}
-
-/// What `meta` says: whether alkstore created the database, and the layout
-/// version. Refuses a foreign `meta` and a version this build can neither
-/// use nor upgrade.
+/// What `meta` says (refusing a foreign `meta`, and a version this build
+/// can neither use nor upgrade).
 async fn read_meta(
     conn: &mut MySqlConnection,
-    database: &str,
+    database: &Namespace,
     statements: &Statements,
 ) -> Result<Meta, BoxError> {
-    let rows: Vec<(String, i64)> = sqlx::query_as(statements.read_meta.clone())
+    let rows = sqlx::query_as(statements.read_meta.clone())
         .fetch_all(&mut *conn)
-        .await
-        .map_err(|error| -> BoxError {
-            // Columns that are not (key, value): someone else's table.
-            let unlike_ours = matches!(
-                &error,
-                sqlx::Error::ColumnDecode { .. } | sqlx::Error::ColumnNotFound(_)
-            ) || crate::connection::error_number(&error) == Some(1054);
-            if unlike_ours {
-                foreign(database, "a table named meta").into()
-            } else {
-                error.into()
-            }
-        })?;
-    let meta: HashMap<String, i64> = rows.into_iter().collect();
-    if !meta.contains_key(sql::MARKER_KEY) {
-        return Err(foreign(database, "a table named meta").into());
-    }
-    let version = meta.get("schema_version").copied().unwrap_or(0);
-    if !sql::UPGRADABLE.contains(&version) {
-        SchemaVersionError::check(version, sql::SCHEMA_VERSION)?;
-    }
-    Ok(Meta {
-        created_database: meta.get(sql::CREATED_DATABASE_KEY) == Some(&1),
-        version,
+        .await;
+    // 1054: unknown column.
+    Meta::read(database, &LAYOUT, rows, |error| {
+        crate::connection::error_number(error) == Some(1054)
     })
-}
-
-fn foreign(database: &str, what: &'static str) -> ForeignObjectsError {
-    ForeignObjectsError {
-        namespace: Namespace::database(database),
-        what,
-    }
-}
-
-/// The objects found without `meta` are someone else's.
-fn refuse_unmarked(database: &str, objects: Objects) -> Result<(), BoxError> {
-    match objects.unmarked() {
-        Some(what) => Err(foreign(database, what).into()),
-        None => Ok(()),
-    }
 }
 
 /// Finds or creates the store's objects in `database`. Reads only, when
@@ -193,7 +147,9 @@ pub(crate) async fn open(
             && objects.meta
             && objects.locks
             && objects.acquire
-            && read_meta(&mut conn, database, statements).await?.current()
+            && read_meta(&mut conn, &Namespace::database(database), statements)
+                .await?
+                .current(&LAYOUT)
         {
             return Ok(());
         }
@@ -255,6 +211,7 @@ async fn create_missing(
     database: &str,
     statements: &Statements,
 ) -> Result<(), BoxError> {
+    let namespace = Namespace::database(database);
     let (exists, objects) = inspect(conn, database).await?;
     let created_database = !exists;
     if !exists {
@@ -262,18 +219,17 @@ async fn create_missing(
             .execute(&mut *conn)
             .await?;
     }
-    refuse_unmarked(database, objects)?;
+    namespace.refuse_unmarked(objects)?;
     let mut upgrade = false;
     if objects.meta {
-        upgrade = !read_meta(conn, database, statements).await?.current();
+        upgrade = !read_meta(conn, &namespace, statements)
+            .await?
+            .current(&LAYOUT);
         let (fences_created,): (i64,) = sqlx::query_as(statements.fences_created.clone())
             .fetch_one(&mut *conn)
             .await?;
         if fences_created != 0 && !objects.fences {
-            return Err(LostFencesError {
-                namespace: Namespace::database(database),
-            }
-            .into());
+            return Err(namespace.lost_fences().into());
         }
     } else {
         sqlx::raw_sql(statements.create_meta[usize::from(created_database)].clone())
@@ -329,16 +285,17 @@ async fn drop_ours(
     database: &str,
     statements: &Statements,
 ) -> Result<(), BoxError> {
+    let namespace = Namespace::database(database);
     let (exists, objects) = inspect(conn, database).await?;
     if !exists {
         return Ok(());
     }
-    refuse_unmarked(database, objects)?;
+    namespace.refuse_unmarked(objects)?;
     if !objects.meta {
         return Ok(());
     }
-    let created_database = match read_meta(conn, database, statements).await {
-        Ok(meta) => meta.created_database,
+    let created_database = match read_meta(conn, &namespace, statements).await {
+        Ok(meta) => meta.created_namespace,
         // A version this build does not use is still alkstore's to drop.
         Err(error) if error.is::<SchemaVersionError>() => false,
         Err(error) => return Err(error),
@@ -365,7 +322,9 @@ async fn drop_ours(
         .fetch_one(&mut *conn)
         .await?;
     if triggers > 0 {
-        return Err(foreign(database, "a trigger on alkstore's tables").into());
+        return Err(namespace
+            .holds_foreign("a trigger on alkstore's tables")
+            .into());
     }
     for statement in &statements.drop_objects {
         sqlx::raw_sql(statement.clone()).execute(&mut *conn).await?;

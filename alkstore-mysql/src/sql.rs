@@ -3,8 +3,13 @@
 //! The caller's database name is the only piece of text spliced into SQL,
 //! and only through [`quote_ident`]; every value is a bound parameter.
 
-use alkstore_sqlx::audited;
-use sqlx::SqlStr;
+use std::time::Instant;
+
+use alkstore_core::{GrantKey, LeaseMillis, fence_to_sql};
+use alkstore_sqlx::{
+    HolderRow, ListedRow, MARKER_KEY, StatementFuture, audited, lock_wait_ms, row_as, text,
+};
+use sqlx::{MySqlConnection, SqlStr};
 
 /// The layout version this crate writes and reads.
 /// 1's acquire procedure rolled the caller's transaction back when it
@@ -36,9 +41,6 @@ pub(crate) const DRAWN_BY_KEY: &str = "fences_drawn_by";
 /// server: 2^32, above any number of grants an old primary can have handed
 /// out that its replica never received.
 pub(crate) const PROMOTION_GAP: i64 = 1 << 32;
-
-/// The `meta` key whose presence marks the database's objects as alkstore's.
-pub(crate) const MARKER_KEY: &str = "made_by_alkstore";
 
 /// The `meta` key that records whether alkstore created the database itself
 /// (1) or found it (0): only a database it created is ever dropped.
@@ -190,7 +192,9 @@ pub(crate) struct Statements {
     pub(crate) force_release: SqlStr,
     pub(crate) purge: SqlStr,
     pub(crate) next_fence: SqlStr,
-    /// `SELECT SETVAL(fences, ` — the rest, a number, by [`Statements::set_fences`].
+    /// `SELECT SETVAL(fences, ` — the rest is a number, written in by
+    /// `raise_fences` (MariaDB's `SETVAL` takes a literal only, and never
+    /// moves the sequence down).
     set_fences_prefix: String,
 }
 
@@ -433,12 +437,137 @@ END"
     }
 }
 
-impl Statements {
-    /// Moves the sequence up to `value` (MariaDB's `SETVAL` never moves it
-    /// down, and takes a literal only: the number is written into the
-    /// statement, which holds nothing else that varies).
-    pub(crate) fn set_fences(&self, value: i64) -> SqlStr {
-        audited(format!("{}{value})", self.set_fences_prefix))
+/// A holder's row as the database returns it (names and owners are bytes).
+fn holder_row(row: sqlx::mysql::MySqlRow) -> Result<HolderRow, sqlx::Error> {
+    let (owner, fence, left): (Vec<u8>, i64, i64) = row_as(row)?;
+    Ok((text(owner)?, fence, left))
+}
+
+/// Each operation's statement with its binds, `?` by `?` in order. Names
+/// and owners are bound as bytes (the columns are `VARBINARY`).
+impl alkstore_sqlx::Statements for Statements {
+    type Dialect = crate::connection::MySql;
+
+    fn acquire<'c>(
+        &self,
+        conn: &'c mut MySqlConnection,
+        name: &str,
+        owner: &str,
+        ttl: LeaseMillis,
+        bound: Option<Instant>,
+    ) -> StatementFuture<'c, Option<(bool, i64, i64)>> {
+        Box::pin(
+            sqlx::query(self.acquire.clone())
+                .bind(name.as_bytes())
+                .bind(owner.as_bytes())
+                .bind(ttl.as_i64())
+                .bind(bound.map(lock_wait_ms))
+                .try_map(|row| {
+                    let (granted, fence, left): (i64, i64, i64) = row_as(row)?;
+                    Ok((granted != 0, fence, left))
+                })
+                .fetch_optional(conn),
+        )
+    }
+
+    fn renew<'c>(
+        &self,
+        conn: &'c mut MySqlConnection,
+        grant: &GrantKey,
+        ttl: LeaseMillis,
+    ) -> StatementFuture<'c, u64> {
+        let renew = sqlx::query(self.renew.clone())
+            .bind(ttl.as_i64())
+            .bind(grant.name.as_bytes())
+            .bind(grant.owner.as_bytes())
+            .bind(fence_to_sql(grant.fence));
+        Box::pin(async move { Ok(renew.execute(conn).await?.rows_affected()) })
+    }
+
+    fn release<'c>(
+        &self,
+        conn: &'c mut MySqlConnection,
+        grant: &GrantKey,
+    ) -> StatementFuture<'c, u64> {
+        let release = sqlx::query(self.release.clone())
+            .bind(grant.name.as_bytes())
+            .bind(grant.owner.as_bytes())
+            .bind(fence_to_sql(grant.fence));
+        Box::pin(async move { Ok(release.execute(conn).await?.rows_affected()) })
+    }
+
+    fn holder<'c>(
+        &self,
+        conn: &'c mut MySqlConnection,
+        name: &str,
+    ) -> StatementFuture<'c, Option<HolderRow>> {
+        Box::pin(
+            sqlx::query(self.holder.clone())
+                .bind(name.as_bytes())
+                .try_map(holder_row)
+                .fetch_optional(conn),
+        )
+    }
+
+    fn list<'c>(
+        &self,
+        conn: &'c mut MySqlConnection,
+        prefix: &str,
+        after: &str,
+        limit: i64,
+    ) -> StatementFuture<'c, Vec<ListedRow>> {
+        Box::pin(
+            sqlx::query(self.list.clone())
+                .bind(prefix.as_bytes())
+                .bind(after.as_bytes())
+                .bind(prefix.as_bytes())
+                .bind(prefix.as_bytes())
+                .bind(limit)
+                .try_map(|row| {
+                    let (name, owner, fence, left): (Vec<u8>, Vec<u8>, i64, i64) = row_as(row)?;
+                    Ok((text(name)?, text(owner)?, fence, left))
+                })
+                .fetch_all(conn),
+        )
+    }
+
+    fn force_release<'c>(
+        &self,
+        conn: &'c mut MySqlConnection,
+        name: &str,
+        fence: Option<i64>,
+    ) -> StatementFuture<'c, Option<HolderRow>> {
+        Box::pin(
+            sqlx::query(self.force_release.clone())
+                .bind(name.as_bytes())
+                .bind(fence)
+                .bind(fence)
+                .try_map(holder_row)
+                .fetch_optional(conn),
+        )
+    }
+
+    fn purge<'c>(&self, conn: &'c mut MySqlConnection) -> StatementFuture<'c, u64> {
+        let purge = sqlx::query(self.purge.clone());
+        Box::pin(async move { Ok(purge.execute(conn).await?.rows_affected()) })
+    }
+
+    /// Two statements on the one connection: `SETVAL` takes a literal only.
+    /// Grants drawing between the two cannot outrun a raise of at least
+    /// 2^20 (the core's least), and `SETVAL` never lowers.
+    fn raise_fences<'c>(&self, conn: &'c mut MySqlConnection, by: i64) -> StatementFuture<'c, i64> {
+        let next = sqlx::query(self.next_fence.clone()).try_map(row_as::<_, (i64,)>);
+        let prefix = self.set_fences_prefix.clone();
+        Box::pin(async move {
+            let (drawn,) = next.fetch_one(&mut *conn).await?;
+            let target = drawn.checked_add(by).ok_or_else(|| {
+                sqlx::Error::Protocol("the fences have no room for this raise".into())
+            })?;
+            sqlx::query(audited(format!("{prefix}{target})")))
+                .execute(conn)
+                .await?;
+            Ok(target + 1)
+        })
     }
 }
 

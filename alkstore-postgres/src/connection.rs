@@ -7,15 +7,6 @@ use sqlx::postgres::{PgConnectOptions, PgConnection};
 #[derive(Debug)]
 pub(crate) struct Postgres;
 
-/// The store's own connections.
-pub(crate) type Connections = alkstore_sqlx::Connections<Postgres>;
-
-/// The pool's connect options with READ COMMITTED pinned (the statements
-/// rely on it, whatever the role's or database's default).
-pub(crate) fn options(pool_options: PgConnectOptions) -> PgConnectOptions {
-    pool_options.options([crate::sql::ISOLATION_OPTION])
-}
-
 fn sqlstate(error: &sqlx::Error) -> Option<String> {
     match error {
         sqlx::Error::Database(db) => db.code().map(|c| c.into_owned()),
@@ -25,6 +16,14 @@ fn sqlstate(error: &sqlx::Error) -> Option<String> {
 
 impl Dialect for Postgres {
     type Database = sqlx::Postgres;
+
+    const ENGINE: &'static str = "postgres";
+
+    /// READ COMMITTED pinned: the statements rely on it, whatever the
+    /// role's or database's default.
+    fn store_options(pool: &PgConnectOptions) -> PgConnectOptions {
+        pool.clone().options([crate::sql::ISOLATION_OPTION])
+    }
 
     /// An I/O failure, or the server saying it terminated the session
     /// (admin shutdown, crash shutdown, `pg_terminate_backend`).

@@ -29,25 +29,21 @@
 
 mod connection;
 mod doctor;
-mod engine;
 mod listener;
 mod schema;
 mod sql;
 mod url;
 
-use std::sync::Arc;
-
-use alkstore_core::{EngineStore, Error, ReleaseBus, Result};
+use alkstore_core::{EngineStore, Error, Result};
+use alkstore_sqlx::{Namespace, SqlxEngine};
 use sqlx::PgPool;
-use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
-use tokio::sync::OnceCell;
 
-use crate::connection::Connections;
-use crate::engine::PgEngine;
+use crate::connection::Postgres;
+use crate::listener::Notifications;
 use crate::sql::Statements;
 
 pub use alkstore_core::SchemaVersionError;
-pub use alkstore_sqlx::ConnectError;
+pub use alkstore_sqlx::{CONNECT_TIMEOUT, ConnectError, DEFAULT_MAX_CONNECTIONS};
 pub use schema::{CannotCreateError, ForeignObjectsError, LostFencesError, MAX_SCHEMA_BYTES};
 /// The layout version of the objects this build makes (recorded in `meta`).
 pub use sql::SCHEMA_VERSION;
@@ -55,31 +51,13 @@ pub use sql::SCHEMA_VERSION;
 pub use sqlx::PgPool as Pool;
 pub use url::ENGINE;
 
-/// A tag no other store shares: process id, a counter, and the clock.
-fn store_tag() -> String {
-    static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
-    let nanos = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.subsec_nanos())
-        .unwrap_or(0);
-    let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-    format!("{}.{n}.{nanos}", std::process::id())
-}
-
 /// The default schema name.
 pub const DEFAULT_SCHEMA: &str = "alkstore";
-
-/// How long `connect` keeps trying to reach the server.
-pub const CONNECT_TIMEOUT: std::time::Duration = alkstore_sqlx::CONNECT_TIMEOUT;
-
-/// The most connections the pool `PgStore::connect` makes holds.
-pub const DEFAULT_MAX_CONNECTIONS: u32 = 10;
 
 /// A lock store in one PostgreSQL schema.
 #[derive(Debug)]
 pub struct PgStore {
-    inner: EngineStore<PgEngine>,
-    schema: String,
+    inner: EngineStore<SqlxEngine<Statements>>,
 }
 
 impl PgStore {
@@ -87,66 +65,42 @@ impl PgStore {
     /// the store in `schema`, creating it if missing.
     pub async fn connect(url: &str, schema: &str) -> Result<Self> {
         schema::validate(schema)?;
-        let options: PgConnectOptions = url.parse().map_err(|e| Error::database("connect", e))?;
-        alkstore_sqlx::check_connect::<connection::Postgres>(&options)
-            .await
-            .map_err(|e| Error::database("connect", e))?;
-        let pool = PgPoolOptions::new()
-            .max_connections(DEFAULT_MAX_CONNECTIONS)
-            // Lock operations run on the store's own connections; the pool
-            // serves opening and dropping the schema, where a ping that
-            // weeds out a connection the server dropped is worth its trip.
-            .test_before_acquire(true)
-            .acquire_timeout(CONNECT_TIMEOUT)
-            .connect_with(options)
-            .await
-            .map_err(|e| Error::database("connect", e))?;
-        Self::open(pool, schema).await
+        Self::open(alkstore_sqlx::connect_pool::<Postgres>(url).await?, schema).await
     }
 
     /// Opens the store in `schema` over an existing pool, creating the schema
     /// if missing. Safe when several processes open the same schema at once.
     pub async fn open(pool: PgPool, schema: &str) -> Result<Self> {
         schema::validate(schema)?;
-        let sql = Statements::new(schema);
-        let oid = schema::open(&pool, schema, &sql)
+        let mut statements = Statements::new(schema);
+        let oid = schema::open(&pool, schema, &statements)
             .await
             .map_err(|e| Error::database("open", e))?;
-        let options = (*pool.connect_options()).clone();
-        let connections = Connections::new(
-            connection::options(options.clone()),
-            pool.options().get_max_connections(),
+        statements.channel = sql::channel(oid);
+        let notifications = Notifications::new(
+            (*pool.connect_options()).clone(),
+            &statements.channel,
+            &statements.tag,
         );
-        let listen_pool = PgPoolOptions::new()
-            .max_connections(1)
-            .max_lifetime(None)
-            .idle_timeout(None)
-            .connect_lazy_with(options);
-        let engine = PgEngine {
-            connections,
-            listen_pool,
-            schema: schema.to_owned(),
+        let engine = SqlxEngine::new(
+            Namespace::schema(schema),
             pool,
-            sql,
-            channel: sql::channel(oid),
-            tag: store_tag(),
-            bus: Arc::new(ReleaseBus::new()),
-            listener: OnceCell::new(),
-        };
+            statements,
+            Box::new(notifications),
+        );
         Ok(PgStore {
             inner: EngineStore::new(engine),
-            schema: schema.to_owned(),
         })
     }
 
     /// The schema this store lives in.
     pub fn schema(&self) -> &str {
-        &self.schema
+        &self.inner.engine().namespace().name
     }
 
     /// The pool underneath.
     pub fn pool(&self) -> &PgPool {
-        &self.inner.engine().pool
+        self.inner.engine().pool()
     }
 
     /// Drops alkstore's objects in the schema (tests and teardown), and the
@@ -157,9 +111,8 @@ impl PgStore {
         if self.inner.is_closed() {
             return Err(Error::closed("drop_schema"));
         }
-        self.inner
-            .engine()
-            .drop_schema()
+        let engine = self.inner.engine();
+        schema::drop(engine.pool(), self.schema(), engine.statements())
             .await
             .map_err(|e| Error::database("drop_schema", e))
     }

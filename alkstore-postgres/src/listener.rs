@@ -4,14 +4,72 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use alkstore_core::ReleaseBus;
+use alkstore_core::{BoxError, ReleaseBus};
+use alkstore_sqlx::Wakeups;
+use async_trait::async_trait;
 use sqlx::PgPool;
-use sqlx::postgres::PgListener;
+use sqlx::postgres::{PgConnectOptions, PgListener, PgPoolOptions};
+use tokio::sync::OnceCell;
 use tokio::task::JoinHandle;
+
+/// How long a waiter polls at most when no notification comes (expiries
+/// notify nobody, and a notification can be lost while the listener reconnects).
+const POLL_CEILING: Duration = Duration::from_millis(250);
+
+/// Releases in other processes reach a store's waiters by LISTEN/NOTIFY:
+/// one listener per store, started by its first waiting acquire.
+#[derive(Debug)]
+pub(crate) struct Notifications {
+    /// The pool of one connection the listener uses, so that it never
+    /// holds a connection of the caller's pool.
+    pool: PgPool,
+    channel: String,
+    /// This store's mark on the notifications its releases send.
+    tag: String,
+    listener: OnceCell<Listener>,
+}
+
+impl Notifications {
+    /// Notifications on `channel`, skipping those marked `tag`, over a
+    /// connection made with `options` when the first waiter comes.
+    pub(crate) fn new(options: PgConnectOptions, channel: &str, tag: &str) -> Self {
+        Notifications {
+            pool: PgPoolOptions::new()
+                .max_connections(1)
+                .max_lifetime(None)
+                .idle_timeout(None)
+                .connect_lazy_with(options),
+            channel: channel.to_owned(),
+            tag: tag.to_owned(),
+            listener: OnceCell::new(),
+        }
+    }
+}
+
+#[async_trait]
+impl Wakeups for Notifications {
+    fn poll_ceiling(&self) -> Duration {
+        POLL_CEILING
+    }
+
+    async fn prepare(&self, bus: &Arc<ReleaseBus>) -> Result<(), BoxError> {
+        self.listener
+            .get_or_try_init(|| Listener::start(&self.pool, &self.channel, &self.tag, bus.clone()))
+            .await?;
+        Ok(())
+    }
+
+    async fn close(&self) {
+        if let Some(listener) = self.listener.get() {
+            listener.stop();
+        }
+        self.pool.close().await;
+    }
+}
 
 /// The background task that owns the LISTEN connection.
 #[derive(Debug)]
-pub(crate) struct Listener {
+struct Listener {
     task: JoinHandle<()>,
 }
 
@@ -21,7 +79,7 @@ impl Listener {
     /// (this store's own releases, which woke its waiters directly). Returns
     /// once LISTEN is in place, so that a waiter that subscribed before cannot
     /// miss a later release.
-    pub(crate) async fn start(
+    async fn start(
         pool: &PgPool,
         channel: &str,
         tag: &str,
@@ -68,7 +126,7 @@ impl Listener {
 
 impl Listener {
     /// Stops listening; the connection goes back to the pool.
-    pub(crate) fn stop(&self) {
+    fn stop(&self) {
         self.task.abort();
     }
 }

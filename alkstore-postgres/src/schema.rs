@@ -9,12 +9,10 @@
 //! are never adopted, and dropping removes only alkstore's objects (and the
 //! schema, if alkstore created it and nothing else lives there).
 
-use std::collections::HashMap;
-
 use alkstore_core::{BoxError, Error, Field, SchemaVersionError, check_text};
 use sqlx::{PgConnection, PgPool};
 
-use alkstore_sqlx::{Namespace, Objects};
+use alkstore_sqlx::{Layout, Meta, Namespace, Objects};
 
 use crate::sql::{self, Statements};
 
@@ -77,78 +75,31 @@ async fn inspect(
     }))
 }
 
-/// What `meta` says of alkstore's objects in a schema.
-#[derive(Debug, Clone, Copy)]
-struct Meta {
-    /// alkstore created the schema itself.
-    created_schema: bool,
-    /// The layout version.
-    version: i64,
-}
+/// This build's layout.
+const LAYOUT: Layout = Layout {
+    version: sql::SCHEMA_VERSION,
+    upgradable: sql::UPGRADABLE,
+    created_key: sql::CREATED_SCHEMA_KEY,
+    markerless_versions: true,
+};
 
-impl Meta {
-    /// The layout is this build's.
-    fn current(self) -> bool {
-        self.version == sql::SCHEMA_VERSION
-    }
-}
-
-/// What `meta` says: whether alkstore made these objects, whether it created
-/// the schema, and the layout version. Refuses a foreign `meta` and a
-/// version this build can neither use nor upgrade.
+/// What `meta` says (refusing a foreign `meta`, and a version this build
+/// can neither use nor upgrade).
 async fn read_meta(
     conn: &mut PgConnection,
-    schema: &str,
+    schema: &Namespace,
     statements: &Statements,
 ) -> Result<Meta, BoxError> {
-    let rows: Vec<(String, i64)> = sqlx::query_as(statements.read_meta.clone())
+    let rows = sqlx::query_as(statements.read_meta.clone())
         .fetch_all(&mut *conn)
-        .await
-        .map_err(|error| -> BoxError {
-            // Columns that are not (key text, value bigint): someone else's table.
-            let unlike_ours = matches!(&error, sqlx::Error::ColumnDecode { .. } | sqlx::Error::ColumnNotFound(_))
-                || matches!(&error, sqlx::Error::Database(db) if db.code().as_deref() == Some("42703"));
-            if unlike_ours {
-                foreign(schema, "a table named meta").into()
-            } else {
-                error.into()
-            }
-        })?;
-    let meta: HashMap<String, i64> = rows.into_iter().collect();
-    if !meta.contains_key(sql::MARKER_KEY) {
-        // Pre-release layout 1 had no marker: say what it is.
-        if let Some(&found) = meta.get("schema_version") {
-            return Err(SchemaVersionError {
-                found,
-                known: sql::SCHEMA_VERSION,
-            }
-            .into());
-        }
-        return Err(foreign(schema, "a table named meta").into());
-    }
-    let version = meta.get("schema_version").copied().unwrap_or(0);
-    if !sql::UPGRADABLE.contains(&version) {
-        SchemaVersionError::check(version, sql::SCHEMA_VERSION)?;
-    }
-    Ok(Meta {
-        created_schema: meta.get(sql::CREATED_SCHEMA_KEY) == Some(&1),
-        version,
-    })
-}
-
-fn foreign(schema: &str, what: &'static str) -> ForeignObjectsError {
-    ForeignObjectsError {
-        namespace: Namespace::schema(schema),
-        what,
-    }
-}
-
-/// The objects found without `meta` are someone else's.
-fn refuse_unmarked(schema: &str, objects: Objects) -> Result<(), BoxError> {
-    match objects.unmarked() {
-        Some(what) => Err(foreign(schema, what).into()),
-        None => Ok(()),
-    }
+        .await;
+    // 42703: undefined column.
+    Meta::read(
+        schema,
+        &LAYOUT,
+        rows,
+        |error| matches!(error, sqlx::Error::Database(db) if db.code().as_deref() == Some("42703")),
+    )
 }
 
 /// Finds or creates the store's objects in `schema` and returns the schema's
@@ -160,22 +111,28 @@ pub(crate) async fn open(
     schema: &str,
     statements: &Statements,
 ) -> Result<i64, BoxError> {
+    let namespace = Namespace::schema(schema);
     let mut conn = pool.acquire().await?;
     if let Some((oid, objects)) = inspect(&mut conn, schema).await? {
-        refuse_unmarked(schema, objects)?;
-        if objects.all() && read_meta(&mut conn, schema, statements).await?.current() {
+        namespace.refuse_unmarked(objects)?;
+        if objects.all()
+            && read_meta(&mut conn, &namespace, statements)
+                .await?
+                .current(&LAYOUT)
+        {
             return Ok(oid);
         }
     }
     std::mem::drop(conn);
-    create_missing(pool, schema, statements).await
+    create_missing(pool, &namespace, statements).await
 }
 
 async fn create_missing(
     pool: &PgPool,
-    schema: &str,
+    namespace: &Namespace,
     statements: &Statements,
 ) -> Result<i64, BoxError> {
+    let schema = namespace.name.as_str();
     let mut tx = pool.begin().await?;
     sqlx::query(sql::READ_COMMITTED).execute(&mut *tx).await?;
     sqlx::query(sql::LOCK_SCHEMA_CREATION)
@@ -207,17 +164,16 @@ async fn create_missing(
             (true, Objects::default())
         }
     };
-    refuse_unmarked(schema, objects)?;
+    namespace.refuse_unmarked(objects)?;
     let mut upgrade = false;
     if objects.meta {
-        upgrade = !read_meta(&mut tx, schema, statements).await?.current();
+        upgrade = !read_meta(&mut tx, namespace, statements)
+            .await?
+            .current(&LAYOUT);
         // `meta` is made in the same transaction as the sequence: with it
         // there, a missing sequence was dropped after fences were drawn.
         if !objects.fences {
-            return Err(LostFencesError {
-                namespace: Namespace::schema(schema),
-            }
-            .into());
+            return Err(namespace.lost_fences().into());
         }
     } else {
         sqlx::raw_sql(statements.create_meta.clone())
@@ -274,12 +230,13 @@ pub(crate) async fn drop(
     let Some((_, objects)) = inspect(&mut tx, schema).await? else {
         return Ok(());
     };
-    refuse_unmarked(schema, objects)?;
+    let namespace = Namespace::schema(schema);
+    namespace.refuse_unmarked(objects)?;
     if !objects.meta {
         return Ok(());
     }
-    let created_schema = match read_meta(&mut tx, schema, statements).await {
-        Ok(meta) => meta.created_schema,
+    let created_schema = match read_meta(&mut tx, &namespace, statements).await {
+        Ok(meta) => meta.created_namespace,
         // A version this build does not use is still alkstore's to drop.
         Err(error) if error.is::<SchemaVersionError>() => false,
         Err(error) => return Err(error),

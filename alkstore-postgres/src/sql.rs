@@ -5,8 +5,13 @@
 //! [`quote_literal`] and a dollar-quote tag the name cannot contain); every
 //! value is a bound parameter.
 
-use alkstore_sqlx::audited;
-use sqlx::SqlStr;
+use std::time::Instant;
+
+use alkstore_core::{GrantKey, LeaseMillis, fence_to_sql};
+use alkstore_sqlx::{
+    HolderRow, ListedRow, MARKER_KEY, StatementFuture, audited, lock_wait_ms, row_as,
+};
+use sqlx::{PgConnection, SqlStr};
 
 /// The schema version this crate writes and reads. 1 drew fences from an
 /// identity column, out of commit order, and 2's acquire function took no
@@ -75,9 +80,6 @@ SELECT pg_is_in_recovery(),
        pg_has_role(current_user, 'pg_read_all_stats', 'USAGE'),
        (SELECT count(*) FROM pg_stat_replication),
        (SELECT count(*) FROM pg_stat_replication WHERE sync_state IN ('sync', 'quorum'))";
-
-/// The `meta` key whose presence marks the schema's objects as alkstore's.
-pub(crate) const MARKER_KEY: &str = "made_by_alkstore";
 
 /// The `meta` key that records whether alkstore created the schema itself
 /// (1) or found it (0): only a schema it created is ever dropped.
@@ -184,6 +186,11 @@ pub(crate) struct Statements {
     pub(crate) force_release: SqlStr,
     pub(crate) purge: SqlStr,
     pub(crate) raise_fences: SqlStr,
+    /// The channel releases notify on ([`channel`]; set once the schema's
+    /// OID is known).
+    pub(crate) channel: String,
+    /// This store's mark on the notifications its releases send.
+    pub(crate) tag: String,
 }
 
 impl Statements {
@@ -285,6 +292,8 @@ END"
         );
         let tag = dollar_tag(&body);
         Statements {
+            channel: String::new(),
+            tag: store_tag(),
             create_schema: audited(format!("CREATE SCHEMA {s}")),
             create_meta: audited(format!(
                 "CREATE TABLE {meta} (key text PRIMARY KEY, value bigint NOT NULL)"
@@ -421,6 +430,139 @@ END"
                  WHERE expires_at <= {NOW_MS} AND EXISTS (SELECT 1 FROM async_commit)"
             )),
         }
+    }
+}
+
+/// A tag no other store shares: process id, a counter, and the clock.
+fn store_tag() -> String {
+    static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.subsec_nanos())
+        .unwrap_or(0);
+    let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    format!("{}.{n}.{nanos}", std::process::id())
+}
+
+/// Each operation's statement with its binds, `$1`, `$2`, … in order.
+impl alkstore_sqlx::Statements for Statements {
+    type Dialect = crate::connection::Postgres;
+
+    fn acquire<'c>(
+        &self,
+        conn: &'c mut PgConnection,
+        name: &str,
+        owner: &str,
+        ttl: LeaseMillis,
+        bound: Option<Instant>,
+    ) -> StatementFuture<'c, Option<(bool, i64, i64)>> {
+        // A waiting acquire bounds every lock wait, the table's included.
+        let statement = match bound {
+            Some(_) => &self.acquire_waiting,
+            None => &self.acquire,
+        };
+        let wait_ms = bound.map(|b| i32::try_from(lock_wait_ms(b)).unwrap_or(i32::MAX));
+        Box::pin(
+            sqlx::query(statement.clone())
+                .bind(name)
+                .bind(owner)
+                .bind(ttl.as_i64())
+                .bind(wait_ms)
+                .try_map(row_as)
+                .fetch_optional(conn),
+        )
+    }
+
+    fn renew<'c>(
+        &self,
+        conn: &'c mut PgConnection,
+        grant: &GrantKey,
+        ttl: LeaseMillis,
+    ) -> StatementFuture<'c, u64> {
+        let renew = sqlx::query(self.renew.clone())
+            .bind(&grant.name)
+            .bind(&grant.owner)
+            .bind(fence_to_sql(grant.fence))
+            .bind(ttl.as_i64());
+        Box::pin(async move { Ok(renew.execute(conn).await?.rows_affected()) })
+    }
+
+    fn release<'c>(
+        &self,
+        conn: &'c mut PgConnection,
+        grant: &GrantKey,
+    ) -> StatementFuture<'c, u64> {
+        let release = sqlx::query(self.release.clone())
+            .bind(&grant.name)
+            .bind(&grant.owner)
+            .bind(fence_to_sql(grant.fence))
+            .bind(&self.channel)
+            .bind(&self.tag)
+            .try_map(row_as::<_, (i64,)>);
+        Box::pin(async move { Ok(release.fetch_one(conn).await?.0.unsigned_abs()) })
+    }
+
+    fn holder<'c>(
+        &self,
+        conn: &'c mut PgConnection,
+        name: &str,
+    ) -> StatementFuture<'c, Option<HolderRow>> {
+        Box::pin(
+            sqlx::query(self.holder.clone())
+                .bind(name)
+                .try_map(row_as)
+                .fetch_optional(conn),
+        )
+    }
+
+    fn list<'c>(
+        &self,
+        conn: &'c mut PgConnection,
+        prefix: &str,
+        after: &str,
+        limit: i64,
+    ) -> StatementFuture<'c, Vec<ListedRow>> {
+        Box::pin(
+            sqlx::query(self.list.clone())
+                .bind(prefix)
+                .bind(after)
+                .bind(limit)
+                .try_map(row_as)
+                .fetch_all(conn),
+        )
+    }
+
+    fn force_release<'c>(
+        &self,
+        conn: &'c mut PgConnection,
+        name: &str,
+        fence: Option<i64>,
+    ) -> StatementFuture<'c, Option<HolderRow>> {
+        Box::pin(
+            sqlx::query(self.force_release.clone())
+                .bind(name)
+                .bind(&self.channel)
+                .bind(&self.tag)
+                .bind(fence)
+                // The fourth column is the notification's (empty) result.
+                .try_map(|row| {
+                    let (owner, fence, left, _): (String, i64, i64, Option<String>) = row_as(row)?;
+                    Ok((owner, fence, left))
+                })
+                .fetch_optional(conn),
+        )
+    }
+
+    fn purge<'c>(&self, conn: &'c mut PgConnection) -> StatementFuture<'c, u64> {
+        let purge = sqlx::query(self.purge.clone());
+        Box::pin(async move { Ok(purge.execute(conn).await?.rows_affected()) })
+    }
+
+    fn raise_fences<'c>(&self, conn: &'c mut PgConnection, by: i64) -> StatementFuture<'c, i64> {
+        let raise = sqlx::query(self.raise_fences.clone())
+            .bind(by)
+            .try_map(row_as::<_, (i64,)>);
+        Box::pin(async move { Ok(raise.fetch_one(conn).await?.0) })
     }
 }
 

@@ -111,6 +111,114 @@ impl Objects {
     }
 }
 
+/// One dialect's layout of a store's objects, as its `meta` records it.
+#[derive(Debug, Clone)]
+pub struct Layout {
+    /// The version this build makes.
+    pub version: i64,
+    /// Older versions an opener upgrades in place.
+    pub upgradable: std::ops::RangeInclusive<i64>,
+    /// The `meta` key recording whether alkstore created the namespace (1)
+    /// or found it (0): only a namespace it created is ever dropped.
+    pub created_key: &'static str,
+    /// Layouts from before the marker had a `schema_version` but no marker
+    /// (PostgreSQL's pre-release 1): such a `meta` is named by its version,
+    /// not refused as someone else's.
+    pub markerless_versions: bool,
+}
+
+/// The `meta` key whose presence marks a namespace's objects as alkstore's.
+pub const MARKER_KEY: &str = "made_by_alkstore";
+
+/// What a store's `meta` says of its objects.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Meta {
+    /// alkstore created the namespace itself.
+    pub created_namespace: bool,
+    /// The layout version.
+    pub version: i64,
+}
+
+impl Meta {
+    /// Reads `meta`'s `(key, value)` rows, as the dialect's read of them
+    /// answered (`unlike_ours`: the error said the columns are not
+    /// alkstore's). Refuses a `meta` that is someone else's, and a version
+    /// this build can neither use nor upgrade.
+    pub fn read(
+        namespace: &Namespace,
+        layout: &Layout,
+        rows: Result<Vec<(String, i64)>, sqlx::Error>,
+        unlike_ours: impl Fn(&sqlx::Error) -> bool,
+    ) -> Result<Meta, alkstore_core::BoxError> {
+        let foreign = || ForeignObjectsError {
+            namespace: namespace.clone(),
+            what: "a table named meta",
+        };
+        let rows = rows.map_err(|error| -> alkstore_core::BoxError {
+            // Columns that are not (key, value): someone else's table.
+            let unlike = matches!(
+                &error,
+                sqlx::Error::ColumnDecode { .. } | sqlx::Error::ColumnNotFound(_)
+            ) || unlike_ours(&error);
+            if unlike {
+                foreign().into()
+            } else {
+                error.into()
+            }
+        })?;
+        let meta: std::collections::HashMap<String, i64> = rows.into_iter().collect();
+        let version = meta.get("schema_version").copied();
+        if !meta.contains_key(MARKER_KEY) {
+            return Err(match version {
+                Some(found) if layout.markerless_versions => alkstore_core::SchemaVersionError {
+                    found,
+                    known: layout.version,
+                }
+                .into(),
+                _ => foreign().into(),
+            });
+        }
+        let version = version.unwrap_or(0);
+        if !layout.upgradable.contains(&version) {
+            alkstore_core::SchemaVersionError::check(version, layout.version)?;
+        }
+        Ok(Meta {
+            created_namespace: meta.get(layout.created_key) == Some(&1),
+            version,
+        })
+    }
+
+    /// The layout is this build's.
+    pub fn current(self, layout: &Layout) -> bool {
+        self.version == layout.version
+    }
+}
+
+impl Namespace {
+    /// Refuses objects found without `meta`: someone else's.
+    pub fn refuse_unmarked(&self, objects: Objects) -> Result<(), ForeignObjectsError> {
+        match objects.unmarked() {
+            Some(what) => Err(self.holds_foreign(what)),
+            None => Ok(()),
+        }
+    }
+
+    /// The refusal of something alkstore did not make, found here.
+    pub fn holds_foreign(&self, what: &'static str) -> ForeignObjectsError {
+        ForeignObjectsError {
+            namespace: self.clone(),
+            what,
+        }
+    }
+
+    /// The refusal of a namespace whose fences sequence is gone.
+    pub fn lost_fences(&self) -> LostFencesError {
+        LostFencesError {
+            namespace: self.clone(),
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -1,0 +1,324 @@
+//! The store's own connections: one checkout, one statement, one round
+//! trip; retries after a rolled-back statement or a lost connection.
+
+use std::future::Future;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use alkstore_core::{BoxError, Closed};
+use sqlx::{ConnectOptions, Connection};
+use tokio::sync::{OwnedSemaphorePermit, Semaphore};
+
+use crate::{Conn, Dialect, Options};
+
+/// How long opening a connection may take before the operation fails.
+pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// How many times a statement the server rolled back whole (a deadlock
+/// victim) is run again before its error is the answer.
+pub const ROLLED_BACK_RETRIES: u32 = 3;
+
+/// How much longer than the first try's deadline a try after a lost
+/// connection may wait: the first try's lock waits ended at the deadline,
+/// and this is time for it to finish and for the second to see the result.
+pub const RETRY_GRACE: Duration = Duration::from_millis(250);
+
+/// What [`Connections::run`] does when a reused connection turns out lost.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum OnLostConnection {
+    /// Run the statement once more on a new connection: a second run has the
+    /// same outcome as one (a renewal, a read), or the engine reads its
+    /// answer knowing the first may have committed ([`Try::after_lost_connection`]).
+    RunAgain,
+    /// Answer the error: a second run could do what the first did already
+    /// and answer otherwise (a purge would count fewer rows).
+    Fail,
+}
+
+/// Which try of a statement runs, as [`Connections::run`] tells the statement.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Try {
+    /// The deadline of this try's waits for locks on the server, if any.
+    pub bound: Option<Instant>,
+    /// An earlier try's connection was lost: it may have committed.
+    pub after_lost_connection: bool,
+}
+
+/// The server could not be reached or would not let the store in: the
+/// first connection's own error (refused, unknown host, authentication
+/// failed, no such database), with where it went — never a password.
+#[derive(Debug, thiserror::Error)]
+#[error("cannot connect to {server}")]
+pub struct ConnectError {
+    /// Host and port (or socket) the connection went to.
+    pub server: String,
+    #[source]
+    source: BoxError,
+}
+
+/// Makes one connection with `options` and closes it: a store's
+/// constructor runs this before it builds its pool, because a pool answers a
+/// refused connection only with a timeout ([`CONNECT_TIMEOUT`] later) that
+/// hides the cause.
+pub async fn check_connect<D: Dialect>(options: &Options<D>) -> Result<(), ConnectError> {
+    let _ = connect::<D>(options).await?.close().await;
+    Ok(())
+}
+
+/// Makes one connection with `options` (within [`CONNECT_TIMEOUT`]), its
+/// failure a [`ConnectError`] saying where it went and why.
+pub async fn connect<D: Dialect>(options: &Options<D>) -> Result<Conn<D>, ConnectError> {
+    let failed = |source: BoxError| ConnectError {
+        server: D::server(options),
+        source,
+    };
+    tokio::time::timeout(CONNECT_TIMEOUT, options.connect())
+        .await
+        .map_err(|_| failed(format!("no answer within {CONNECT_TIMEOUT:?}").into()))?
+        .map_err(|e| failed(e.into()))
+}
+
+/// Connects to the server a driver URL names, for a one-off look (what
+/// `alkstore doctor` reads): where it is, for a report (never a password),
+/// and the connection.
+pub async fn connect_url<D: Dialect>(url: &str) -> Result<(String, Conn<D>), BoxError> {
+    let options: Options<D> = url.parse()?;
+    let conn = connect::<D>(&options).await?;
+    Ok((D::server(&options), conn))
+}
+
+/// A waiting acquire's deadline passed before a connection was free or made:
+/// nothing was sent, and the engine reports the attempt as refused.
+#[derive(Debug, thiserror::Error)]
+#[error("the wait ran out before a connection was ready")]
+pub struct OutOfTime;
+
+/// Idle connections and the permits that bound how many exist.
+pub struct Connections<D: Dialect> {
+    options: Options<D>,
+    idle: Mutex<Vec<Conn<D>>>,
+    permits: Arc<Semaphore>,
+    closed: AtomicBool,
+}
+
+impl<D: Dialect> std::fmt::Debug for Connections<D> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Connections")
+            .field("options", &self.options)
+            .field("available", &self.permits.available_permits())
+            .field("closed", &self.closed.load(Ordering::Relaxed))
+            .finish_non_exhaustive()
+    }
+}
+
+impl<D: Dialect> Connections<D> {
+    /// At most `max` connections (at least one), made with `options`.
+    pub fn new(options: Options<D>, max: u32) -> Self {
+        Connections {
+            options,
+            idle: Mutex::new(Vec::new()),
+            permits: Arc::new(Semaphore::new(max.max(1) as usize)),
+            closed: AtomicBool::new(false),
+        }
+    }
+
+    /// Runs one statement (`statement`, given the connection and the
+    /// [`Try`] it runs in) on a connection of this set and returns its result.
+    ///
+    /// - A statement the server rolled back whole
+    ///   ([`Dialect::rolled_back`]) runs again, up to [`ROLLED_BACK_RETRIES`]
+    ///   times.
+    /// - When a reused idle connection was found dead (the server restarted
+    ///   or ended it while it sat idle, or during the statement), the rest of
+    ///   the idle set, likely dead too, is dropped, and with
+    ///   [`OnLostConnection::RunAgain`] the statement runs once more on a new
+    ///   connection, told so by [`Try::after_lost_connection`]: the first try
+    ///   may have committed, and the statement (or the engine reading its
+    ///   answer) must be one whose second run proves or does no harm. With
+    ///   [`OnLostConnection::Fail`] the error is the answer.
+    /// - With a `deadline`, a try fails with [`OutOfTime`] when it passes
+    ///   while waiting for a free connection. A try after a lost connection
+    ///   keeps a deadline too, [`RETRY_GRACE`] later ([`Try::bound`]), for
+    ///   its connect as well: the first try's own lock waits ended at the
+    ///   deadline, so the second learns its outcome by then, and no try
+    ///   outlives its wait without bound.
+    ///
+    /// Fails with [`Closed`] once the set closed, also for a call that was
+    /// waiting for a connection when it did.
+    pub async fn run<T, F>(
+        &self,
+        on_lost: OnLostConnection,
+        deadline: Option<Instant>,
+        mut statement: F,
+    ) -> Result<T, BoxError>
+    where
+        F: for<'c> FnMut(&'c mut Conn<D>, Try) -> StatementFuture<'c, T>,
+    {
+        let mut attempt = Try {
+            bound: deadline,
+            after_lost_connection: false,
+        };
+        let mut rolled_back = 0;
+        loop {
+            let mut checkout = self
+                .get(!attempt.after_lost_connection, attempt.bound)
+                .await?;
+            let result = statement(checkout.conn(), attempt).await;
+            checkout.clean = result.is_ok();
+            match result {
+                Ok(value) => return Ok(value),
+                Err(error) if D::rolled_back(&error) && rolled_back < ROLLED_BACK_RETRIES => {
+                    tracing::debug!(%error, "the server rolled the statement back; running it again");
+                    rolled_back += 1;
+                }
+                Err(error) if checkout.reused && D::connection_lost(&error) => {
+                    self.idle.lock().unwrap_or_else(|e| e.into_inner()).clear();
+                    if on_lost == OnLostConnection::Fail {
+                        return Err(error.into());
+                    }
+                    tracing::debug!(%error, "idle connection was dead; retrying on a new one");
+                    attempt = Try {
+                        bound: deadline.map(|d| d.checked_add(RETRY_GRACE).unwrap_or(d)),
+                        after_lost_connection: true,
+                    };
+                }
+                Err(error) => return Err(error.into()),
+            }
+        }
+    }
+
+    /// An idle connection (when `reuse`), or a new one.
+    async fn get(
+        &self,
+        reuse: bool,
+        deadline: Option<Instant>,
+    ) -> Result<Checkout<'_, D>, BoxError> {
+        let permit = until(deadline, self.permits.clone().acquire_owned())
+            .await?
+            .map_err(|_| Closed)?;
+        let idle = if reuse {
+            self.idle.lock().unwrap_or_else(|e| e.into_inner()).pop()
+        } else {
+            None
+        };
+        let reused = idle.is_some();
+        let conn = match idle {
+            Some(conn) => conn,
+            // Connecting is making the attempt, not waiting for someone
+            // else: bounded by the connect timeout only, so that even a
+            // zero wait sends its statement once — but a try after a lost
+            // connection (`!reuse`) keeps to its deadline here too: the
+            // server may be gone, and the first try already was the attempt.
+            None => {
+                let connect = tokio::time::timeout(CONNECT_TIMEOUT, self.options.connect());
+                let connected = match reuse {
+                    true => connect.await,
+                    false => until(deadline, connect).await?,
+                };
+                let mut connected = connected.map_err(|_| sqlx::Error::PoolTimedOut)??;
+                D::prepare(&mut connected).await?;
+                // Closed while connecting: send nothing after `close()`.
+                if self.closed.load(Ordering::Acquire) {
+                    return Err(Closed.into());
+                }
+                connected
+            }
+        };
+        Ok(Checkout {
+            owner: self,
+            conn: Some(conn),
+            clean: false,
+            reused,
+            _permit: permit,
+        })
+    }
+
+    /// Refuses new checkouts and closes the idle connections.
+    pub async fn close(&self) {
+        // Under the idle set's mutex, as in `Checkout::drop`: a connection
+        // coming back either lands before this takes the set, or sees the flag.
+        let idle = {
+            let mut idle = self.idle.lock().unwrap_or_else(|e| e.into_inner());
+            self.closed.store(true, Ordering::Release);
+            std::mem::take(&mut *idle)
+        };
+        self.permits.close();
+        for conn in idle {
+            let _ = conn.close().await;
+        }
+    }
+}
+
+/// The future of one statement on a borrowed connection.
+pub type StatementFuture<'c, T> =
+    std::pin::Pin<Box<dyn Future<Output = Result<T, sqlx::Error>> + Send + 'c>>;
+
+/// Runs `step` to the end, or until `deadline` when there is one.
+async fn until<T>(
+    deadline: Option<Instant>,
+    step: impl Future<Output = T>,
+) -> Result<T, OutOfTime> {
+    match deadline {
+        Some(deadline) => tokio::time::timeout_at(deadline.into(), step)
+            .await
+            .map_err(|_| OutOfTime),
+        None => Ok(step.await),
+    }
+}
+
+/// One connection, checked out for one statement.
+struct Checkout<'a, D: Dialect> {
+    owner: &'a Connections<D>,
+    conn: Option<Conn<D>>,
+    clean: bool,
+    /// Taken from the idle set rather than connected for this statement.
+    reused: bool,
+    _permit: OwnedSemaphorePermit,
+}
+
+impl<D: Dialect> Checkout<'_, D> {
+    fn conn(&mut self) -> &mut Conn<D> {
+        self.conn.as_mut().expect("present until drop")
+    }
+}
+
+impl<D: Dialect> Drop for Checkout<'_, D> {
+    fn drop(&mut self) {
+        let Some(conn) = self.conn.take() else { return };
+        if self.clean {
+            let mut idle = self.owner.idle.lock().unwrap_or_else(|e| e.into_inner());
+            if !self.owner.closed.load(Ordering::Acquire) {
+                idle.push(conn);
+            }
+        }
+        // Otherwise the connection is dropped: its socket closes, and the
+        // server ends the session and rolls back anything unfinished.
+    }
+}
+
+/// The most connections the pool a store's `connect` makes holds.
+pub const DEFAULT_MAX_CONNECTIONS: u32 = 10;
+
+/// The pool a store's `connect` opens over: up to
+/// [`DEFAULT_MAX_CONNECTIONS`] to `url`, after one connection was made
+/// ([`check_connect`]) so that a refused connection answers at once with its
+/// cause. Lock operations run on the store's own connections; the pool
+/// serves opening and dropping, where a ping that weeds out a connection the
+/// server dropped is worth its trip.
+pub async fn connect_pool<D: Dialect>(
+    url: &str,
+) -> Result<sqlx::Pool<D::Database>, alkstore_core::Error> {
+    let failed = |e: BoxError| alkstore_core::Error::database("connect", e);
+    let options: Options<D> = url.parse().map_err(|e: sqlx::Error| failed(e.into()))?;
+    check_connect::<D>(&options)
+        .await
+        .map_err(|e| failed(e.into()))?;
+    sqlx::pool::PoolOptions::<D::Database>::new()
+        .max_connections(DEFAULT_MAX_CONNECTIONS)
+        .test_before_acquire(true)
+        .acquire_timeout(CONNECT_TIMEOUT)
+        .connect_with(options)
+        .await
+        .map_err(|e| failed(e.into()))
+}

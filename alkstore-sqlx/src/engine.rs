@@ -1,0 +1,372 @@
+//! One engine for every sqlx database: the row operations of
+//! [`Engine`](alkstore_core::Engine) over a dialect's [`Statements`].
+//!
+//! What is the same whatever the database lives here once: which statement
+//! may run again after a lost connection, how a waiting acquire that ran out
+//! of time answers, how a removal tried twice answers ([`removed`]), how
+//! rows become holders. What differs lives in the dialect's crate, in the
+//! one file that composes its SQL: per operation, the statement with its
+//! binds and how its answer reads ([`Statements`]), and how releases in
+//! other processes reach waiters ([`Wakeups`]).
+
+use std::fmt::Debug;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use alkstore_core::{
+    Attempt, BoxError, Engine, GrantKey, Holder, LeaseMillis, Listed, ReleaseBus, fence_from_sql,
+    fence_to_sql, holder_from_sql, lease_left,
+};
+use async_trait::async_trait;
+
+use crate::{
+    Conn, Connections, Dialect, LostFencesError, Namespace, OnLostConnection, StatementFuture,
+    removed,
+};
+
+/// A holder's row: owner, fence, lease left in milliseconds.
+pub type HolderRow = (String, i64, i64);
+
+/// A listed row: name, owner, fence, lease left in milliseconds.
+pub type ListedRow = (String, String, i64, i64);
+
+/// One store's statements in one dialect: per operation, the statement with
+/// its binds, in parameter order next to its SQL, and how its answer is
+/// read. Each runs on the connection it is given and is one round trip
+/// (MariaDB's `raise_fences` excepted: two, on the one connection).
+pub trait Statements: Debug + Send + Sync + 'static {
+    /// The database the statements are written for.
+    type Dialect: Dialect;
+
+    /// Grants `name` to `owner` for `ttl` unless someone else's live lease
+    /// holds it; `bound`, for a waiting acquire, is when its lock waits
+    /// end. Answers `(granted, fence, lease left in ms)`; no row is an error.
+    fn acquire<'c>(
+        &self,
+        conn: &'c mut Conn<Self::Dialect>,
+        name: &str,
+        owner: &str,
+        ttl: LeaseMillis,
+        bound: Option<Instant>,
+    ) -> StatementFuture<'c, Option<(bool, i64, i64)>>;
+
+    /// Extends the live grant to `ttl` from now; answers the rows it
+    /// matched (1, or 0 when the grant is gone).
+    fn renew<'c>(
+        &self,
+        conn: &'c mut Conn<Self::Dialect>,
+        grant: &GrantKey,
+        ttl: LeaseMillis,
+    ) -> StatementFuture<'c, u64>;
+
+    /// Removes the grant (waking waiters, where the database can tell other
+    /// processes); answers the rows it removed.
+    fn release<'c>(
+        &self,
+        conn: &'c mut Conn<Self::Dialect>,
+        grant: &GrantKey,
+    ) -> StatementFuture<'c, u64>;
+
+    /// The live holder of `name`.
+    fn holder<'c>(
+        &self,
+        conn: &'c mut Conn<Self::Dialect>,
+        name: &str,
+    ) -> StatementFuture<'c, Option<HolderRow>>;
+
+    /// Live grants whose names start with `prefix`, after `after` in byte
+    /// order (`""` from the first), at most `limit`.
+    fn list<'c>(
+        &self,
+        conn: &'c mut Conn<Self::Dialect>,
+        prefix: &str,
+        after: &str,
+        limit: i64,
+    ) -> StatementFuture<'c, Vec<ListedRow>>;
+
+    /// Removes the live grant of `name` (of that `fence`, when given),
+    /// durably, waking waiters; answers what it removed.
+    fn force_release<'c>(
+        &self,
+        conn: &'c mut Conn<Self::Dialect>,
+        name: &str,
+        fence: Option<i64>,
+    ) -> StatementFuture<'c, Option<HolderRow>>;
+
+    /// Deletes expired rows; answers how many.
+    fn purge<'c>(&self, conn: &'c mut Conn<Self::Dialect>) -> StatementFuture<'c, u64>;
+
+    /// Raises the fences by at least `by`, durably; answers the lowest
+    /// fence a later grant can get.
+    fn raise_fences<'c>(
+        &self,
+        conn: &'c mut Conn<Self::Dialect>,
+        by: i64,
+    ) -> StatementFuture<'c, i64>;
+}
+
+/// How waiters of one store hear of releases made by other processes.
+#[async_trait]
+pub trait Wakeups: Debug + Send + Sync + 'static {
+    /// The longest a waiter sleeps between attempts when no wake-up comes.
+    fn poll_ceiling(&self) -> Duration;
+
+    /// Starts carrying other processes' releases to `bus`, once, before the
+    /// first wait (PostgreSQL's LISTEN). The default: nothing to start.
+    async fn prepare(&self, bus: &Arc<ReleaseBus>) -> Result<(), BoxError> {
+        let _ = bus;
+        Ok(())
+    }
+
+    /// Stops, when the store closes.
+    async fn close(&self) {}
+}
+
+/// A database that cannot tell other processes of a release: their waiters
+/// poll, every this long at most (releases in this process wake at once).
+#[derive(Debug, Clone, Copy)]
+pub struct Polling(pub Duration);
+
+#[async_trait]
+impl Wakeups for Polling {
+    fn poll_ceiling(&self) -> Duration {
+        self.0
+    }
+}
+
+/// The engine every sqlx database shares.
+#[derive(Debug)]
+pub struct SqlxEngine<S: Statements> {
+    namespace: Namespace,
+    pool: sqlx::Pool<<S::Dialect as Dialect>::Database>,
+    connections: Connections<S::Dialect>,
+    statements: S,
+    wakeups: Box<dyn Wakeups>,
+    bus: Arc<ReleaseBus>,
+}
+
+impl<S: Statements> SqlxEngine<S> {
+    /// An engine for the store opened in `namespace` over `pool`: its lock
+    /// operations run on connections of its own, as many as the pool may
+    /// have, made with the pool's options and the dialect's
+    /// [`store_options`](Dialect::store_options).
+    pub fn new(
+        namespace: Namespace,
+        pool: sqlx::Pool<<S::Dialect as Dialect>::Database>,
+        statements: S,
+        wakeups: Box<dyn Wakeups>,
+    ) -> Self {
+        let connections = Connections::new(
+            S::Dialect::store_options(&pool.connect_options()),
+            pool.options().get_max_connections(),
+        );
+        SqlxEngine {
+            namespace,
+            pool,
+            connections,
+            statements,
+            wakeups,
+            bus: Arc::new(ReleaseBus::new()),
+        }
+    }
+
+    /// Where the store's objects live.
+    pub fn namespace(&self) -> &Namespace {
+        &self.namespace
+    }
+
+    /// The pool the store was opened over.
+    pub fn pool(&self) -> &sqlx::Pool<<S::Dialect as Dialect>::Database> {
+        &self.pool
+    }
+
+    /// The store's statements.
+    pub fn statements(&self) -> &S {
+        &self.statements
+    }
+
+    /// The bus releases are signalled on (for a dialect's [`Wakeups`]).
+    pub fn bus(&self) -> &Arc<ReleaseBus> {
+        &self.bus
+    }
+}
+
+/// Names and owners as the database returned them.
+fn holders(row: HolderRow) -> Holder {
+    let (owner, fence, left) = row;
+    holder_from_sql(owner, fence, left)
+}
+
+#[async_trait]
+impl<S: Statements> Engine for SqlxEngine<S> {
+    async fn acquire(
+        &self,
+        name: &str,
+        owner: &str,
+        ttl: LeaseMillis,
+        deadline: Option<Instant>,
+    ) -> Result<Attempt, BoxError> {
+        let row = self
+            .connections
+            // Run again, the same owner is granted its own grant back.
+            .run(OnLostConnection::RunAgain, deadline, |conn, attempt| {
+                self.statements
+                    .acquire(conn, name, owner, ttl, attempt.bound)
+            })
+            .await;
+        Ok(match row {
+            Ok(Some((true, fence, left))) => Attempt::Granted {
+                fence: fence_from_sql(fence),
+                expires_in: lease_left(left),
+            },
+            Ok(Some((false, _, left))) => Attempt::Held {
+                expires_in: Some(lease_left(left)),
+            },
+            Ok(None) => return Err("the acquire statement returned no row".into()),
+            Err(error) if deadline.is_some() && crate::ran_out_of_time::<S::Dialect>(&error) => {
+                Attempt::Held { expires_in: None }
+            }
+            Err(error)
+                if error
+                    .downcast_ref::<sqlx::Error>()
+                    .is_some_and(S::Dialect::fences_gone) =>
+            {
+                return Err(LostFencesError {
+                    namespace: self.namespace.clone(),
+                }
+                .into());
+            }
+            Err(error) => return Err(error),
+        })
+    }
+
+    async fn renew(&self, grant: &GrantKey, ttl: LeaseMillis) -> Result<bool, BoxError> {
+        let matched = self
+            .connections
+            .run(OnLostConnection::RunAgain, None, |conn, _| {
+                self.statements.renew(conn, grant, ttl)
+            })
+            .await?;
+        Ok(matched == 1)
+    }
+
+    async fn release(&self, grant: &GrantKey) -> Result<bool, BoxError> {
+        let mut after_lost_connection = false;
+        let deleted = self
+            .connections
+            .run(OnLostConnection::RunAgain, None, |conn, attempt| {
+                after_lost_connection = attempt.after_lost_connection;
+                self.statements.release(conn, grant)
+            })
+            .await?;
+        let removed = removed(
+            (deleted == 1).then_some(()),
+            after_lost_connection,
+            "release",
+        )?;
+        Ok(removed.is_some())
+    }
+
+    async fn holder(&self, name: &str) -> Result<Option<Holder>, BoxError> {
+        let row = self
+            .connections
+            .run(OnLostConnection::RunAgain, None, |conn, _| {
+                self.statements.holder(conn, name)
+            })
+            .await?;
+        Ok(row.map(holders))
+    }
+
+    async fn list(
+        &self,
+        prefix: &str,
+        after: Option<&str>,
+        limit: usize,
+    ) -> Result<Vec<Listed>, BoxError> {
+        // At most MAX_LIST_LIMIT (validated by the core), so it fits.
+        let limit = i64::try_from(limit)?;
+        let after = after.unwrap_or("");
+        let rows = self
+            .connections
+            .run(OnLostConnection::RunAgain, None, |conn, _| {
+                self.statements.list(conn, prefix, after, limit)
+            })
+            .await?;
+        Ok(rows
+            .into_iter()
+            .map(|(name, owner, fence, left)| Listed {
+                name,
+                holder: holder_from_sql(owner, fence, left),
+            })
+            .collect())
+    }
+
+    async fn force_release(
+        &self,
+        name: &str,
+        fence: Option<u64>,
+    ) -> Result<Option<Holder>, BoxError> {
+        // Of one grant, run again after a lost connection: a second try that
+        // removes the grant proves the first did not. Of a name, not: a
+        // second try could remove a grant made after the first removed its.
+        let on_lost = match fence {
+            Some(_) => OnLostConnection::RunAgain,
+            None => OnLostConnection::Fail,
+        };
+        let fence = fence.map(fence_to_sql);
+        let mut after_lost_connection = false;
+        let row = self
+            .connections
+            .run(on_lost, None, |conn, attempt| {
+                after_lost_connection = attempt.after_lost_connection;
+                self.statements.force_release(conn, name, fence)
+            })
+            .await?;
+        Ok(removed(row, after_lost_connection, "forced release")?.map(holders))
+    }
+
+    async fn purge_expired(&self) -> Result<u64, BoxError> {
+        self.connections
+            // Not run again after a lost connection: the first try may have
+            // deleted rows, and a second would count fewer.
+            .run(OnLostConnection::Fail, None, |conn, _| {
+                self.statements.purge(conn)
+            })
+            .await
+    }
+
+    async fn raise_fences(&self, by: u64) -> Result<u64, BoxError> {
+        let by = fence_to_sql(by);
+        let next = self
+            .connections
+            // Not run again: a second run would raise twice.
+            .run(OnLostConnection::Fail, None, |conn, _| {
+                self.statements.raise_fences(conn, by)
+            })
+            .await?;
+        Ok(fence_from_sql(next))
+    }
+
+    async fn close(&self) -> Result<(), BoxError> {
+        self.wakeups.close().await;
+        self.connections.close().await;
+        self.pool.close().await;
+        Ok(())
+    }
+
+    fn releases(&self) -> &ReleaseBus {
+        &self.bus
+    }
+
+    async fn prepare_wait(&self) -> Result<(), BoxError> {
+        self.wakeups.prepare(&self.bus).await
+    }
+
+    fn name(&self) -> &'static str {
+        S::Dialect::ENGINE
+    }
+
+    fn poll_ceiling(&self) -> Duration {
+        self.wakeups.poll_ceiling()
+    }
+}
