@@ -299,121 +299,204 @@ fn margin_within(options: &KeepAliveOptions, span: Duration) -> Duration {
     options.margin.min(span / 4)
 }
 
-/// The renewal loop.
+/// The renewal task: wait until a renewal is due, renew (retrying until
+/// renewed, revoked or too late), and on a loss report it and let go.
 async fn keep(
     lock: Arc<Box<dyn Lock>>,
     options: KeepAliveOptions,
     status: watch::Sender<LeaseStatus>,
     stop: Arc<Notify>,
 ) {
-    // A renewal's own lease ends `ttl` after it is sent: an answer later than
-    // this much after sending comes too late to be of use.
-    let margin = margin_within(&options, options.ttl);
-    let useful_for = options.ttl - margin;
+    let keeper = Keeper::new(lock, options, status, stop);
     let mut last = Instant::now();
-    // How often the deadline is looked at between renewals: it can come
-    // down meanwhile (a renewal with a shorter ttl through `lock()`, a twin
-    // handle's release), and then the next renewal is due sooner.
-    let watch = (options.margin / 2).clamp(WATCH_FLOOR, WATCH_CEILING);
     loop {
-        // Due times only ever move earlier while waiting: recomputed from a
-        // later `now`, "halfway to giving up" would keep sliding later.
-        let (mut due, mut give_up) = schedule(lock.valid_until(), last, Instant::now(), &options);
+        let Some(give_up) = keeper.wait_until_due(last).await else {
+            return;
+        };
+        match keeper.renew_until_given_up(give_up).await {
+            Renewal::Renewed => last = Instant::now(),
+            Renewal::Stopped => return,
+            Renewal::Lost(reason) => return keeper.give_up(reason),
+        }
+    }
+}
+
+/// How one cycle's renewal ended.
+enum Renewal {
+    /// The lease was extended; the status says until when.
+    Renewed,
+    /// [`KeepAlive::stop`] (or a drop) asked the task to end.
+    Stopped,
+    /// Revoked, or not renewed before the give-up point.
+    Lost(LostReason),
+}
+
+/// What one renewal attempt's answer, or its failure, means.
+enum Answer {
+    /// The verdict of the cycle.
+    Final(Renewal),
+    /// A transient failure: retry, if there is time.
+    Failed(Error),
+}
+
+/// The state of one keep-alive task.
+struct Keeper {
+    lock: Arc<Box<dyn Lock>>,
+    options: KeepAliveOptions,
+    status: watch::Sender<LeaseStatus>,
+    stop: Arc<Notify>,
+    /// The margin kept before the end of a renewal's own lease.
+    margin: Duration,
+    /// A renewal's own lease ends `ttl` after it is sent: an answer later
+    /// than this much after sending comes too late to be of use.
+    useful_for: Duration,
+    /// How often the deadline is looked at between renewals: it can come
+    /// down meanwhile (a renewal with a shorter ttl through `lock()`, a twin
+    /// handle's release), and then the next renewal is due sooner.
+    watch: Duration,
+}
+
+impl Keeper {
+    fn new(
+        lock: Arc<Box<dyn Lock>>,
+        options: KeepAliveOptions,
+        status: watch::Sender<LeaseStatus>,
+        stop: Arc<Notify>,
+    ) -> Self {
+        let margin = margin_within(&options, options.ttl);
+        Keeper {
+            useful_for: options.ttl - margin,
+            watch: (options.margin / 2).clamp(WATCH_FLOOR, WATCH_CEILING),
+            margin,
+            lock,
+            options,
+            status,
+            stop,
+        }
+    }
+
+    /// Sleeps until `until`, or until asked to stop (then `true`). A stop is
+    /// heard only here: never while a renewal is on its way.
+    async fn stopped_before(&self, until: Instant) -> bool {
+        tokio::select! {
+            biased;
+            () = self.stop.notified() => true,
+            () = tokio::time::sleep_until(until.into()) => false,
+        }
+    }
+
+    /// Waits until the next renewal is due (the last one was at `last`) and
+    /// answers when to give up on it; `None` when asked to stop. Due times
+    /// only ever move earlier while waiting: recomputed from a later `now`,
+    /// "halfway to giving up" would keep sliding later.
+    async fn wait_until_due(&self, last: Instant) -> Option<Instant> {
+        let (mut due, mut give_up) =
+            schedule(self.lock.valid_until(), last, Instant::now(), &self.options);
         loop {
             let now = Instant::now();
             if due <= now {
-                break;
+                return Some(give_up);
             }
-            // A stop is heard only here and between retries: never while a
-            // renewal is on its way.
-            tokio::select! {
-                biased;
-                () = stop.notified() => return,
-                () = tokio::time::sleep_until(due.min(now + watch).into()) => {}
+            if self.stopped_before(due.min(now + self.watch)).await {
+                return None;
             }
-            let (next, until) = schedule(lock.valid_until(), last, Instant::now(), &options);
+            let (next, until) =
+                schedule(self.lock.valid_until(), last, Instant::now(), &self.options);
             due = due.min(next);
             give_up = give_up.min(until);
         }
+    }
+
+    /// Renews, retrying transient failures after [`RETRY_PAUSE`] while
+    /// there is time before `give_up`.
+    async fn renew_until_given_up(&self, give_up: Instant) -> Renewal {
         let mut last_error = None;
-        // Retry until renewed, revoked, or too late.
-        let verdict = loop {
-            let sent = Instant::now();
-            let own = sent.checked_add(useful_for).unwrap_or(give_up);
-            // A lease this handle already knows to be over (a twin handle
-            // released it, or an unanswered renewal brought its deadline
-            // down) gets one last renewal, whose answer says why.
-            let deadline = if give_up > sent {
-                own.min(give_up)
-            } else {
-                own
+        loop {
+            let error = match self.renew_once(give_up, &last_error).await {
+                Answer::Final(renewal) => return renewal,
+                Answer::Failed(error) => error,
             };
-            let attempt = tokio::time::timeout_at(deadline.into(), lock.renew(options.ttl)).await;
-            match attempt {
-                Ok(Ok(true)) => {
-                    let valid_until = lock.valid_until();
-                    // Renewed, but the grant had already ended before this
-                    // renewal was sent (a twin handle's release, which the
-                    // renewal overtook on its way): taken away.
-                    if valid_until <= sent {
-                        break Some(LostReason::Revoked);
-                    }
-                    // Renewed, but so late that the new lease is (nearly) over.
-                    if valid_until <= Instant::now() + margin {
-                        break Some(LostReason::NotRenewedInTime { last_error });
-                    }
-                    let _ = status.send(LeaseStatus::Held { valid_until });
-                    break None;
-                }
-                Ok(Ok(false)) => {
-                    tracing::warn!(
-                        name = lock.name(),
-                        fence = lock.fence(),
-                        "keep-alive: lease lost"
-                    );
-                    break Some(LostReason::Revoked);
-                }
-                Ok(Err(error)) => {
-                    tracing::warn!(name = lock.name(), fence = lock.fence(), %error, "keep-alive: renewal failed; retrying");
-                    last_error = Some(error_chain(&error));
-                    let pause = Instant::now() + RETRY_PAUSE;
-                    if pause < give_up {
-                        tokio::select! {
-                            biased;
-                            () = stop.notified() => return,
-                            () = tokio::time::sleep_until(pause.into()) => {}
-                        }
-                        continue;
-                    }
-                    break Some(LostReason::NotRenewedInTime { last_error });
-                }
-                Err(_) => break Some(LostReason::NotRenewedInTime { last_error }),
+            tracing::warn!(name = self.lock.name(), fence = self.lock.fence(), %error, "keep-alive: renewal failed; retrying");
+            last_error = Some(error_chain(&error));
+            let pause = Instant::now() + RETRY_PAUSE;
+            if pause >= give_up {
+                return Renewal::Lost(LostReason::NotRenewedInTime { last_error });
             }
-        };
-        if let Some(reason) = verdict {
-            let given_up = matches!(reason, LostReason::NotRenewedInTime { .. });
-            let label = if given_up {
-                "not_renewed_in_time"
-            } else {
-                "revoked"
-            };
-            crate::metrics::count(crate::metrics::KEEPALIVE_LOST_TOTAL, &[("reason", label)]);
-            if given_up {
-                tracing::warn!(
-                    name = lock.name(),
-                    fence = lock.fence(),
-                    "keep-alive: not renewed in time"
-                );
+            if self.stopped_before(pause).await {
+                return Renewal::Stopped;
             }
-            let _ = status.send(LeaseStatus::Lost(reason));
-            if given_up {
-                // Detached: dropping the keep-alive (the usual answer to
-                // `lost()`) must not cut the release short.
-                tokio::spawn(release_given_up(lock, options.ttl));
-            }
-            return;
         }
-        last = Instant::now();
+    }
+
+    /// One renewal, bounded by its own lease's usefulness and by `give_up`.
+    async fn renew_once(&self, give_up: Instant, last_error: &Option<String>) -> Answer {
+        let too_late = || {
+            Answer::Final(Renewal::Lost(LostReason::NotRenewedInTime {
+                last_error: last_error.clone(),
+            }))
+        };
+        let sent = Instant::now();
+        let own = sent.checked_add(self.useful_for).unwrap_or(give_up);
+        // A lease this handle already knows to be over (a twin handle
+        // released it, or an unanswered renewal brought its deadline
+        // down) gets one last renewal, whose answer says why.
+        let deadline = if give_up > sent {
+            own.min(give_up)
+        } else {
+            own
+        };
+        let renewal = self.lock.renew(self.options.ttl);
+        match tokio::time::timeout_at(deadline.into(), renewal).await {
+            Ok(Ok(true)) => {
+                let valid_until = self.lock.valid_until();
+                // Renewed, but the grant had already ended before this
+                // renewal was sent (a twin handle's release, which the
+                // renewal overtook on its way): taken away.
+                if valid_until <= sent {
+                    return Answer::Final(Renewal::Lost(LostReason::Revoked));
+                }
+                // Renewed, but so late that the new lease is (nearly) over.
+                if valid_until <= Instant::now() + self.margin {
+                    return too_late();
+                }
+                let _ = self.status.send(LeaseStatus::Held { valid_until });
+                Answer::Final(Renewal::Renewed)
+            }
+            Ok(Ok(false)) => {
+                tracing::warn!(
+                    name = self.lock.name(),
+                    fence = self.lock.fence(),
+                    "keep-alive: lease lost"
+                );
+                Answer::Final(Renewal::Lost(LostReason::Revoked))
+            }
+            Ok(Err(error)) => Answer::Failed(error),
+            Err(_) => too_late(),
+        }
+    }
+
+    /// Reports the loss; a lease given up on is released in the background.
+    fn give_up(self, reason: LostReason) {
+        let given_up = matches!(reason, LostReason::NotRenewedInTime { .. });
+        let label = if given_up {
+            "not_renewed_in_time"
+        } else {
+            "revoked"
+        };
+        crate::metrics::count(crate::metrics::KEEPALIVE_LOST_TOTAL, &[("reason", label)]);
+        if given_up {
+            tracing::warn!(
+                name = self.lock.name(),
+                fence = self.lock.fence(),
+                "keep-alive: not renewed in time"
+            );
+        }
+        let _ = self.status.send(LeaseStatus::Lost(reason));
+        if given_up {
+            // Detached: dropping the keep-alive (the usual answer to
+            // `lost()`) must not cut the release short.
+            tokio::spawn(release_given_up(self.lock, self.options.ttl));
+        }
     }
 }
 
