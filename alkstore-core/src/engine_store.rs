@@ -14,12 +14,11 @@ use crate::error::{Error, Result};
 use crate::grant::Grants;
 use crate::handle::EngineLock;
 use crate::metrics::{
-    self, ACQUIRE_TOTAL, FORCE_RELEASE_TOTAL, HANDOFF_SECONDS, LOCK_REFUSED_ATTEMPTS_TOTAL,
-    LOCK_WAIT_SECONDS,
+    self, ACQUIRE_TOTAL, FORCE_RELEASE_TOTAL, LOCK_REFUSED_ATTEMPTS_TOTAL, LOCK_WAIT_SECONDS,
 };
 use crate::name::{validate_listing, validate_name, validate_owner};
 use crate::store::{Holder, Listed, Lock, MAX_LIST_LIMIT, Store};
-use crate::wait::Backoff;
+use crate::wait::Waiting;
 
 /// The state a store shares with the handles it granted.
 #[derive(Debug)]
@@ -267,15 +266,10 @@ impl<E: Engine> Store for EngineStore<E> {
         let result = async {
             let ttl = check_request("lock", name, owner, ttl)?;
             self.shared.check_open("lock")?;
-            // A deadline the clock cannot hold means no deadline.
-            let deadline = Instant::now().checked_add(wait);
             let engine = &self.shared.engine;
             let subscription = engine.releases().subscribe(name);
-            let mut prepared = false;
-            let mut backoff = Backoff::new(engine.poll_ceiling());
+            let mut waiting = Waiting::new(engine, wait);
             let mut attempts = 0u64;
-            // When a release last woke this waiter, for the handoff time.
-            let mut woken: Option<Instant> = None;
             loop {
                 // Enabled before the attempt: a release landing while it runs still wakes us.
                 let released = subscription.notify().notified();
@@ -285,48 +279,16 @@ impl<E: Engine> Store for EngineStore<E> {
                 attempts += 1;
                 tracing::Span::current().record("attempts", attempts);
                 // Every step of the attempt is bounded by the wait left.
-                let (granted, expires_in) =
-                    self.attempt("lock", name, owner, ttl, deadline).await?;
+                let (granted, expires_in) = self
+                    .attempt("lock", name, owner, ttl, waiting.deadline())
+                    .await?;
                 if granted.is_some() {
-                    if let Some(woken) = woken {
-                        let engine = engine.name();
-                        metrics::observe(HANDOFF_SECONDS, &[("engine", engine)], woken.elapsed());
-                    }
+                    waiting.granted();
                     return Ok(granted);
                 }
                 metrics::count(LOCK_REFUSED_ATTEMPTS_TOTAL, &[("engine", engine.name())]);
-                let now = Instant::now();
-                let remaining = match deadline {
-                    Some(deadline) if deadline <= now => return Ok(None),
-                    Some(deadline) => Some(deadline - now),
-                    None => None,
-                };
-                if !prepared {
-                    prepared = true;
-                    // Bounded by the wait left: a listener that cannot connect
-                    // in time must not hold the caller past `wait`.
-                    let prepare = engine.prepare_wait();
-                    let outcome = match remaining {
-                        Some(left) => tokio::time::timeout(left, prepare).await.ok(),
-                        None => Some(prepare.await),
-                    };
-                    match outcome {
-                        Some(Ok(())) => {}
-                        Some(Err(error)) => {
-                            tracing::warn!(%error, "release notifications unavailable; polling");
-                        }
-                        None => tracing::debug!("release notifications not ready within the wait"),
-                    }
-                    if deadline.is_some_and(|d| d <= Instant::now()) {
-                        return Ok(None);
-                    }
-                }
-                let nap = backoff.next_nap(expires_in, remaining);
-                tokio::select! {
-                    // Woken by a release; if another contender wins it, keep
-                    // the back-off growing: the next release wakes us again.
-                    _ = &mut released => woken = Some(Instant::now()),
-                    _ = tokio::time::sleep(nap) => woken = None,
+                if !waiting.after_refusal(released, expires_in).await {
+                    return Ok(None);
                 }
             }
         }

@@ -1,6 +1,15 @@
-//! The back-off of a waiting acquire between attempts.
+//! A waiting acquire between its attempts: the deadline, the back-off,
+//! the one-time start of the engine's wake-ups, and the wake-up or nap
+//! before the next attempt. The attempts themselves are the store's
+//! (`EngineStore::lock`).
 
-use std::time::Duration;
+use std::pin::Pin;
+use std::time::{Duration, Instant};
+
+use tokio::sync::futures::Notified;
+
+use crate::engine::Engine;
+use crate::metrics::{self, HANDOFF_SECONDS};
 
 /// The first nap after a refused attempt.
 const FIRST_NAP: Duration = Duration::from_millis(2);
@@ -38,6 +47,114 @@ impl Backoff {
             nap = nap.min(left);
         }
         nap
+    }
+}
+
+/// The state of one waiting acquire between attempts.
+pub(crate) struct Waiting<'e, E: Engine> {
+    engine: &'e E,
+    /// When the wait ends; `None` when the clock cannot hold it (no end).
+    deadline: Option<Instant>,
+    backoff: Backoff,
+    /// The engine's wake-ups were started (once, after the first refusal).
+    prepared: bool,
+    /// When a release last woke this waiter, for the handoff time.
+    woken: Option<Instant>,
+}
+
+/// What is left of a wait.
+enum Left {
+    Over,
+    For(Duration),
+    Unbounded,
+}
+
+impl<'e, E: Engine> Waiting<'e, E> {
+    /// A wait of `wait` on `engine`, from now.
+    pub(crate) fn new(engine: &'e E, wait: Duration) -> Self {
+        Waiting {
+            engine,
+            // A deadline the clock cannot hold means no deadline.
+            deadline: Instant::now().checked_add(wait),
+            backoff: Backoff::new(engine.poll_ceiling()),
+            prepared: false,
+            woken: None,
+        }
+    }
+
+    /// When every step of an attempt must be done by.
+    pub(crate) fn deadline(&self) -> Option<Instant> {
+        self.deadline
+    }
+
+    fn left(&self) -> Left {
+        match self.deadline {
+            None => Left::Unbounded,
+            Some(deadline) => match deadline.checked_duration_since(Instant::now()) {
+                Some(left) if !left.is_zero() => Left::For(left),
+                _ => Left::Over,
+            },
+        }
+    }
+
+    /// After a grant: how long it took from the release that woke this
+    /// waiter, when one did.
+    pub(crate) fn granted(&self) {
+        if let Some(woken) = self.woken {
+            let engine = self.engine.name();
+            metrics::observe(HANDOFF_SECONDS, &[("engine", engine)], woken.elapsed());
+        }
+    }
+
+    /// After a refused attempt: waits for a release (`released`, enabled
+    /// before the attempt, so that one landing while it ran still counts)
+    /// or for the next nap, whichever comes first. `false` when the wait is
+    /// over: no attempt follows.
+    pub(crate) async fn after_refusal(
+        &mut self,
+        released: Pin<&mut Notified<'_>>,
+        holder_expires_in: Option<Duration>,
+    ) -> bool {
+        let mut left = self.left();
+        if !self.prepared {
+            self.prepared = true;
+            if let Left::Over = left {
+                return false;
+            }
+            self.prepare(&left).await;
+            left = self.left();
+        }
+        let wait_left = match left {
+            Left::Over => return false,
+            Left::For(left) => Some(left),
+            Left::Unbounded => None,
+        };
+        let nap = self.backoff.next_nap(holder_expires_in, wait_left);
+        tokio::select! {
+            // Woken by a release; if another contender wins it, keep the
+            // back-off growing: the next release wakes us again.
+            _ = released => self.woken = Some(Instant::now()),
+            _ = tokio::time::sleep(nap) => self.woken = None,
+        }
+        true
+    }
+
+    /// Starts the engine's wake-ups, bounded by the wait left: a listener
+    /// that cannot connect in time must not hold the caller past its wait.
+    /// A failure only means polling.
+    async fn prepare(&self, left: &Left) {
+        let prepare = self.engine.prepare_wait();
+        let outcome = match left {
+            Left::For(left) => tokio::time::timeout(*left, prepare).await.ok(),
+            _ => Some(prepare.await),
+        };
+        match outcome {
+            Some(Ok(())) => {}
+            Some(Err(error)) => {
+                tracing::warn!(%error, "release notifications unavailable; polling");
+            }
+            None => tracing::debug!("release notifications not ready within the wait"),
+        }
     }
 }
 
