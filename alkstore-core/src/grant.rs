@@ -1,6 +1,7 @@
 //! What a store knows of each grant it holds handles to: one
 //! `valid_until` per grant, shared by every handle of it, moved only by what
-//! certainly holds.
+//! certainly holds. docs/valid-until.md tells the whole model, from the
+//! engine's answer to the holder's check, and where each part lives.
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex, Weak};
