@@ -88,7 +88,8 @@ impl MySqlStore {
     pub async fn open(pool: MySqlPool, database: &str) -> Result<Self> {
         schema::validate(database)?;
         let statements = Statements::new(database);
-        schema::open(&pool, database, &statements)
+        let lifecycle = schema::Database::new(database, &statements);
+        alkstore_sqlx::lifecycle::open(&lifecycle, &pool)
             .await
             .map_err(|e| Error::database("open", e))?;
         let engine = SqlxEngine::new(
@@ -120,7 +121,8 @@ impl MySqlStore {
             return Err(Error::closed("drop_database"));
         }
         let engine = self.inner.engine();
-        schema::drop(engine.pool(), self.database(), engine.statements())
+        let lifecycle = schema::Database::new(self.database(), engine.statements());
+        alkstore_sqlx::lifecycle::drop(&lifecycle, engine.pool())
             .await
             .map_err(|e| Error::database("drop_database", e))
     }

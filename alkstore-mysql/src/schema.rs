@@ -1,19 +1,14 @@
-//! Checking the database name; finding, creating and dropping alkstore's
-//! objects in it.
-//!
-//! As on PostgreSQL: opening reads `information_schema` and `meta` first,
-//! and when everything is there and marked as alkstore's, nothing else runs
-//! (a role with only DML and EXECUTE rights can open a store). Only what is
-//! missing is created, under a named lock, so that several processes opening
-//! one new database at once all succeed. Tables alkstore did not make are
-//! never adopted; dropping removes only alkstore's objects, and the database
-//! only if alkstore created it and nothing else lives there.
+//! Checking the database name, and MariaDB's steps of opening and dropping
+//! a store's database (the order and the refusals, the same for every
+//! database, are `alkstore_sqlx::lifecycle`'s).
 
-use alkstore_core::{BoxError, Error, Field, NameProblem, SchemaVersionError, check_text};
-use sqlx::{ConnectOptions, Connection, MySqlConnection, MySqlPool};
+use alkstore_core::{BoxError, Error, Field, NameProblem, check_text};
+use alkstore_sqlx::lifecycle::Lifecycle;
+use alkstore_sqlx::{Layout, Namespace, Objects};
+use async_trait::async_trait;
+use sqlx::{ConnectOptions, Connection, MySqlConnection, MySqlPool, SqlStr};
 
-use alkstore_sqlx::{Layout, Meta, Namespace, Objects};
-
+use crate::connection::MySql;
 use crate::sql::{self, Statements};
 
 /// MariaDB and MySQL refuse database names longer than 64 characters; alkstore
@@ -78,31 +73,6 @@ pub(crate) fn validate(database: &str) -> Result<(), Error> {
     Ok(())
 }
 
-/// Whether the database exists, and which objects it holds.
-async fn inspect(
-    conn: &mut MySqlConnection,
-    database: &str,
-) -> Result<(bool, Objects), sqlx::Error> {
-    let (exists, meta, locks, fences, acquire): (i64, i64, i64, i64, i64) =
-        sqlx::query_as(sql::INSPECT)
-            .bind(database)
-            .bind(database)
-            .bind(database)
-            .bind(database)
-            .bind(database)
-            .fetch_one(conn)
-            .await?;
-    Ok((
-        exists != 0,
-        Objects {
-            meta: meta != 0,
-            locks: locks != 0,
-            fences: fences != 0,
-            acquire: acquire != 0,
-        },
-    ))
-}
-
 /// This build's layout.
 const LAYOUT: Layout = Layout {
     version: sql::SCHEMA_VERSION,
@@ -111,74 +81,100 @@ const LAYOUT: Layout = Layout {
     markerless_versions: false,
 };
 
-/// What `meta` says (refusing a foreign `meta`, and a version this build
-/// can neither use nor upgrade).
-async fn read_meta(
-    conn: &mut MySqlConnection,
-    database: &Namespace,
-    statements: &Statements,
-) -> Result<Meta, BoxError> {
-    let rows = sqlx::query_as(statements.read_meta.clone())
-        .fetch_all(&mut *conn)
-        .await;
-    // 1054: unknown column.
-    Meta::read(database, &LAYOUT, rows, |error| {
-        crate::connection::error_number(error) == Some(1054)
-    })
+/// One store's database, as opening and dropping see it.
+#[derive(Debug)]
+pub(crate) struct Database<'a> {
+    namespace: Namespace,
+    statements: &'a Statements,
 }
 
-/// Finds or creates the store's objects in `database`. Reads only, when
-/// everything is there; otherwise decides and creates under the database's
-/// creation lock.
-pub(crate) async fn open(
-    pool: &MySqlPool,
-    database: &str,
-    statements: &Statements,
-) -> Result<(), BoxError> {
-    {
-        let mut conn = pool.acquire().await?;
-        let (exists, objects) = inspect(&mut conn, database).await?;
-        // `information_schema` shows only what the role has a privilege
-        // on, and a role with the documented grants has none on `fences`
-        // (the procedure uses it with its definer's rights): what it uses
-        // itself being there is enough. A `fences` that is truly gone is
-        // found by the first grant (`LostFencesError`), which draws nothing.
-        if exists
-            && objects.meta
-            && objects.locks
-            && objects.acquire
-            && read_meta(&mut conn, &Namespace::database(database), statements)
-                .await?
-                .current(&LAYOUT)
-        {
-            return Ok(());
+impl<'a> Database<'a> {
+    pub(crate) fn new(database: &str, statements: &'a Statements) -> Self {
+        Database {
+            namespace: Namespace::database(database),
+            statements,
         }
     }
-    under_creation_lock(pool, database, statements, Work::CreateMissing).await
+
+    fn name(&self) -> &str {
+        &self.namespace.name
+    }
+
+    /// Runs each statement in turn.
+    async fn run(conn: &mut MySqlConnection, statements: &[&SqlStr]) -> Result<(), BoxError> {
+        for statement in statements {
+            sqlx::raw_sql((*statement).clone())
+                .execute(&mut *conn)
+                .await?;
+        }
+        Ok(())
+    }
 }
 
-/// What is done under the creation lock.
-#[derive(Debug, Clone, Copy)]
-enum Work {
-    CreateMissing,
-    DropOurs,
-}
+/// DDL commits on its own in MySQL: the creation lock, a session-level
+/// named lock on a connection of its own (closed afterwards, so that a
+/// dropped future lets go of the lock too), keeps other openers and
+/// droppers out until the work is done.
+#[async_trait]
+impl Lifecycle for Database<'_> {
+    type Dialect = MySql;
+    type Locked = Box<MySqlConnection>;
 
-/// Does `work` holding the creation lock of `database`, on a connection of
-/// its own that is closed afterwards (a dropped future closes it too, and
-/// the server lets go of the lock). DDL commits on its own in MySQL: the
-/// named lock keeps other openers and droppers out until `work` is done.
-async fn under_creation_lock(
-    pool: &MySqlPool,
-    database: &str,
-    statements: &Statements,
-    work: Work,
-) -> Result<(), BoxError> {
-    let mut conn = pool.connect_options().connect().await?;
-    let done = async {
+    fn namespace(&self) -> &Namespace {
+        &self.namespace
+    }
+
+    fn layout(&self) -> &Layout {
+        &LAYOUT
+    }
+
+    async fn inspect(&self, conn: &mut MySqlConnection) -> Result<Option<Objects>, sqlx::Error> {
+        let name = self.name();
+        let (exists, meta, locks, fences, acquire): (i64, i64, i64, i64, i64) =
+            sqlx::query_as(sql::INSPECT)
+                .bind(name)
+                .bind(name)
+                .bind(name)
+                .bind(name)
+                .bind(name)
+                .fetch_one(conn)
+                .await?;
+        Ok((exists != 0).then_some(Objects {
+            meta: meta != 0,
+            locks: locks != 0,
+            fences: fences != 0,
+            acquire: acquire != 0,
+        }))
+    }
+
+    /// `information_schema` shows only what the role has a privilege on,
+    /// and a role with the documented grants has none on `fences` (the
+    /// procedure uses it with its definer's rights): what it uses itself
+    /// being there is enough. A `fences` that is truly gone is found by the
+    /// first grant (`LostFencesError`), which draws nothing.
+    fn ready(&self, objects: Objects) -> bool {
+        objects.meta && objects.locks && objects.acquire
+    }
+
+    async fn meta_rows(
+        &self,
+        conn: &mut MySqlConnection,
+    ) -> Result<Vec<(String, i64)>, sqlx::Error> {
+        sqlx::query_as(self.statements.read_meta.clone())
+            .fetch_all(conn)
+            .await
+    }
+
+    /// 1054: unknown column.
+    fn unlike_ours(&self, error: &sqlx::Error) -> bool {
+        crate::connection::error_number(error) == Some(1054)
+    }
+
+    async fn lock(&self, pool: &MySqlPool) -> Result<Self::Locked, BoxError> {
+        let mut conn = Box::new(pool.connect_options().connect().await?);
         let (locked,): (Option<i64>,) = sqlx::query_as(sql::LOCK_CREATION)
-            .bind(database)
-            .fetch_one(&mut conn)
+            .bind(self.name())
+            .fetch_one(&mut *conn)
             .await?;
         if locked != Some(1) {
             return Err(
@@ -186,167 +182,135 @@ async fn under_creation_lock(
                     .into(),
             );
         }
-        match work {
-            Work::CreateMissing => create_missing(&mut conn, database, statements).await?,
-            Work::DropOurs => drop_ours(&mut conn, database, statements).await?,
-        }
+        Ok(conn)
+    }
+
+    async fn unlock(&self, mut conn: Self::Locked) -> Result<(), BoxError> {
         sqlx::query(sql::UNLOCK_CREATION)
-            .bind(database)
-            .execute(&mut conn)
-            .await?;
-        Ok::<_, BoxError>(())
-    }
-    .await;
-    let _ = conn.close().await;
-    done
-}
-
-/// Under the creation lock: looks again, refuses what is not alkstore's,
-/// and creates what is missing — `meta` (with its marker) first, so that
-/// every other object alkstore makes is found next to it, and the
-/// `fences_created` mark right after the sequence, so that a missing
-/// sequence is told apart from one never made.
-async fn create_missing(
-    conn: &mut MySqlConnection,
-    database: &str,
-    statements: &Statements,
-) -> Result<(), BoxError> {
-    let namespace = Namespace::database(database);
-    let (exists, objects) = inspect(conn, database).await?;
-    let created_database = !exists;
-    if !exists {
-        sqlx::raw_sql(statements.create_database.clone())
+            .bind(self.name())
             .execute(&mut *conn)
             .await?;
+        let _ = conn.close().await;
+        Ok(())
     }
-    namespace.refuse_unmarked(objects)?;
-    let mut upgrade = false;
-    if objects.meta {
-        upgrade = !read_meta(conn, &namespace, statements)
-            .await?
-            .current(&LAYOUT);
-        let (fences_created,): (i64,) = sqlx::query_as(statements.fences_created.clone())
-            .fetch_one(&mut *conn)
+
+    async fn create_namespace(&self, conn: &mut MySqlConnection) -> Result<(), BoxError> {
+        Self::run(conn, &[&self.statements.create_database]).await
+    }
+
+    /// With its marker rows, in one statement.
+    async fn create_meta(
+        &self,
+        conn: &mut MySqlConnection,
+        created_database: bool,
+    ) -> Result<(), BoxError> {
+        let create = &self.statements.create_meta[usize::from(created_database)];
+        Self::run(conn, &[create]).await
+    }
+
+    /// The `fences_created` mark, recorded right after the sequence.
+    async fn fences_were_made(&self, conn: &mut MySqlConnection) -> Result<bool, BoxError> {
+        let (marks,): (i64,) = sqlx::query_as(self.statements.fences_created.clone())
+            .fetch_one(conn)
             .await?;
-        if fences_created != 0 && !objects.fences {
-            return Err(namespace.lost_fences().into());
+        Ok(marks != 0)
+    }
+
+    /// An older layout's procedure (only it changed) is replaced in one
+    /// statement: a CALL of a process already open never finds it missing.
+    async fn create_objects(
+        &self,
+        conn: &mut MySqlConnection,
+        objects: Objects,
+        upgrade: bool,
+    ) -> Result<(), BoxError> {
+        let statements = self.statements;
+        if !objects.locks {
+            Self::run(conn, &[&statements.create_locks]).await?;
         }
-    } else {
-        sqlx::raw_sql(statements.create_meta[usize::from(created_database)].clone())
-            .execute(&mut *conn)
-            .await?;
-    }
-    if !objects.locks {
-        sqlx::raw_sql(statements.create_locks.clone())
-            .execute(&mut *conn)
-            .await?;
-    }
-    if !objects.fences {
-        sqlx::raw_sql(statements.create_fences.clone())
-            .execute(&mut *conn)
-            .await?;
-    }
-    sqlx::query(statements.record_fences.clone())
-        .execute(&mut *conn)
-        .await?;
-    // An older layout's procedure (only it changed) is replaced in one
-    // statement: a CALL of a process already open never finds it missing.
-    if !objects.acquire || upgrade {
-        sqlx::raw_sql(statements.create_acquire.clone())
-            .execute(&mut *conn)
-            .await?;
-    }
-    if upgrade {
-        sqlx::query(statements.record_drawn_by.clone())
-            .execute(&mut *conn)
-            .await?;
-        sqlx::query(statements.record_version.clone())
-            .execute(&mut *conn)
-            .await?;
-    }
-    Ok(())
-}
-
-/// Drops alkstore's objects in `database`, and the database itself when
-/// alkstore created it and nothing else lives in it — decided and done under
-/// the creation lock, so that no opener makes objects in between. Refuses,
-/// dropping nothing, when someone else's trigger sits on alkstore's tables
-/// (dropping a table drops its triggers along).
-pub(crate) async fn drop(
-    pool: &MySqlPool,
-    database: &str,
-    statements: &Statements,
-) -> Result<(), BoxError> {
-    under_creation_lock(pool, database, statements, Work::DropOurs).await
-}
-
-async fn drop_ours(
-    conn: &mut MySqlConnection,
-    database: &str,
-    statements: &Statements,
-) -> Result<(), BoxError> {
-    let namespace = Namespace::database(database);
-    let (exists, objects) = inspect(conn, database).await?;
-    if !exists {
-        return Ok(());
-    }
-    namespace.refuse_unmarked(objects)?;
-    if !objects.meta {
-        return Ok(());
-    }
-    let created_database = match read_meta(conn, &namespace, statements).await {
-        Ok(meta) => meta.created_namespace,
-        // A version this build does not use is still alkstore's to drop.
-        Err(error) if error.is::<SchemaVersionError>() => false,
-        Err(error) => return Err(error),
-    };
-    let (triggers_seen, events_seen): (i64, i64) = sqlx::query_as(sql::SEES_TRIGGERS_AND_EVENTS)
-        .bind(database)
-        .fetch_one(&mut *conn)
-        .await?;
-    for (seen, privilege, what) in [
-        (triggers_seen, "TRIGGER", "trigger"),
-        (events_seen, "EVENT", "event"),
-    ] {
-        if seen == 0 {
-            return Err(CannotSeeEverythingError {
-                database: database.to_owned(),
-                privilege,
-                what,
-            }
-            .into());
+        if !objects.fences {
+            Self::run(conn, &[&statements.create_fences]).await?;
         }
-    }
-    let (triggers,): (i64,) = sqlx::query_as(sql::COUNT_TRIGGERS_ON_OURS)
-        .bind(database)
-        .fetch_one(&mut *conn)
-        .await?;
-    if triggers > 0 {
-        return Err(namespace
-            .holds_foreign("a trigger on alkstore's tables")
-            .into());
-    }
-    for statement in &statements.drop_objects {
-        sqlx::raw_sql(statement.clone()).execute(&mut *conn).await?;
-    }
-    if created_database {
-        let (others,): (i64,) = sqlx::query_as(sql::COUNT_OBJECTS)
-            .bind(database)
-            .bind(database)
-            .bind(database)
-            .bind(database)
-            .fetch_one(&mut *conn)
+        Self::run(conn, &[&statements.record_fences]).await?;
+        if !objects.acquire || upgrade {
+            Self::run(conn, &[&statements.create_acquire]).await?;
+        }
+        if upgrade {
+            Self::run(
+                conn,
+                &[&statements.record_drawn_by, &statements.record_version],
+            )
             .await?;
-        if others == 0 {
-            sqlx::raw_sql(statements.drop_database.clone())
-                .execute(&mut *conn)
+        }
+        Ok(())
+    }
+
+    /// Refuses when the role cannot see every trigger and event, or when
+    /// someone else's trigger sits on alkstore's tables (dropping a table
+    /// drops its triggers along).
+    async fn may_drop(&self, conn: &mut MySqlConnection) -> Result<(), BoxError> {
+        let (triggers_seen, events_seen): (i64, i64) =
+            sqlx::query_as(sql::SEES_TRIGGERS_AND_EVENTS)
+                .bind(self.name())
+                .fetch_one(&mut *conn)
                 .await?;
-        } else {
-            tracing::info!(
-                database,
-                "database kept: it holds objects alkstore did not create"
-            );
+        for (seen, privilege, what) in [
+            (triggers_seen, "TRIGGER", "trigger"),
+            (events_seen, "EVENT", "event"),
+        ] {
+            if seen == 0 {
+                return Err(CannotSeeEverythingError {
+                    database: self.name().to_owned(),
+                    privilege,
+                    what,
+                }
+                .into());
+            }
         }
+        let (triggers,): (i64,) = sqlx::query_as(sql::COUNT_TRIGGERS_ON_OURS)
+            .bind(self.name())
+            .fetch_one(conn)
+            .await?;
+        if triggers > 0 {
+            return Err(self
+                .namespace
+                .holds_foreign("a trigger on alkstore's tables")
+                .into());
+        }
+        Ok(())
     }
-    Ok(())
+
+    async fn drop_objects(&self, conn: &mut MySqlConnection) -> Result<(), BoxError> {
+        let [a, b, c, d] = &self.statements.drop_objects;
+        Self::run(conn, &[a, b, c, d]).await
+    }
+
+    /// Under the creation lock: the database is dropped only when the role
+    /// sees nothing else in it.
+    async fn finish_drop(
+        &self,
+        mut conn: Self::Locked,
+        _pool: &MySqlPool,
+        created: bool,
+    ) -> Result<(), BoxError> {
+        if created {
+            let name = self.name();
+            let (others,): (i64,) = sqlx::query_as(sql::COUNT_OBJECTS)
+                .bind(name)
+                .bind(name)
+                .bind(name)
+                .bind(name)
+                .fetch_one(&mut *conn)
+                .await?;
+            if others == 0 {
+                Self::run(&mut conn, &[&self.statements.drop_database]).await?;
+            } else {
+                tracing::info!(
+                    database = name,
+                    "database kept: it holds objects alkstore did not create"
+                );
+            }
+        }
+        self.unlock(conn).await
+    }
 }

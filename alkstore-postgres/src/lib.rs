@@ -73,9 +73,13 @@ impl PgStore {
     pub async fn open(pool: PgPool, schema: &str) -> Result<Self> {
         schema::validate(schema)?;
         let mut statements = Statements::new(schema);
-        let oid = schema::open(&pool, schema, &statements)
-            .await
-            .map_err(|e| Error::database("open", e))?;
+        let lifecycle = schema::Schema::new(schema, &statements);
+        let oid = async {
+            alkstore_sqlx::lifecycle::open(&lifecycle, &pool).await?;
+            lifecycle.oid(&pool).await
+        }
+        .await
+        .map_err(|e| Error::database("open", e))?;
         statements.channel = sql::channel(oid);
         let notifications = Notifications::new(
             (*pool.connect_options()).clone(),
@@ -112,7 +116,8 @@ impl PgStore {
             return Err(Error::closed("drop_schema"));
         }
         let engine = self.inner.engine();
-        schema::drop(engine.pool(), self.schema(), engine.statements())
+        let lifecycle = schema::Schema::new(self.schema(), engine.statements());
+        alkstore_sqlx::lifecycle::drop(&lifecycle, engine.pool())
             .await
             .map_err(|e| Error::database("drop_schema", e))
     }

@@ -1,19 +1,14 @@
-//! Checking the schema name; finding, creating, adopting and dropping
-//! alkstore's objects in it.
-//!
-//! alkstore creates, adopts and drops only its own objects. Opening first
-//! reads the catalog and the `meta` table: when everything is there and
-//! marked as alkstore's, nothing else runs, so a role with only DML rights
-//! on objects an administrator provisioned can open a store. Only what is
-//! missing is created, under an advisory lock. Tables alkstore did not make
-//! are never adopted, and dropping removes only alkstore's objects (and the
-//! schema, if alkstore created it and nothing else lives there).
+//! Checking the schema name, and PostgreSQL's steps of opening and dropping
+//! a store's schema (the order and the refusals, the same for every
+//! database, are `alkstore_sqlx::lifecycle`'s).
 
-use alkstore_core::{BoxError, Error, Field, SchemaVersionError, check_text};
-use sqlx::{PgConnection, PgPool};
+use alkstore_core::{BoxError, Error, Field, check_text};
+use alkstore_sqlx::lifecycle::Lifecycle;
+use alkstore_sqlx::{Layout, Namespace, Objects};
+use async_trait::async_trait;
+use sqlx::{PgConnection, PgPool, SqlStr};
 
-use alkstore_sqlx::{Layout, Meta, Namespace, Objects};
-
+use crate::connection::Postgres;
 use crate::sql::{self, Statements};
 
 /// PostgreSQL keeps at most 63 bytes of an identifier and silently truncates
@@ -53,28 +48,6 @@ pub(crate) fn validate(schema: &str) -> Result<(), Error> {
     Ok(())
 }
 
-/// The schema's OID and objects, as the catalog shows them now.
-async fn inspect(
-    conn: &mut PgConnection,
-    schema: &str,
-) -> Result<Option<(i64, Objects)>, sqlx::Error> {
-    let row: Option<(i64, bool, bool, bool, bool)> = sqlx::query_as(sql::INSPECT)
-        .bind(schema)
-        .fetch_optional(conn)
-        .await?;
-    Ok(row.map(|(oid, meta, locks, fences, acquire)| {
-        (
-            oid,
-            Objects {
-                meta,
-                locks,
-                fences,
-                acquire,
-            },
-        )
-    }))
-}
-
 /// This build's layout.
 const LAYOUT: Layout = Layout {
     version: sql::SCHEMA_VERSION,
@@ -83,183 +56,183 @@ const LAYOUT: Layout = Layout {
     markerless_versions: true,
 };
 
-/// What `meta` says (refusing a foreign `meta`, and a version this build
-/// can neither use nor upgrade).
-async fn read_meta(
-    conn: &mut PgConnection,
-    schema: &Namespace,
-    statements: &Statements,
-) -> Result<Meta, BoxError> {
-    let rows = sqlx::query_as(statements.read_meta.clone())
-        .fetch_all(&mut *conn)
-        .await;
-    // 42703: undefined column.
-    Meta::read(
-        schema,
-        &LAYOUT,
-        rows,
-        |error| matches!(error, sqlx::Error::Database(db) if db.code().as_deref() == Some("42703")),
-    )
+/// One store's schema, as opening and dropping see it.
+#[derive(Debug)]
+pub(crate) struct Schema<'a> {
+    namespace: Namespace,
+    statements: &'a Statements,
 }
 
-/// Finds or creates the store's objects in `schema` and returns the schema's
-/// OID. Reads only, when everything is there; otherwise creates what is
-/// missing under a transaction-scoped advisory lock, so that several
-/// processes opening at once do not collide.
-pub(crate) async fn open(
-    pool: &PgPool,
-    schema: &str,
-    statements: &Statements,
-) -> Result<i64, BoxError> {
-    let namespace = Namespace::schema(schema);
-    let mut conn = pool.acquire().await?;
-    if let Some((oid, objects)) = inspect(&mut conn, schema).await? {
-        namespace.refuse_unmarked(objects)?;
-        if objects.all()
-            && read_meta(&mut conn, &namespace, statements)
-                .await?
-                .current(&LAYOUT)
-        {
-            return Ok(oid);
+impl<'a> Schema<'a> {
+    pub(crate) fn new(schema: &str, statements: &'a Statements) -> Self {
+        Schema {
+            namespace: Namespace::schema(schema),
+            statements,
         }
     }
-    std::mem::drop(conn);
-    create_missing(pool, &namespace, statements).await
+
+    /// The schema's OID, which names its release channel.
+    pub(crate) async fn oid(&self, pool: &PgPool) -> Result<i64, BoxError> {
+        let (oid,): (i64,) = sqlx::query_as(sql::SCHEMA_OID)
+            .bind(&self.namespace.name)
+            .fetch_optional(pool)
+            .await?
+            .ok_or("the schema vanished after it was opened")?;
+        Ok(oid)
+    }
+
+    /// Runs DDL, naming a refusal for want of rights.
+    async fn create(&self, conn: &mut PgConnection, ddl: &SqlStr) -> Result<(), BoxError> {
+        match sqlx::raw_sql(ddl.clone()).execute(conn).await {
+            Ok(_) => Ok(()),
+            Err(sqlx::Error::Database(db)) if db.code().as_deref() == Some("42501") => {
+                Err(CannotCreateError {
+                    schema: self.namespace.name.clone(),
+                    source: sqlx::Error::Database(db),
+                }
+                .into())
+            }
+            Err(error) => Err(error.into()),
+        }
+    }
 }
 
-async fn create_missing(
-    pool: &PgPool,
-    namespace: &Namespace,
-    statements: &Statements,
-) -> Result<i64, BoxError> {
-    let schema = namespace.name.as_str();
-    let mut tx = pool.begin().await?;
-    sqlx::query(sql::READ_COMMITTED).execute(&mut *tx).await?;
-    sqlx::query(sql::LOCK_SCHEMA_CREATION)
-        .bind(sql::SCHEMA_LOCK_CLASS)
-        .bind(schema)
-        .execute(&mut *tx)
-        .await?;
-    let cannot = |source: sqlx::Error| -> BoxError {
-        let denied =
-            matches!(&source, sqlx::Error::Database(db) if db.code().as_deref() == Some("42501"));
-        if denied {
-            CannotCreateError {
-                schema: schema.to_owned(),
-                source,
-            }
-            .into()
-        } else {
-            source.into()
-        }
-    };
-    let found = inspect(&mut tx, schema).await?;
-    let (created_schema, objects) = match found {
-        Some((_, objects)) => (false, objects),
-        None => {
-            sqlx::raw_sql(statements.create_schema.clone())
-                .execute(&mut *tx)
-                .await
-                .map_err(cannot)?;
-            (true, Objects::default())
-        }
-    };
-    namespace.refuse_unmarked(objects)?;
-    let mut upgrade = false;
-    if objects.meta {
-        upgrade = !read_meta(&mut tx, namespace, statements)
-            .await?
-            .current(&LAYOUT);
-        // `meta` is made in the same transaction as the sequence: with it
-        // there, a missing sequence was dropped after fences were drawn.
-        if !objects.fences {
-            return Err(namespace.lost_fences().into());
-        }
-    } else {
-        sqlx::raw_sql(statements.create_meta.clone())
-            .execute(&mut *tx)
+/// Every step in one transaction, under a transaction-scoped advisory lock
+/// on the schema's name: what one opener creates, the next sees whole.
+#[async_trait]
+impl Lifecycle for Schema<'_> {
+    type Dialect = Postgres;
+    type Locked = sqlx::Transaction<'static, sqlx::Postgres>;
+
+    fn namespace(&self) -> &Namespace {
+        &self.namespace
+    }
+
+    fn layout(&self) -> &Layout {
+        &LAYOUT
+    }
+
+    async fn inspect(&self, conn: &mut PgConnection) -> Result<Option<Objects>, sqlx::Error> {
+        let row: Option<(bool, bool, bool, bool)> = sqlx::query_as(sql::INSPECT)
+            .bind(&self.namespace.name)
+            .fetch_optional(conn)
+            .await?;
+        Ok(row.map(|(meta, locks, fences, acquire)| Objects {
+            meta,
+            locks,
+            fences,
+            acquire,
+        }))
+    }
+
+    async fn meta_rows(&self, conn: &mut PgConnection) -> Result<Vec<(String, i64)>, sqlx::Error> {
+        sqlx::query_as(self.statements.read_meta.clone())
+            .fetch_all(conn)
             .await
-            .map_err(cannot)?;
-        sqlx::query(statements.record_meta.clone())
+    }
+
+    /// 42703: undefined column.
+    fn unlike_ours(&self, error: &sqlx::Error) -> bool {
+        matches!(error, sqlx::Error::Database(db) if db.code().as_deref() == Some("42703"))
+    }
+
+    async fn lock(&self, pool: &PgPool) -> Result<Self::Locked, BoxError> {
+        let mut tx = pool.begin().await?;
+        sqlx::query(sql::READ_COMMITTED).execute(&mut *tx).await?;
+        sqlx::query(sql::LOCK_SCHEMA_CREATION)
+            .bind(sql::SCHEMA_LOCK_CLASS)
+            .bind(&self.namespace.name)
+            .execute(&mut *tx)
+            .await?;
+        Ok(tx)
+    }
+
+    async fn unlock(&self, tx: Self::Locked) -> Result<(), BoxError> {
+        Ok(tx.commit().await?)
+    }
+
+    async fn create_namespace(&self, conn: &mut PgConnection) -> Result<(), BoxError> {
+        self.create(conn, &self.statements.create_schema).await
+    }
+
+    async fn create_meta(
+        &self,
+        conn: &mut PgConnection,
+        created_schema: bool,
+    ) -> Result<(), BoxError> {
+        self.create(conn, &self.statements.create_meta).await?;
+        sqlx::query(self.statements.record_meta.clone())
             .bind(sql::SCHEMA_VERSION)
             .bind(i64::from(created_schema))
-            .execute(&mut *tx)
+            .execute(conn)
             .await?;
+        Ok(())
     }
-    // An older layout's acquire function is replaced (only it changed).
-    for (present, create) in [
-        (objects.locks, &statements.create_locks),
-        (objects.fences, &statements.create_fences),
-        (objects.acquire && !upgrade, &statements.create_acquire),
-    ] {
-        if !present {
-            sqlx::raw_sql(create.clone())
-                .execute(&mut *tx)
-                .await
-                .map_err(cannot)?;
-        }
-    }
-    if upgrade {
-        sqlx::query(statements.record_version.clone())
-            .bind(sql::SCHEMA_VERSION)
-            .execute(&mut *tx)
-            .await?;
-    }
-    let (oid, _) = inspect(&mut tx, schema)
-        .await?
-        .ok_or("the schema vanished while it was being created")?;
-    tx.commit().await?;
-    Ok(oid)
-}
 
-/// Drops alkstore's objects in `schema`, and the schema itself when alkstore
-/// created it and nothing else lives in it. Objects alkstore did not make
-/// are refused, never dropped.
-pub(crate) async fn drop(
-    pool: &PgPool,
-    schema: &str,
-    statements: &Statements,
-) -> Result<(), BoxError> {
-    let mut tx = pool.begin().await?;
-    sqlx::query(sql::READ_COMMITTED).execute(&mut *tx).await?;
-    sqlx::query(sql::LOCK_SCHEMA_CREATION)
-        .bind(sql::SCHEMA_LOCK_CLASS)
-        .bind(schema)
-        .execute(&mut *tx)
-        .await?;
-    let Some((_, objects)) = inspect(&mut tx, schema).await? else {
-        return Ok(());
-    };
-    let namespace = Namespace::schema(schema);
-    namespace.refuse_unmarked(objects)?;
-    if !objects.meta {
-        return Ok(());
+    /// `meta` is made in the same transaction as the sequence.
+    async fn fences_were_made(&self, _conn: &mut PgConnection) -> Result<bool, BoxError> {
+        Ok(true)
     }
-    let created_schema = match read_meta(&mut tx, &namespace, statements).await {
-        Ok(meta) => meta.created_namespace,
-        // A version this build does not use is still alkstore's to drop.
-        Err(error) if error.is::<SchemaVersionError>() => false,
-        Err(error) => return Err(error),
-    };
-    sqlx::raw_sql(statements.drop_objects.clone())
-        .execute(&mut *tx)
-        .await?;
-    tx.commit().await?;
-    if created_schema {
-        // Without CASCADE: a schema that holds anything else stays.
-        if let Err(error) = sqlx::raw_sql(statements.drop_schema.clone())
+
+    /// An older layout's acquire function is replaced (same signature).
+    async fn create_objects(
+        &self,
+        conn: &mut PgConnection,
+        objects: Objects,
+        upgrade: bool,
+    ) -> Result<(), BoxError> {
+        let statements = self.statements;
+        for (present, create) in [
+            (objects.locks, &statements.create_locks),
+            (objects.fences, &statements.create_fences),
+            (objects.acquire && !upgrade, &statements.create_acquire),
+        ] {
+            if !present {
+                self.create(conn, create).await?;
+            }
+        }
+        if upgrade {
+            sqlx::query(statements.record_version.clone())
+                .bind(sql::SCHEMA_VERSION)
+                .execute(conn)
+                .await?;
+        }
+        Ok(())
+    }
+
+    /// No CASCADE: whatever someone else built on these objects stays, and
+    /// the drop fails rather than take it along.
+    async fn drop_objects(&self, conn: &mut PgConnection) -> Result<(), BoxError> {
+        sqlx::raw_sql(self.statements.drop_objects.clone())
+            .execute(conn)
+            .await?;
+        Ok(())
+    }
+
+    /// The schema is dropped after the commit, without CASCADE: one that
+    /// holds anything else stays (and its refusal cannot undo the drop).
+    async fn finish_drop(
+        &self,
+        tx: Self::Locked,
+        pool: &PgPool,
+        created: bool,
+    ) -> Result<(), BoxError> {
+        tx.commit().await?;
+        if !created {
+            return Ok(());
+        }
+        match sqlx::raw_sql(self.statements.drop_schema.clone())
             .execute(pool)
             .await
         {
-            let in_use = matches!(&error, sqlx::Error::Database(db) if db.code().as_deref() == Some("2BP01"));
-            if !in_use {
-                return Err(error.into());
+            Err(sqlx::Error::Database(db)) if db.code().as_deref() == Some("2BP01") => {
+                tracing::info!(
+                    schema = self.namespace.name,
+                    "schema kept: it holds objects alkstore did not create"
+                );
+                Ok(())
             }
-            tracing::info!(
-                schema,
-                "schema kept: it holds objects alkstore did not create"
-            );
+            done => Ok(done.map(drop)?),
         }
     }
-    Ok(())
 }

@@ -111,15 +111,17 @@ fn dollar_tag(body: &str) -> String {
     tag
 }
 
-/// The schema's OID and which of alkstore's objects exist in it; no row when
+/// Which of alkstore's objects exist in the schema named `$1`; no row when
 /// the schema does not exist. Catalog reads need no privilege.
 pub(crate) const INSPECT: &str = "
-SELECT n.oid::bigint,
-       EXISTS (SELECT 1 FROM pg_class WHERE relnamespace = n.oid AND relname = 'meta'),
+SELECT EXISTS (SELECT 1 FROM pg_class WHERE relnamespace = n.oid AND relname = 'meta'),
        EXISTS (SELECT 1 FROM pg_class WHERE relnamespace = n.oid AND relname = 'locks'),
        EXISTS (SELECT 1 FROM pg_class WHERE relnamespace = n.oid AND relname = 'fences'),
        EXISTS (SELECT 1 FROM pg_proc WHERE pronamespace = n.oid AND proname = 'acquire')
 FROM pg_namespace n WHERE n.nspname = $1";
+
+/// The OID of the schema named `$1`.
+pub(crate) const SCHEMA_OID: &str = "SELECT oid::bigint FROM pg_namespace WHERE nspname = $1";
 
 /// Takes the schema-creation lock: `$1` is the class, `$2` the schema name.
 pub(crate) const LOCK_SCHEMA_CREATION: &str = "SELECT pg_advisory_xact_lock($1, hashtext($2))";

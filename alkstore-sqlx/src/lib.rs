@@ -58,6 +58,7 @@
 mod connections;
 mod dialect;
 mod engine;
+pub mod lifecycle;
 mod namespace;
 
 pub use connections::{
