@@ -1,6 +1,8 @@
 //! Faults against a real server: a holder process killed with SIGKILL, the
-//! server stopped and restarted under load, and the store's sessions killed
-//! with `KILL CONNECTION`.
+//! server stopped and restarted under load, the store's sessions killed
+//! with `KILL CONNECTION`, more waiters than connections, futures dropped
+//! mid-call. The bodies are `alkstore_contract_suite::faults`, shared with
+//! PostgreSQL; this file is MariaDB's `Admin` and the tests' glue.
 //!
 //! This binary gets a throwaway server of its own (the harness starts one per
 //! test process), so restarting it disturbs no other test binary; the tests
@@ -9,16 +11,15 @@
 mod common;
 
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
-use alkstore_contract_suite::load::{through_an_outage, through_killed_sessions};
-use alkstore_contract_suite::safety::history::check;
-use alkstore_contract_suite::support::{
-    assert_dead_holder_blocks_until_ttl, assert_waits_out_a_table_lock,
-};
+use alkstore_contract_suite::faults::{self, Admin, TableLock};
+use alkstore_contract_suite::support::assert_dead_holder_blocks_until_ttl;
 use alkstore_core::Store;
 use alkstore_mysql::MySqlStore;
 use alkstore_testkit::mysql;
+use async_trait::async_trait;
+use sqlx::{Connection, MySqlConnection};
 use tokio::sync::Mutex;
 
 static SERIAL: Mutex<()> = Mutex::const_new(());
@@ -59,6 +60,131 @@ async fn killed_holder_blocks_until_its_ttl() {
     db.drop().await;
 }
 
+/// MariaDB's ways of ending sessions and locking a table, on connections of
+/// the test's own.
+struct MariaDb {
+    db: common::Database,
+    admin: Mutex<MySqlConnection>,
+}
+
+impl MariaDb {
+    async fn new(db: common::Database) -> Self {
+        let admin = MySqlConnection::connect(&db.url).await.unwrap();
+        MariaDb {
+            db,
+            admin: Mutex::new(admin),
+        }
+    }
+}
+
+/// Runs test-made SQL text.
+async fn run(conn: &mut MySqlConnection, statement: String) -> Result<(), sqlx::Error> {
+    sqlx::raw_sql(sqlx::AssertSqlSafe(statement))
+        .execute(conn)
+        .await
+        .map(drop)
+}
+
+/// Kills each session of `ids` and waits (10 s at most) until all are
+/// gone; answers how many were killed.
+async fn kill(admin: &mut MySqlConnection, ids: &[i64]) -> u64 {
+    let mut killed = 0;
+    for id in ids {
+        // Gone already: fine.
+        if run(admin, format!("KILL CONNECTION {id}")).await.is_ok() {
+            killed += 1;
+        }
+    }
+    let deadline = Instant::now() + Duration::from_secs(10);
+    for id in ids {
+        loop {
+            let (left,): (i64,) =
+                sqlx::query_as("SELECT COUNT(*) FROM information_schema.PROCESSLIST WHERE ID = ?")
+                    .bind(id)
+                    .fetch_one(&mut *admin)
+                    .await
+                    .unwrap();
+            if left == 0 {
+                break;
+            }
+            assert!(Instant::now() < deadline, "killed sessions did not end");
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+    }
+    killed
+}
+
+#[async_trait]
+impl Admin for MariaDb {
+    async fn end_sessions(&self) -> u64 {
+        let mut admin = self.admin.lock().await;
+        let ids: Vec<i64> = sqlx::query_scalar(
+            "SELECT ID FROM information_schema.PROCESSLIST
+             WHERE ID <> CONNECTION_ID() AND USER = SUBSTRING_INDEX(CURRENT_USER(), '@', 1)
+               AND COMMAND <> 'Daemon'",
+        )
+        .fetch_all(&mut *admin)
+        .await
+        .unwrap();
+        kill(&mut admin, &ids).await
+    }
+
+    async fn end_idle_sessions(&self, idle_for: Duration, spare: Option<i64>) -> u64 {
+        let mut admin = self.admin.lock().await;
+        let ids: Vec<i64> = sqlx::query_scalar(
+            "SELECT ID FROM information_schema.PROCESSLIST
+             WHERE ID <> CONNECTION_ID() AND ID <> ? AND COMMAND = 'Sleep' AND TIME_MS >= ?",
+        )
+        .bind(spare.unwrap_or(0))
+        .bind(idle_for.as_millis() as f64)
+        .fetch_all(&mut *admin)
+        .await
+        .unwrap();
+        kill(&mut admin, &ids).await
+    }
+
+    async fn sessions(&self) -> i64 {
+        let mut admin = self.admin.lock().await;
+        sqlx::query_scalar(
+            "SELECT COUNT(*) FROM information_schema.PROCESSLIST
+             WHERE ID <> CONNECTION_ID() AND USER = SUBSTRING_INDEX(CURRENT_USER(), '@', 1)
+               AND COMMAND <> 'Daemon'",
+        )
+        .fetch_one(&mut *admin)
+        .await
+        .unwrap()
+    }
+
+    async fn lock_table(&self) -> Box<dyn TableLock> {
+        let mut conn = MySqlConnection::connect(&self.db.url).await.unwrap();
+        let lock = format!("LOCK TABLES {}.locks WRITE", self.db.quoted());
+        run(&mut conn, lock).await.unwrap();
+        let session: i64 = sqlx::query_scalar("SELECT CAST(CONNECTION_ID() AS SIGNED)")
+            .fetch_one(&mut conn)
+            .await
+            .unwrap();
+        Box::new(LockedTables { conn, session })
+    }
+}
+
+/// A session holding `LOCK TABLES … WRITE`.
+struct LockedTables {
+    conn: MySqlConnection,
+    session: i64,
+}
+
+#[async_trait]
+impl TableLock for LockedTables {
+    fn session(&self) -> i64 {
+        self.session
+    }
+
+    async fn unlock(mut self: Box<Self>) {
+        run(&mut self.conn, "UNLOCK TABLES".into()).await.unwrap();
+        let _ = self.conn.close().await;
+    }
+}
+
 /// The server stopped (cleanly, then by a crash) and restarted under load:
 /// operations fail with `Error::Database` (no panic, no hang), the same store
 /// works again afterwards without reopening, fences keep rising, and no two
@@ -79,9 +205,9 @@ async fn server_restart_under_load() {
     let database = alkstore_testkit::unique_name("restart");
     let store = Arc::new(MySqlStore::connect(&server.url, &database).await.unwrap());
     for signal in ["TERM", "KILL"] {
-        let outage = through_an_outage(
-            store.clone() as Arc<dyn Store>,
-            8,
+        faults::server_restart_under_load(
+            store.clone(),
+            &format!("SIG{signal}"),
             async {
                 let stopped = tokio::task::spawn_blocking(move || instance.stop(signal));
                 stopped.await.unwrap().expect("stop the server");
@@ -92,175 +218,103 @@ async fn server_restart_under_load() {
             },
         )
         .await;
-        assert_eq!(check(&outage.history), Ok(()));
-        assert!(
-            outage.grants_before > 0 && outage.errors_during > 0,
-            "no load, or no outage seen"
-        );
-        eprintln!(
-            "restart (SIG{signal}): {} grants checked, {} errors (all Error::Database), \
-             slowest op {} ms, recovered {:?} after start, violations: 0",
-            outage.history.len(),
-            outage.errors,
-            outage.slowest_ms,
-            outage.recovered_after
-        );
     }
     store.drop_database().await.unwrap();
     store.close().await.unwrap();
 }
 
-/// The store's sessions killed mid-run with `KILL CONNECTION`: the store
-/// recovers, a kept lease survives (the failed renewal is retried), and
-/// nothing overlaps.
+/// A store in a database of its own, with its admin.
+async fn store(label: &str) -> Option<(Arc<MySqlStore>, MariaDb)> {
+    let (store, db) = common::store(label).await?;
+    Some((Arc::new(store), MariaDb::new(db).await))
+}
+
+/// The store's sessions killed mid-run with `KILL CONNECTION`.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn connections_killed_mid_run() {
     let _turn = SERIAL.lock().await;
-    let Some((store, db)) = common::store("kill").await else {
+    let Some((store, admin)) = store("kill").await else {
         return;
     };
-    let store = Arc::new(store);
-    let admin = MySqlStore::connect(&db.url, &db.name).await.unwrap();
-    let (killed, grants, errors) =
-        through_killed_sessions(store.clone() as Arc<dyn Store>, 6, || async {
-            let sessions: Vec<(i64,)> = sqlx::query_as(
-                "SELECT ID FROM information_schema.PROCESSLIST
-                 WHERE ID <> CONNECTION_ID() AND USER = SUBSTRING_INDEX(CURRENT_USER(), '@', 1)
-                   AND COMMAND <> 'Daemon'",
-            )
-            .fetch_all(admin.pool())
-            .await
-            .unwrap();
-            let mut killed = 0;
-            for (id,) in sessions {
-                // Gone already, or the admin pool's own other connection: fine.
-                if sqlx::raw_sql(sqlx::AssertSqlSafe(format!("KILL CONNECTION {id}")))
-                    .execute(admin.pool())
-                    .await
-                    .is_ok()
-                {
-                    killed += 1;
-                }
-            }
-            killed
-        })
-        .await;
-    eprintln!(
-        "kill: {killed} sessions killed, {grants} grants checked, {errors} errors, \
-         kept lease held throughout, violations: 0"
-    );
+    faults::connections_killed_mid_run(store.clone(), &admin).await;
     store.close().await.unwrap();
-    admin.close().await.unwrap();
-    db.drop().await;
+    admin.db.drop().await;
 }
 
-/// Kills every sleeping session of the server idle for at least `idle_for`
-/// but the asker's and the one numbered `spare`, and waits until they are
-/// gone; answers how many.
-async fn kill_idle_sessions(
-    admin: &mut sqlx::MySqlConnection,
-    idle_for: Duration,
-    spare: i64,
-) -> usize {
-    let ids: Vec<(i64,)> = sqlx::query_as(
-        "SELECT ID FROM information_schema.PROCESSLIST
-         WHERE ID <> CONNECTION_ID() AND ID <> ? AND COMMAND = 'Sleep' AND TIME_MS >= ?",
-    )
-    .bind(spare)
-    .bind(idle_for.as_millis() as f64)
-    .fetch_all(&mut *admin)
-    .await
-    .unwrap();
-    for (id,) in &ids {
-        // Gone already: fine.
-        let _ = sqlx::raw_sql(sqlx::AssertSqlSafe(format!("KILL CONNECTION {id}")))
-            .execute(&mut *admin)
-            .await;
-    }
-    let deadline = std::time::Instant::now() + Duration::from_secs(10);
-    for (id,) in &ids {
-        loop {
-            let (left,): (i64,) =
-                sqlx::query_as("SELECT COUNT(*) FROM information_schema.PROCESSLIST WHERE ID = ?")
-                    .bind(id)
-                    .fetch_one(&mut *admin)
-                    .await
-                    .unwrap();
-            if left == 0 {
-                break;
-            }
-            assert!(
-                std::time::Instant::now() < deadline,
-                "killed sessions did not end"
-            );
-            tokio::time::sleep(Duration::from_millis(5)).await;
-        }
-    }
-    ids.len()
-}
-
-/// A waiting acquire whose idle connection the server ended meanwhile keeps
-/// to its wait behind a table lock (`LOCK TABLES … WRITE`): the try on a new
-/// connection is bounded like the first, and it answers `None` at its
-/// deadline, not when the table lock ends.
+/// Behind `LOCK TABLES … WRITE`, after the store's idle session was killed.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_waiting_acquire_after_a_lost_connection_keeps_to_its_wait() {
-    use sqlx::Connection;
     let _turn = SERIAL.lock().await;
-    let Some((store, db)) = common::store("lostwait").await else {
+    let Some((store, admin)) = store("lostwait").await else {
         return;
     };
-    // One connection of the store's own sits idle.
-    assert!(store.holder("job").await.unwrap().is_none());
-    let mut blocker = sqlx::MySqlConnection::connect(&db.url).await.unwrap();
-    sqlx::raw_sql(sqlx::AssertSqlSafe(format!(
-        "LOCK TABLES `{}`.locks WRITE",
-        db.name
-    )))
-    .execute(&mut blocker)
-    .await
-    .unwrap();
-    let (blocker_id,): (i64,) = sqlx::query_as("SELECT CAST(CONNECTION_ID() AS SIGNED)")
-        .fetch_one(&mut blocker)
-        .await
-        .unwrap();
-    let mut other = sqlx::MySqlConnection::connect(&db.url).await.unwrap();
-    assert!(kill_idle_sessions(&mut other, Duration::ZERO, blocker_id).await >= 1);
-    assert_waits_out_a_table_lock(
-        &store,
-        "the waiting acquire outlived its wait behind the table lock",
-        async {
-            sqlx::raw_sql("UNLOCK TABLES")
-                .execute(&mut blocker)
-                .await
-                .unwrap();
-        },
-    )
-    .await;
+    faults::a_waiting_acquire_after_a_lost_connection_keeps_to_its_wait(&*store, &admin).await;
     store.close().await.unwrap();
-    let _ = blocker.close().await;
-    let _ = other.close().await;
-    db.drop().await;
+    admin.db.drop().await;
 }
 
-/// An idle-session killer ends the store's sessions while a keep-alive
-/// holds a lease: the lease survives, and the release afterwards, on a
-/// connection that died while idle, answers `true` instead of an error.
+/// Sleeping sessions killed every 50 ms.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_idle_session_killer_is_invisible_to_the_holder() {
-    use sqlx::Connection;
     let _turn = SERIAL.lock().await;
-    let Some((store, db)) = common::store("idlekill").await else {
+    let Some((store, admin)) = store("idlekill").await else {
         return;
     };
-    let admin = tokio::sync::Mutex::new(sqlx::MySqlConnection::connect(&db.url).await.unwrap());
-    let killed =
-        alkstore_contract_suite::load::through_an_idle_session_killer(&store, |idle_for| {
-            let admin = &admin;
-            async move { kill_idle_sessions(&mut *admin.lock().await, idle_for, 0).await as u64 }
-        })
-        .await;
-    eprintln!("idle-session killer: {killed} sessions ended, lease kept, release answered true");
+    faults::an_idle_session_killer_is_invisible_to_the_holder(&*store, &admin).await;
     store.close().await.unwrap();
-    db.drop().await;
+    admin.db.drop().await;
+}
+
+/// A store over a pool of `connections`, in a database of its own.
+async fn bounded_store(label: &str, connections: u32) -> Option<(Arc<MySqlStore>, MariaDb)> {
+    let server = mysql::server()?;
+    let db = common::Database {
+        url: server.url.clone(),
+        name: alkstore_testkit::unique_name(label),
+    };
+    let admin = MariaDb::new(db).await;
+    let pool = sqlx::mysql::MySqlPoolOptions::new()
+        .max_connections(connections)
+        .connect(&server.url)
+        .await
+        .unwrap();
+    let store = MySqlStore::open(pool, &admin.db.name).await.unwrap();
+    Some((Arc::new(store), admin))
+}
+
+/// A store over a pool of 2 connections.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn more_waiters_than_connections() {
+    let _turn = SERIAL.lock().await;
+    let Some((store, admin)) = bounded_store("starve", 2).await else {
+        return;
+    };
+    faults::more_waiters_than_connections(store.clone()).await;
+    store.close().await.unwrap();
+    admin.db.drop().await;
+}
+
+/// A store over a pool of 3 connections: at most 4 sessions (3 for
+/// operations, 1 the pool kept from opening).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cancelled_futures_leak_no_connection() {
+    let _turn = SERIAL.lock().await;
+    let Some(server) = mysql::server() else {
+        return;
+    };
+    let db = common::Database {
+        url: server.url.clone(),
+        name: alkstore_testkit::unique_name("cancel"),
+    };
+    let admin = MariaDb::new(db).await;
+    let before = admin.sessions().await;
+    let pool = sqlx::mysql::MySqlPoolOptions::new()
+        .max_connections(3)
+        .connect(&server.url)
+        .await
+        .unwrap();
+    let store = Arc::new(MySqlStore::open(pool, &admin.db.name).await.unwrap());
+    faults::cancelled_futures_leak_no_connection(store.clone(), &admin, before, 4).await;
+    store.close().await.unwrap();
+    admin.db.drop().await;
 }

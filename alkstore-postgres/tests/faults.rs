@@ -1,6 +1,9 @@
 //! Faults against a real server: a holder process killed with SIGKILL, the
 //! server stopped and restarted under load, the store's connections killed
-//! with pg_terminate_backend, and more waiters than connections.
+//! with pg_terminate_backend, more waiters than connections, futures
+//! dropped mid-call, a crash right after releases. The shared bodies are
+//! `alkstore_contract_suite::faults` (MariaDB runs them too); this file is
+//! PostgreSQL's `Admin`, the tests' glue, and what only PostgreSQL has.
 //!
 //! This binary gets a throwaway cluster of its own (the harness starts one per
 //! test process), so restarting it disturbs no other test binary; the tests
@@ -9,18 +12,16 @@
 mod common;
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
-use alkstore_contract_suite::load::{through_an_outage, through_killed_sessions};
-use alkstore_contract_suite::safety::history::check;
-use alkstore_contract_suite::support::{
-    assert_dead_holder_blocks_until_ttl, assert_waits_out_a_table_lock,
-};
+use alkstore_contract_suite::faults::{self, Admin, TableLock};
+use alkstore_contract_suite::support::assert_dead_holder_blocks_until_ttl;
 use alkstore_core::Store;
 use alkstore_postgres::PgStore;
 use alkstore_testkit::pg::{Cluster, Server};
+use async_trait::async_trait;
 use sqlx::postgres::PgPoolOptions;
+use sqlx::{Connection, PgConnection};
 use tokio::sync::Mutex;
 
 static SERIAL: Mutex<()> = Mutex::const_new(());
@@ -131,9 +132,9 @@ async fn server_restart_under_load() {
     let other = PgStore::connect(&server.url, &schema).await.unwrap();
     // Start the listener before the outage.
     let before = cross_store_handoff(&store, &other, "before").await;
-    let outage = through_an_outage(
-        store.clone() as Arc<dyn Store>,
-        8,
+    let outage = faults::server_restart_under_load(
+        store.clone(),
+        "pg_ctl stop -m fast",
         async {
             let stopped =
                 tokio::task::spawn_blocking(move || cluster.pg_ctl(&["stop", "-m", "fast", "-w"]));
@@ -146,21 +147,12 @@ async fn server_restart_under_load() {
     )
     .await;
     let after = cross_store_handoff(&store, &other, "after").await;
-    assert_eq!(check(&outage.history), Ok(()));
-    assert!(
-        outage.grants_before > 0 && outage.errors_during > 0,
-        "no load, or no outage seen"
-    );
     assert!(
         after < Duration::from_millis(100),
         "LISTEN did not come back: handoff {after:?}"
     );
     eprintln!(
-        "restart: {} grants checked, {} errors (all Error::Database), slowest op {} ms, \
-         recovered {:?} after start, handoff before {before:?} after {after:?}, violations: 0",
-        outage.history.len(),
-        outage.errors,
-        outage.slowest_ms,
+        "restart: recovered {:?} after start, handoff before {before:?} after {after:?}",
         outage.recovered_after
     );
     other.drop_schema().await.unwrap();
@@ -168,40 +160,149 @@ async fn server_restart_under_load() {
     other.close().await.unwrap();
 }
 
-/// The store's server connections killed mid-run: the store recovers, a kept
-/// lease survives (the failed renewal is retried), and nothing overlaps.
+/// PostgreSQL's ways of ending sessions and locking a table, on
+/// connections of the test's own.
+struct Postgres {
+    url: String,
+    schema: String,
+    admin: Mutex<PgConnection>,
+}
+
+impl Postgres {
+    async fn new(url: &str, schema: &str) -> Self {
+        Postgres {
+            url: url.to_owned(),
+            schema: schema.to_owned(),
+            admin: Mutex::new(PgConnection::connect(url).await.unwrap()),
+        }
+    }
+}
+
+/// Terminates the backends `pids` and waits (10 s at most) until they are
+/// gone; answers how many there were.
+async fn terminate(admin: &mut PgConnection, pids: Vec<i32>) -> u64 {
+    sqlx::query("SELECT count(pg_terminate_backend(pid)) FROM unnest($1::int[]) pid")
+        .bind(&pids)
+        .execute(&mut *admin)
+        .await
+        .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let left: i64 =
+            sqlx::query_scalar("SELECT count(*) FROM pg_stat_activity WHERE pid = ANY($1)")
+                .bind(&pids)
+                .fetch_one(&mut *admin)
+                .await
+                .unwrap();
+        if left == 0 {
+            return pids.len() as u64;
+        }
+        assert!(Instant::now() < deadline, "terminated sessions did not end");
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+}
+
+/// Client backends of the test database other than the asker's.
+const OTHER_BACKENDS: &str = "SELECT pid FROM pg_stat_activity
+     WHERE backend_type = 'client backend' AND datname = current_database()
+       AND pid <> pg_backend_pid()";
+
+#[async_trait]
+impl Admin for Postgres {
+    async fn end_sessions(&self) -> u64 {
+        let mut admin = self.admin.lock().await;
+        let pids = sqlx::query_scalar(OTHER_BACKENDS)
+            .fetch_all(&mut *admin)
+            .await
+            .unwrap();
+        terminate(&mut admin, pids).await
+    }
+
+    /// Idle ones only: a backend holding a table lock in its transaction is
+    /// `idle in transaction`, spared without being named.
+    async fn end_idle_sessions(&self, idle_for: Duration, _spare: Option<i64>) -> u64 {
+        let mut admin = self.admin.lock().await;
+        let pids = sqlx::query_scalar(sqlx::AssertSqlSafe(format!(
+            "{OTHER_BACKENDS} AND state = 'idle'
+               AND state_change < clock_timestamp() - $1 * interval '1 millisecond'"
+        )))
+        .bind(idle_for.as_millis() as f64)
+        .fetch_all(&mut *admin)
+        .await
+        .unwrap();
+        terminate(&mut admin, pids).await
+    }
+
+    async fn sessions(&self) -> i64 {
+        let mut admin = self.admin.lock().await;
+        let pids: Vec<i32> = sqlx::query_scalar(OTHER_BACKENDS)
+            .fetch_all(&mut *admin)
+            .await
+            .unwrap();
+        pids.len() as i64
+    }
+
+    async fn lock_table(&self) -> Box<dyn TableLock> {
+        let mut conn = PgConnection::connect(&self.url).await.unwrap();
+        let schema = format!("\"{}\"", self.schema.replace('"', "\"\""));
+        sqlx::raw_sql(sqlx::AssertSqlSafe(format!(
+            "BEGIN; LOCK TABLE {schema}.locks IN ACCESS EXCLUSIVE MODE"
+        )))
+        .execute(&mut conn)
+        .await
+        .unwrap();
+        let session: i32 = sqlx::query_scalar("SELECT pg_backend_pid()")
+            .fetch_one(&mut conn)
+            .await
+            .unwrap();
+        Box::new(LockedTable {
+            conn,
+            session: i64::from(session),
+        })
+    }
+}
+
+/// A transaction holding an `ACCESS EXCLUSIVE` lock on `locks`.
+struct LockedTable {
+    conn: PgConnection,
+    session: i64,
+}
+
+#[async_trait]
+impl TableLock for LockedTable {
+    fn session(&self) -> i64 {
+        self.session
+    }
+
+    async fn unlock(mut self: Box<Self>) {
+        sqlx::raw_sql("ROLLBACK")
+            .execute(&mut self.conn)
+            .await
+            .unwrap();
+        let _ = self.conn.close().await;
+    }
+}
+
+/// A store in a schema of its own, with its admin.
+async fn store(label: &str) -> Option<(Arc<PgStore>, Postgres, common::Schema)> {
+    let (store, schema) = common::store(label).await?;
+    let admin = Postgres::new(&schema.url, &schema.name).await;
+    Some((Arc::new(store), admin, schema))
+}
+
+/// The store's backends terminated mid-run with `pg_terminate_backend`.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn connections_killed_mid_run() {
     let _turn = SERIAL.lock().await;
-    let Some((store, schema)) = common::store("terminate").await else {
+    let Some((store, admin, schema)) = store("terminate").await else {
         return;
     };
-    let store = Arc::new(store);
-    let admin = PgStore::connect(&schema.url, &schema.name).await.unwrap();
-    let (killed, grants, errors) =
-        through_killed_sessions(store.clone() as Arc<dyn Store>, 6, || async {
-            let (n,): (i64,) = sqlx::query_as(
-                "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity
-                 WHERE backend_type = 'client backend' AND pid <> pg_backend_pid()
-                   AND datname = current_database() AND query NOT LIKE '%pg_stat_activity%'",
-            )
-            .fetch_one(admin.pool())
-            .await
-            .unwrap();
-            n as u64
-        })
-        .await;
-    eprintln!(
-        "terminate: {killed} backends killed, {grants} grants checked, {errors} errors, \
-         kept lease held throughout, violations: 0"
-    );
+    faults::connections_killed_mid_run(store.clone(), &admin).await;
     store.close().await.unwrap();
-    admin.close().await.unwrap();
     schema.drop().await;
 }
 
-/// More waiters than connections: waiting acquires hold no connection while
-/// they wait, so every holder can release and every waiter gets its turn.
+/// A store over a pool of 2 connections.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn more_waiters_than_connections() {
     let _turn = SERIAL.lock().await;
@@ -215,61 +316,13 @@ async fn more_waiters_than_connections() {
         .await
         .unwrap();
     let store = Arc::new(PgStore::open(pool, &schema).await.unwrap());
-    let slowest_release = Arc::new(AtomicU64::new(0));
-    let started = Instant::now();
-    let tasks: Vec<_> = (0..40)
-        .map(|i| {
-            let (store, slowest_release) = (store.clone(), slowest_release.clone());
-            tokio::spawn(async move {
-                let lock = store
-                    .lock(
-                        "narrow",
-                        &format!("w{i}"),
-                        Duration::from_secs(10),
-                        Duration::from_secs(60),
-                    )
-                    .await
-                    .unwrap()
-                    .expect("every waiter gets its turn");
-                tokio::time::sleep(Duration::from_millis(5)).await;
-                let began = Instant::now();
-                assert!(lock.release().await.unwrap());
-                slowest_release.fetch_max(began.elapsed().as_millis() as u64, Ordering::SeqCst);
-            })
-        })
-        .collect();
-    for task in tasks {
-        task.await.unwrap();
-    }
-    let took = started.elapsed();
-    let slowest = slowest_release.load(Ordering::SeqCst);
-    assert!(
-        slowest < 1000,
-        "a release waited {slowest} ms for a connection"
-    );
-    assert!(took < Duration::from_secs(30));
-    eprintln!(
-        "starvation: 40 waiters over 2 connections served in {took:?}, slowest release {slowest} ms"
-    );
+    faults::more_waiters_than_connections(store.clone()).await;
     store.drop_schema().await.unwrap();
     store.close().await.unwrap();
 }
 
-/// Client backends connected to the test database, other than the asker.
-async fn backends(pool: &sqlx::PgPool) -> i64 {
-    let (n,): (i64,) = sqlx::query_as(
-        "SELECT count(*) FROM pg_stat_activity
-         WHERE backend_type = 'client backend' AND datname = current_database() AND pid <> pg_backend_pid()",
-    )
-    .fetch_one(pool)
-    .await
-    .unwrap();
-    n
-}
-
-/// Futures dropped at random points leak no connection: afterwards the
-/// store holds no more connections than its bound (plus its listener), and
-/// every one of them can still be checked out.
+/// A store over a pool of 3 connections: at most 5 backends (3 for
+/// operations, 1 for the listener, 1 the pool kept from opening).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn cancelled_futures_leak_no_connection() {
     let _turn = SERIAL.lock().await;
@@ -277,37 +330,15 @@ async fn cancelled_futures_leak_no_connection() {
         return;
     };
     let schema = alkstore_testkit::pg::unique_schema("cancel");
-    let admin = PgPoolOptions::new()
-        .max_connections(1)
-        .connect(&server.url)
-        .await
-        .unwrap();
-    let before = backends(&admin).await;
+    let admin = Postgres::new(&server.url, &schema).await;
+    let before = admin.sessions().await;
     let pool = PgPoolOptions::new()
         .max_connections(3)
         .connect(&server.url)
         .await
         .unwrap();
     let store = Arc::new(PgStore::open(pool, &schema).await.unwrap());
-    alkstore_contract_suite::cases::cancellation_leaves_no_trace(store.clone()).await;
-    let during = backends(&admin).await - before;
-    // 3 for operations, 1 for the listener, 1 the pool kept from schema setup.
-    assert!(
-        during <= 5,
-        "{during} connections for a store bounded to 3 (+ listener)"
-    );
-    // Every permit came back: 30 concurrent operations on 3 connections finish.
-    let all = futures::future::join_all((0..30).map(|i| {
-        let store = store.clone();
-        async move { store.holder(&format!("n{i}")).await }
-    }));
-    let results = tokio::time::timeout(Duration::from_secs(10), all)
-        .await
-        .expect("a checkout leaked");
-    assert!(results.iter().all(Result::is_ok));
-    eprintln!(
-        "cancellation: {during} connections held after 300 dropped-or-finished operations (bound 3 + listener)"
-    );
+    faults::cancelled_futures_leak_no_connection(store.clone(), &admin, before, 5).await;
     store.drop_schema().await.unwrap();
     store.close().await.unwrap();
 }
@@ -402,96 +433,27 @@ async fn a_crash_right_after_releases_grants_nothing_twice() {
     store.close().await.unwrap();
 }
 
-/// Terminates every idle client session of the test database but the
-/// asker's, and waits until they are gone; answers how many there were.
-async fn terminate_idle_sessions(admin: &mut sqlx::PgConnection, idle_for: Duration) -> usize {
-    let pids: Vec<(i32,)> = sqlx::query_as(
-        "SELECT pid FROM pg_stat_activity
-         WHERE backend_type = 'client backend' AND datname = current_database()
-           AND pid <> pg_backend_pid() AND state = 'idle'
-           AND state_change < clock_timestamp() - $1 * interval '1 millisecond'",
-    )
-    .bind(idle_for.as_millis() as f64)
-    .fetch_all(&mut *admin)
-    .await
-    .unwrap();
-    let pids: Vec<i32> = pids.into_iter().map(|(pid,)| pid).collect();
-    sqlx::query("SELECT count(pg_terminate_backend(pid)) FROM unnest($1::int[]) pid")
-        .bind(&pids)
-        .execute(&mut *admin)
-        .await
-        .unwrap();
-    let deadline = Instant::now() + Duration::from_secs(10);
-    loop {
-        let (left,): (i64,) =
-            sqlx::query_as("SELECT count(*) FROM pg_stat_activity WHERE pid = ANY($1)")
-                .bind(&pids)
-                .fetch_one(&mut *admin)
-                .await
-                .unwrap();
-        if left == 0 {
-            return pids.len();
-        }
-        assert!(Instant::now() < deadline, "terminated sessions did not end");
-        tokio::time::sleep(Duration::from_millis(5)).await;
-    }
-}
-
-/// A waiting acquire whose idle connection the server ended meanwhile keeps
-/// to its wait behind a table lock (an `ACCESS EXCLUSIVE` lock, as DDL or a
-/// `LOCK TABLE` takes): the try on a new connection is bounded like the
-/// first, and it answers `None` at its deadline, not when the table lock ends.
+/// Behind an `ACCESS EXCLUSIVE` lock, after the store's idle backend was
+/// terminated.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_waiting_acquire_after_a_lost_connection_keeps_to_its_wait() {
-    use sqlx::Connection;
     let _turn = SERIAL.lock().await;
-    let Some((store, schema)) = common::store("lostwait").await else {
+    let Some((store, admin, schema)) = store("lostwait").await else {
         return;
     };
-    // One connection of the store's own sits idle.
-    assert!(store.holder("job").await.unwrap().is_none());
-    let mut admin = sqlx::PgConnection::connect(&schema.url).await.unwrap();
-    sqlx::raw_sql(sqlx::AssertSqlSafe(format!(
-        "BEGIN; LOCK TABLE {}.locks IN ACCESS EXCLUSIVE MODE",
-        common::quoted_schema(&store)
-    )))
-    .execute(&mut admin)
-    .await
-    .unwrap();
-    let mut other = sqlx::PgConnection::connect(&schema.url).await.unwrap();
-    assert!(terminate_idle_sessions(&mut other, Duration::ZERO).await >= 1);
-    assert_waits_out_a_table_lock(
-        &store,
-        "the waiting acquire outlived its wait behind the table lock",
-        async {
-            sqlx::raw_sql("ROLLBACK").execute(&mut admin).await.unwrap();
-        },
-    )
-    .await;
+    faults::a_waiting_acquire_after_a_lost_connection_keeps_to_its_wait(&*store, &admin).await;
     store.close().await.unwrap();
-    let _ = admin.close().await;
-    let _ = other.close().await;
     schema.drop().await;
 }
 
-/// An idle-session killer ends the store's sessions while a keep-alive
-/// holds a lease: the lease survives, and the release afterwards, on a
-/// connection that died while idle, answers `true` instead of an error.
+/// Idle backends terminated every 50 ms.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_idle_session_killer_is_invisible_to_the_holder() {
-    use sqlx::Connection;
     let _turn = SERIAL.lock().await;
-    let Some((store, schema)) = common::store("idlekill").await else {
+    let Some((store, admin, schema)) = store("idlekill").await else {
         return;
     };
-    let admin = tokio::sync::Mutex::new(sqlx::PgConnection::connect(&schema.url).await.unwrap());
-    let killed =
-        alkstore_contract_suite::load::through_an_idle_session_killer(&store, |idle_for| {
-            let admin = &admin;
-            async move { terminate_idle_sessions(&mut *admin.lock().await, idle_for).await as u64 }
-        })
-        .await;
-    eprintln!("idle-session killer: {killed} sessions ended, lease kept, release answered true");
+    faults::an_idle_session_killer_is_invisible_to_the_holder(&*store, &admin).await;
     store.close().await.unwrap();
     schema.drop().await;
 }

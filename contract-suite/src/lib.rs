@@ -25,6 +25,7 @@
 
 pub mod cases;
 pub mod failover;
+pub mod faults;
 pub mod fleet;
 mod fresh;
 pub mod gallery;
