@@ -109,3 +109,19 @@ pub async fn open(url: &str) -> Result<Box<dyn Store>> {
 pub async fn inspect(url: &str) -> Result<doctor::Report> {
     alkstore_core::url::inspect_with(ENGINES, url).await
 }
+
+/// The Rust examples of the README and the docs, compiled (and run, unless
+/// marked `no_run`) as doctests, so that they cannot drift from the API;
+/// `cargo xtask tidy` checks that every page showing Rust is listed here.
+#[cfg(doctest)]
+mod documented_examples {
+    #[doc = include_str!("../../README.md")]
+    struct Readme;
+    #[doc = include_str!("../../docs/schedule.md")]
+    struct Schedule;
+    #[doc = include_str!("../../docs/writing-an-engine.md")]
+    struct WritingAnEngine;
+    #[cfg(feature = "mysql")]
+    #[doc = include_str!("../../docs/engine-mysql.md")]
+    struct EngineMysql;
+}

@@ -13,7 +13,14 @@
 //! - every dependency a package declares is used by its code;
 //! - every path a doc cites exists: a repository path in backticks, or a
 //!   relative link (from the doc's own folder);
-//! - every xtask command is in its usage line and its module doc.
+//! - every xtask command is in its usage line and its module doc;
+//! - every page that shows Rust (a ```` ```rust ```` block) is compiled as a
+//!   doctest: included by `alkstore/src/lib.rs`'s `documented_examples`;
+//! - the engines a doc names are the engines there are: every
+//!   `alkstore-<name>` is a package, "three engines" counts the engines
+//!   (packages with an `ENGINE` descriptor), "both server engines" the
+//!   sqlx ones, and each engine has its `docs/engine-<name>.md`, linked
+//!   from the README.
 
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
@@ -41,6 +48,8 @@ fn problems(root: &Path) -> Result<(Vec<String>, usize), String> {
     unused_dependencies(root, &mut problems)?;
     cited_paths(root, &mut problems)?;
     xtask_usage(root, &mut problems)?;
+    doctested_pages(root, &mut problems)?;
+    engines_named(root, &mut problems)?;
     Ok((problems, cases.len()))
 }
 
@@ -204,11 +213,10 @@ fn docs_sql(root: &Path, problems: &mut Vec<String>) -> Result<(), String> {
     Ok(())
 }
 
-/// `[dependencies]` used by the package's own code; `[dev-dependencies]`
-/// by any of its code.
-fn unused_dependencies(root: &Path, problems: &mut Vec<String>) -> Result<(), String> {
+/// The workspace's member folders.
+fn members(root: &Path) -> Result<Vec<String>, String> {
     let manifest = read(&root.join("Cargo.toml"))?;
-    let members: Vec<&str> = manifest
+    Ok(manifest
         .lines()
         .skip_while(|l| !l.starts_with("members"))
         .skip(1)
@@ -218,9 +226,16 @@ fn unused_dependencies(root: &Path, problems: &mut Vec<String>) -> Result<(), St
                 .trim_end_matches(',')
                 .strip_prefix('"')?
                 .strip_suffix('"')
+                .map(str::to_owned)
         })
-        .collect();
-    for member in members {
+        .collect())
+}
+
+/// `[dependencies]` used by the package's own code; `[dev-dependencies]`
+/// by any of its code.
+fn unused_dependencies(root: &Path, problems: &mut Vec<String>) -> Result<(), String> {
+    for member in members(root)? {
+        let member = member.as_str();
         let dir = root.join(member);
         let package = read(&dir.join("Cargo.toml"))?;
         let src: String = rust_files(&dir.join("src"))
@@ -427,6 +442,120 @@ fn xtask_usage(root: &Path, problems: &mut Vec<String>) -> Result<(), String> {
     Ok(())
 }
 
+/// Every Markdown page with a ```` ```rust ```` block is included as a
+/// doctest by `alkstore/src/lib.rs`.
+fn doctested_pages(root: &Path, problems: &mut Vec<String>) -> Result<(), String> {
+    let facade = read(&root.join("alkstore/src/lib.rs"))?;
+    for page in markdown_files(root) {
+        if !read(&page)?.contains("```rust") {
+            continue;
+        }
+        let relative = page
+            .strip_prefix(root)
+            .unwrap_or(&page)
+            .display()
+            .to_string();
+        if !facade.contains(&format!("include_str!(\"../../{relative}\")")) {
+            problems.push(format!(
+                "{relative} shows Rust but is not doctested (alkstore/src/lib.rs, documented_examples)"
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// The engines there are, by name (each package whose `src/url.rs` holds
+/// an `ENGINE` descriptor), and whether each runs on `alkstore-sqlx`.
+fn engines(root: &Path) -> Result<Vec<(String, bool)>, String> {
+    let mut engines = Vec::new();
+    for member in members(root)? {
+        let Ok(url) = std::fs::read_to_string(root.join(&member).join("src/url.rs")) else {
+            continue;
+        };
+        let Some(at) = url.find("pub const ENGINE: EngineDescriptor") else {
+            continue;
+        };
+        let name = names_after(&url[at..], "name: \"")
+            .first()
+            .map(|n| n.trim_end_matches('"').to_owned())
+            .ok_or(format!("{member}/src/url.rs: an ENGINE without a name"))?;
+        let sqlx = read(&root.join(&member).join("Cargo.toml"))?.contains("alkstore-sqlx");
+        engines.push((name, sqlx));
+    }
+    Ok(engines)
+}
+
+/// The engines and packages the docs name are the ones there are.
+fn engines_named(root: &Path, problems: &mut Vec<String>) -> Result<(), String> {
+    let engines = engines(root)?;
+    let sqlx = engines.iter().filter(|(_, sqlx)| *sqlx).count();
+    let packages: BTreeSet<String> = members(root)?
+        .iter()
+        .filter_map(|m| {
+            let manifest = std::fs::read_to_string(root.join(m).join("Cargo.toml")).ok()?;
+            let name = manifest.lines().find_map(|l| l.strip_prefix("name = \""))?;
+            Some(name.trim_end_matches('"').to_owned())
+        })
+        .collect();
+    let number = |word: &str| {
+        ["one", "two", "three", "four", "five", "six"]
+            .iter()
+            .position(|n| word.eq_ignore_ascii_case(n))
+            .map(|i| i + 1)
+    };
+    let readme = read(&root.join("README.md"))?;
+    for (engine, _) in &engines {
+        let doc = format!("docs/engine-{engine}.md");
+        if !root.join(&doc).is_file() {
+            problems.push(format!("the engine {engine} has no {doc}"));
+        } else if !readme.contains(&format!("({doc})")) {
+            problems.push(format!("README.md does not link {doc}"));
+        }
+    }
+    for page in markdown_files(root) {
+        let text = read(&page)?;
+        let relative = page
+            .strip_prefix(root)
+            .unwrap_or(&page)
+            .display()
+            .to_string();
+        let words: Vec<&str> = text
+            .split(|c: char| !(c.is_ascii_alphanumeric() || c == '-' || c == '<'))
+            .filter(|w| !w.is_empty())
+            .collect();
+        for (i, word) in words.iter().enumerate() {
+            let crate_name = word.trim_end_matches('-');
+            if crate_name.starts_with("alkstore-")
+                && !crate_name.contains('<')
+                && !packages.contains(crate_name)
+            {
+                problems.push(format!(
+                    "{relative} names `{crate_name}`, which is no package"
+                ));
+            }
+            let next = |k: usize| words.get(i + k).map(|w| w.to_ascii_lowercase());
+            let counted = match (next(1).as_deref(), next(2).as_deref()) {
+                (Some("engines"), _) => number(word).map(|n| (n, engines.len(), "engines")),
+                (Some("server" | "sqlx"), Some("engines")) => {
+                    let n = if word.eq_ignore_ascii_case("both") {
+                        Some(2)
+                    } else {
+                        number(word)
+                    };
+                    n.map(|n| (n, sqlx, "server engines"))
+                }
+                _ => None,
+            };
+            if let Some((said, are, what)) = counted {
+                if said != are {
+                    problems.push(format!("{relative} says {word} {what}; there are {are}"));
+                }
+            }
+        }
+    }
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -485,6 +614,9 @@ mod tests {
         plant("README.md", "# ", "# 7 contract cases\n\n# ");
         plant("docs/decisions.md", "# ", "`nowhere.rs`\n\n# ");
         plant("xtask/src/main.rs", " | soak [minutes]>", ">");
+        plant("docs/decisions.md", "All three engines", "All four engines");
+        plant("docs/reliability.md", "# ", "See `alkstore-redis`.\n\n# ");
+        plant("docs/metrics.md", "# ", "```rust\nlet x = 1;\n```\n\n# ");
         let (found, _) = problems(&copy).unwrap();
         let _ = std::fs::remove_dir_all(&copy);
         for expected in [
@@ -494,6 +626,9 @@ mod tests {
             "README.md says 7 contract cases",
             "docs/decisions.md cites `nowhere.rs`",
             "xtask's usage line leaves out `soak`",
+            "docs/decisions.md says four engines; there are 3",
+            "docs/reliability.md names `alkstore-redis`, which is no package",
+            "docs/metrics.md shows Rust but is not doctested",
         ] {
             assert!(
                 found.iter().any(|p| p.contains(expected)),
