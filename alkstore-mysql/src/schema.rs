@@ -194,6 +194,11 @@ impl Lifecycle for Database<'_> {
         Ok(())
     }
 
+    /// DDL already committed stays; the named lock goes with the session.
+    async fn abandon(&self, conn: Self::Locked) {
+        let _ = conn.close().await;
+    }
+
     async fn create_namespace(&self, conn: &mut MySqlConnection) -> Result<(), BoxError> {
         Self::run(conn, &[&self.statements.create_database]).await
     }

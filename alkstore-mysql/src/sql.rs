@@ -558,15 +558,14 @@ impl alkstore_sqlx::Statements for Statements {
     fn raise_fences<'c>(&self, conn: &'c mut MySqlConnection, by: i64) -> StatementFuture<'c, i64> {
         let next = sqlx::query(self.next_fence.clone()).try_map(row_as::<_, (i64,)>);
         let prefix = self.set_fences_prefix.clone();
+        let no_room = || sqlx::Error::Protocol("the fences have no room for this raise".into());
         Box::pin(async move {
             let (drawn,) = next.fetch_one(&mut *conn).await?;
-            let target = drawn.checked_add(by).ok_or_else(|| {
-                sqlx::Error::Protocol("the fences have no room for this raise".into())
-            })?;
+            let target = drawn.checked_add(by).ok_or_else(no_room)?;
             sqlx::query(audited(format!("{prefix}{target})")))
                 .execute(conn)
                 .await?;
-            Ok(target + 1)
+            target.checked_add(1).ok_or_else(no_room)
         })
     }
 }

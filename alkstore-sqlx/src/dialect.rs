@@ -77,10 +77,10 @@ pub fn ran_out_of_time<D: Dialect>(error: &BoxError) -> bool {
 const MAX_LOCK_WAIT_MS: u128 = 365 * 24 * 3600 * 1000;
 
 /// A waiting acquire's bound on its lock waits on the server: the time left
-/// until `bound`, in whole milliseconds, rounded up (so that a bound never
-/// reads as "no bound"), at most a year.
+/// until `bound`, in whole milliseconds (truncated: the server's wait ends
+/// no later than the caller's), at most a year.
 pub fn lock_wait_ms(bound: std::time::Instant) -> i64 {
     let left = bound.saturating_duration_since(std::time::Instant::now());
     // At most a year, so it fits.
-    left.as_micros().div_ceil(1000).min(MAX_LOCK_WAIT_MS) as i64
+    left.as_millis().min(MAX_LOCK_WAIT_MS) as i64
 }

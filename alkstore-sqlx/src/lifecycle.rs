@@ -30,8 +30,8 @@ pub trait Lifecycle: Send + Sync {
     type Dialect: Dialect;
 
     /// A connection holding the namespace's creation lock, which keeps
-    /// other openers and droppers out until [`Lifecycle::unlock`] (or until
-    /// it is dropped, after a failure: the lock goes with it).
+    /// other openers and droppers out until [`Lifecycle::unlock`] (or, after
+    /// a failure, [`Lifecycle::abandon`]).
     type Locked: DerefMut<Target = Conn<Self::Dialect>> + Send;
 
     /// The namespace.
@@ -65,6 +65,13 @@ pub trait Lifecycle: Send + Sync {
 
     /// Keeps what was done and lets go of the creation lock.
     async fn unlock(&self, locked: Self::Locked) -> Result<(), BoxError>;
+
+    /// After a failure: lets go of the creation lock, keeping only what the
+    /// database already committed. The default drops the connection (a
+    /// transaction rolls back; the session's locks go with it).
+    async fn abandon(&self, locked: Self::Locked) {
+        std::mem::drop(locked);
+    }
 
     /// Creates the namespace.
     async fn create_namespace(&self, conn: &mut Conn<Self::Dialect>) -> Result<(), BoxError>;
@@ -141,8 +148,13 @@ pub async fn open<L: Lifecycle>(lifecycle: &L, pool: &Pool<L::Dialect>) -> Resul
         }
     }
     let mut locked = lifecycle.lock(pool).await?;
-    create_missing(lifecycle, &mut locked).await?;
-    lifecycle.unlock(locked).await
+    match create_missing(lifecycle, &mut locked).await {
+        Ok(()) => lifecycle.unlock(locked).await,
+        Err(error) => {
+            lifecycle.abandon(locked).await;
+            Err(error)
+        }
+    }
 }
 
 /// Under the creation lock: looks again, refuses what is not alkstore's,
@@ -180,9 +192,13 @@ async fn create_missing<L: Lifecycle>(
 /// are refused, never dropped.
 pub async fn drop<L: Lifecycle>(lifecycle: &L, pool: &Pool<L::Dialect>) -> Result<(), BoxError> {
     let mut locked = lifecycle.lock(pool).await?;
-    match drop_ours(lifecycle, &mut locked).await? {
-        Some(created) => lifecycle.finish_drop(locked, pool, created).await,
-        None => lifecycle.unlock(locked).await,
+    match drop_ours(lifecycle, &mut locked).await {
+        Ok(Some(created)) => lifecycle.finish_drop(locked, pool, created).await,
+        Ok(None) => lifecycle.unlock(locked).await,
+        Err(error) => {
+            lifecycle.abandon(locked).await;
+            Err(error)
+        }
     }
 }
 
