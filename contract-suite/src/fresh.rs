@@ -35,12 +35,14 @@ impl Fresh {
     }
 
     /// Skips the case named `case` on this engine, for `why` (an engine
-    /// without a capability the case needs). Only by name, and visibly: the
-    /// test prints `OPTED OUT: <case>: <why>` and `cargo xtask contract`
-    /// shows `opt-out` in the engine's column.
+    /// without a capability the case needs). Only by name — give it as
+    /// [`case!`](crate::case)`(name)`, which the compiler checks — and
+    /// visibly: the test prints `OPTED OUT: <case>: <why>` and `cargo xtask
+    /// contract` shows `opt-out` in the engine's column.
     ///
     /// # Panics
-    /// When no contract case has that name.
+    /// When no contract case has that name (a name not given through
+    /// `case!`).
     pub fn opting_out(mut self, case: &'static str, why: impl Into<String>) -> Self {
         assert!(
             crate::list::all().iter().any(|c| c.name == case),

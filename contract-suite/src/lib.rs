@@ -40,6 +40,30 @@ pub use fresh::{Fresh, Stores, run, run_case, run_with_peers, verdict};
 /// the one place a case is listed (`cargo xtask tidy` checks that every case
 /// is here, and named in docs/contract.md). Cases taking one store come
 /// first; those taking the store and its independent peers after `peers:`.
+/// A contract case's name, checked by the compiler: `case!(name)` is
+/// `"name"` when `name` is a case of [`cases`], and does not compile
+/// otherwise (a renamed or misspelt case breaks the build, not a run). For
+/// [`Fresh::opting_out`].
+///
+/// ```
+/// use alkstore_contract_suite::{Fresh, case};
+/// # fn opt_out(fresh: Fresh) -> Fresh {
+/// fresh.opting_out(case!(lock_woken_by_release), "no wake-up across stores")
+/// # }
+/// assert_eq!(case!(exclusion_two_owners), "exclusion_two_owners");
+/// ```
+///
+/// ```compile_fail
+/// let _ = alkstore_contract_suite::case!(no_such_case);
+/// ```
+#[macro_export]
+macro_rules! case {
+    ($case:ident) => {{
+        let _ = $crate::cases::$case;
+        stringify!($case)
+    }};
+}
+
 #[doc(hidden)]
 #[macro_export]
 macro_rules! __with_cases {

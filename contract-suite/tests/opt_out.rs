@@ -4,7 +4,7 @@
 use std::sync::Arc;
 
 use alkstore_contract_suite::gallery::{Broken, Flaw};
-use alkstore_contract_suite::{Fresh, list, run_case, verdict};
+use alkstore_contract_suite::{Fresh, case, list, run_case, verdict};
 use alkstore_core::EngineStore;
 
 async fn broken() -> Fresh {
@@ -27,7 +27,7 @@ fn an_opted_out_case_does_not_run() {
             Some(
                 broken()
                     .await
-                    .opting_out("exclusion_two_owners", "shown by this test"),
+                    .opting_out(case!(exclusion_two_owners), "shown by this test"),
             )
         },
         case,
