@@ -4,9 +4,11 @@
 
 mod common;
 
+use std::sync::Arc;
 use std::time::Duration;
 
-use alkstore_contract_suite::support::{assert_refused_within_wait, error_chain};
+use alkstore_contract_suite::opening;
+use alkstore_contract_suite::support::assert_refused_within_wait;
 use alkstore_core::{Error, Field, Store};
 use alkstore_mysql::MySqlStore;
 use alkstore_testkit::mysql;
@@ -132,27 +134,18 @@ async fn concurrent_opens_of_one_database_succeed() {
     let Some(server) = mysql::server() else {
         return;
     };
-    let database = alkstore_testkit::unique_name("opens");
-    let opens: Vec<_> = (0..8)
-        .map(|_| {
-            let (url, database) = (server.url.clone(), database.clone());
-            tokio::spawn(async move { MySqlStore::connect(&url, &database).await })
-        })
-        .collect();
-    let mut stores = Vec::new();
-    for open in opens {
-        stores.push(open.await.unwrap().expect("every concurrent open succeeds"));
+    let (url, database) = (&server.url, alkstore_testkit::unique_name("opens"));
+    let stores = opening::concurrent_opens_succeed(|| {
+        let (url, database) = (url.clone(), database.clone());
+        async move { Ok(Arc::new(MySqlStore::connect(&url, &database).await?) as Arc<dyn Store>) }
+    })
+    .await;
+    let sweeper = MySqlStore::connect(url, &database).await.unwrap();
+    sweeper.drop_database().await.unwrap();
+    sweeper.close().await.unwrap();
+    for store in stores {
+        store.close().await.unwrap();
     }
-    let lock = stores[0]
-        .try_lock("shared", "a", TTL)
-        .await
-        .unwrap()
-        .unwrap();
-    for store in &stores[1..] {
-        assert!(store.try_lock("shared", "b", TTL).await.unwrap().is_none());
-    }
-    assert!(lock.release().await.unwrap());
-    stores[0].drop_database().await.unwrap();
 }
 
 /// Fences keep rising across stores and reconnects (a new pool each time).
@@ -162,15 +155,10 @@ async fn fences_rise_across_reconnects() {
         return;
     };
     store.close().await.unwrap();
-    let mut last = 0;
-    for _ in 0..5 {
-        let store = MySqlStore::connect(&db.url, &db.name).await.unwrap();
-        let lock = store.try_lock("n", "a", TTL).await.unwrap().unwrap();
-        assert!(lock.fence() > last, "{} after {last}", lock.fence());
-        last = lock.fence();
-        assert!(lock.release().await.unwrap());
-        store.close().await.unwrap();
-    }
+    opening::fences_rise_across_reconnects(|| async {
+        Ok(Arc::new(MySqlStore::connect(&db.url, &db.name).await?) as Arc<dyn Store>)
+    })
+    .await;
     db.drop().await;
 }
 
@@ -467,27 +455,16 @@ async fn a_refused_call_inside_a_transaction_keeps_the_callers_work() {
 /// no password; so is a wrong password.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_failed_connect_answers_at_once_with_its_cause() {
-    let asked = std::time::Instant::now();
-    let refused = MySqlStore::connect("mysql://u:pw-secret@127.0.0.1:1/x", "s")
-        .await
-        .expect_err("nothing listens on port 1");
-    let took = asked.elapsed();
-    let text = error_chain(&refused);
-    assert!(
-        took < Duration::from_secs(2),
-        "answered after {took:?}: {text}"
-    );
-    assert!(text.contains("127.0.0.1:1"), "{text}");
-    assert!(text.to_lowercase().contains("refused"), "{text}");
-    assert!(!text.contains("pw-secret"), "{text}");
-    let Some(server) = mysql::server() else {
-        return;
+    let connect = |url: String| async move {
+        Ok(Arc::new(MySqlStore::connect(&url, "s").await?) as Arc<dyn Store>)
     };
-    let mut url = url::Url::parse(&server.url).unwrap();
-    url.set_password(Some("not-the-password")).unwrap();
-    let text = error_chain(&MySqlStore::connect(url.as_str(), "s").await.unwrap_err());
-    assert!(text.contains("Access denied"), "{text}");
-    assert!(!text.contains("not-the-password"), "{text}");
+    let refused = "mysql://u:pw-secret@127.0.0.1:1/x";
+    let wrong = mysql::server().map(|server| {
+        let mut url = url::Url::parse(&server.url).unwrap();
+        url.set_password(Some("not-the-password")).unwrap();
+        (url.to_string(), "Access denied")
+    });
+    opening::a_failed_connect_answers_at_once_with_its_cause(connect, refused, wrong).await;
 }
 
 /// A store of layout 1 (whose acquire procedure rolled the caller's

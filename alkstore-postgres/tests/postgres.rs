@@ -7,6 +7,7 @@ mod common;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use alkstore_contract_suite::opening;
 use alkstore_contract_suite::support::{assert_waits_out_a_table_lock, error_chain};
 use alkstore_core::{Error, Field, Store};
 use alkstore_postgres::PgStore;
@@ -88,27 +89,18 @@ async fn concurrent_opens_of_one_schema_succeed() {
     let Some(server) = alkstore_testkit::pg::server() else {
         return;
     };
-    let schema = alkstore_testkit::pg::unique_schema("opens");
-    let opens: Vec<_> = (0..8)
-        .map(|_| {
-            let (url, schema) = (server.url.clone(), schema.clone());
-            tokio::spawn(async move { PgStore::connect(&url, &schema).await })
-        })
-        .collect();
-    let mut stores = Vec::new();
-    for open in opens {
-        stores.push(open.await.unwrap().expect("every concurrent open succeeds"));
+    let (url, schema) = (&server.url, alkstore_testkit::pg::unique_schema("opens"));
+    let stores = opening::concurrent_opens_succeed(|| {
+        let (url, schema) = (url.clone(), schema.clone());
+        async move { Ok(Arc::new(PgStore::connect(&url, &schema).await?) as Arc<dyn Store>) }
+    })
+    .await;
+    let sweeper = PgStore::connect(url, &schema).await.unwrap();
+    sweeper.drop_schema().await.unwrap();
+    sweeper.close().await.unwrap();
+    for store in stores {
+        store.close().await.unwrap();
     }
-    let lock = stores[0]
-        .try_lock("shared", "a", TTL)
-        .await
-        .unwrap()
-        .unwrap();
-    for store in &stores[1..] {
-        assert!(store.try_lock("shared", "b", TTL).await.unwrap().is_none());
-    }
-    assert!(lock.release().await.unwrap());
-    stores[0].drop_schema().await.unwrap();
 }
 
 /// A waiter on one store is woken by a release made through another store
@@ -281,17 +273,11 @@ async fn fences_rise_across_reconnects() {
     let Some((store, schema)) = common::store("reconnect").await else {
         return;
     };
-    let mut last = 0;
-    let mut store = store;
-    for _ in 0..5 {
-        let lock = store.try_lock("job", "a", TTL).await.unwrap().unwrap();
-        assert!(lock.fence() > last);
-        last = lock.fence();
-        assert!(lock.release().await.unwrap());
-        store.close().await.unwrap();
-        store = PgStore::connect(&schema.url, &schema.name).await.unwrap();
-    }
     store.close().await.unwrap();
+    opening::fences_rise_across_reconnects(|| async {
+        Ok(Arc::new(PgStore::connect(&schema.url, &schema.name).await?) as Arc<dyn Store>)
+    })
+    .await;
     schema.drop().await;
 }
 
@@ -399,27 +385,18 @@ async fn a_waiting_acquire_behind_a_table_lock_keeps_to_its_wait() {
 /// no password; so are a wrong password and a missing database.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_failed_connect_answers_at_once_with_its_cause() {
-    let asked = Instant::now();
-    let refused = PgStore::connect("postgres://u:pw-secret@127.0.0.1:1/x", "s")
-        .await
-        .expect_err("nothing listens on port 1");
-    let took = asked.elapsed();
-    let text = error_chain(&refused);
-    assert!(
-        took < Duration::from_secs(2),
-        "answered after {took:?}: {text}"
-    );
-    assert!(text.contains("127.0.0.1:1"), "{text}");
-    assert!(text.to_lowercase().contains("refused"), "{text}");
-    assert!(!text.contains("pw-secret"), "{text}");
+    let connect = |url: String| async move {
+        Ok(Arc::new(PgStore::connect(&url, "s").await?) as Arc<dyn Store>)
+    };
+    let refused = "postgres://u:pw-secret@127.0.0.1:1/x";
     let Some(server) = alkstore_testkit::pg::server() else {
+        opening::a_failed_connect_answers_at_once_with_its_cause(connect, refused, None).await;
         return;
     };
     let mut url = url::Url::parse(&server.url).unwrap();
     url.set_password(Some("not-the-password")).unwrap();
-    let text = error_chain(&PgStore::connect(url.as_str(), "s").await.unwrap_err());
-    assert!(text.contains("password authentication failed"), "{text}");
-    assert!(!text.contains("not-the-password"), "{text}");
+    let wrong = (url.to_string(), "password authentication failed");
+    opening::a_failed_connect_answers_at_once_with_its_cause(connect, refused, Some(wrong)).await;
     let mut url = url::Url::parse(&server.url).unwrap();
     url.set_path("no_such_database");
     let text = error_chain(&PgStore::connect(url.as_str(), "s").await.unwrap_err());

@@ -30,6 +30,7 @@ pub mod fleet;
 mod fresh;
 pub mod gallery;
 pub mod load;
+pub mod opening;
 pub mod reference;
 pub mod safety;
 pub mod support;
