@@ -396,17 +396,20 @@ END"
                 audited(format!("DROP TABLE IF EXISTS {meta}")),
             ],
             drop_database: audited(format!("DROP DATABASE {db}")),
+            // name, owner, ttl ms, the bound on lock waits in ms (NULL: none).
             acquire: audited(format!("CALL {acquire_proc}(?, ?, ?, ?)")),
             // `FOUND_ROWS` (set by sqlx) makes the count the rows matched,
             // not the rows changed: a renewal within the same millisecond
-            // still counts.
+            // still counts. ttl ms, name, owner, fence.
             renew: audited(format!(
                 "UPDATE {locks} SET expires_at = {NOW_MS} + ?
                  WHERE name = ? AND owner = ? AND fence = ? AND expires_at > {NOW_MS}"
             )),
+            // name, owner, fence.
             release: audited(format!(
                 "DELETE FROM {locks} WHERE name = ? AND owner = ? AND fence = ?"
             )),
+            // name.
             holder: audited(format!(
                 "SELECT owner, fence, expires_at - {NOW_MS} FROM {locks}
                  WHERE name = ? AND expires_at > {NOW_MS}"

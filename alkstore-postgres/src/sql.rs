@@ -338,7 +338,8 @@ END"
             // written (no row lock, no WAL) and the answer is "held". Only
             // otherwise does it call the acquire function (a one-time filter
             // skips it), which also answers the same owner's grant again —
-            // confirmed by a write, never by this read.
+            // confirmed by a write, never by this read. $1 name, $2 owner,
+            // $3 ttl ms, $4 the bound on lock waits in ms (NULL: none).
             acquire: audited(format!(
                 "WITH {DURABLE_COMMIT_CTE},
                  clock AS (SELECT {NOW_MS} AS now_ms),
@@ -356,11 +357,13 @@ END"
             // statement names no table, so it takes no table lock before the
             // function has bounded its lock waits by `$4` (a table locked by
             // DDL or `LOCK TABLE` would hold it, unbounded, at planning time).
+            // The same parameters as `acquire`.
             acquire_waiting: audited(format!(
                 "WITH {DURABLE_COMMIT_CTE}
                  SELECT g.granted, g.fence, g.expires_in_ms FROM {acquire_fn}($1, $2, $3, $4) g
                  WHERE EXISTS (SELECT 1 FROM durable_commit)"
             )),
+            // $1 name, $2 owner, $3 fence, $4 ttl ms.
             renew: audited(format!(
                 "WITH {DURABLE_COMMIT_CTE}
                  UPDATE {locks} SET expires_at = {NOW_MS} + $4
@@ -371,7 +374,8 @@ END"
             // delivered when it commits. The payload is "<store tag>:<name>",
             // so a store's listener can skip its own releases (it woke its
             // own waiters directly). It commits without waiting for the WAL
-            // flush (`ASYNC_COMMIT_CTE`).
+            // flush (`ASYNC_COMMIT_CTE`). $1 name, $2 owner, $3 fence, $4
+            // channel, $5 store tag.
             release: audited(format!(
                 "WITH {ASYNC_COMMIT_CTE},
                  gone AS (
@@ -381,6 +385,7 @@ END"
                  )
                  SELECT count(pg_notify($4, $5 || ':' || gone.name)::text) FROM gone"
             )),
+            // $1 name.
             holder: audited(format!(
                 "SELECT owner, fence, expires_at - {NOW_MS} FROM {locks}
                  WHERE name = $1 AND expires_at > {NOW_MS}"
