@@ -114,18 +114,19 @@ async fn kill(admin: &mut MySqlConnection, ids: &[i64]) -> u64 {
     killed
 }
 
+/// The test user's sessions on the server other than the asker's.
+const OTHER_SESSIONS: &str = "SELECT ID FROM information_schema.PROCESSLIST
+     WHERE ID <> CONNECTION_ID() AND USER = SUBSTRING_INDEX(CURRENT_USER(), '@', 1)
+       AND COMMAND <> 'Daemon'";
+
 #[async_trait]
 impl Admin for MariaDb {
     async fn end_sessions(&self) -> u64 {
         let mut admin = self.admin.lock().await;
-        let ids: Vec<i64> = sqlx::query_scalar(
-            "SELECT ID FROM information_schema.PROCESSLIST
-             WHERE ID <> CONNECTION_ID() AND USER = SUBSTRING_INDEX(CURRENT_USER(), '@', 1)
-               AND COMMAND <> 'Daemon'",
-        )
-        .fetch_all(&mut *admin)
-        .await
-        .unwrap();
+        let ids: Vec<i64> = sqlx::query_scalar(OTHER_SESSIONS)
+            .fetch_all(&mut *admin)
+            .await
+            .unwrap();
         kill(&mut admin, &ids).await
     }
 
@@ -145,14 +146,11 @@ impl Admin for MariaDb {
 
     async fn sessions(&self) -> i64 {
         let mut admin = self.admin.lock().await;
-        sqlx::query_scalar(
-            "SELECT COUNT(*) FROM information_schema.PROCESSLIST
-             WHERE ID <> CONNECTION_ID() AND USER = SUBSTRING_INDEX(CURRENT_USER(), '@', 1)
-               AND COMMAND <> 'Daemon'",
-        )
-        .fetch_one(&mut *admin)
-        .await
-        .unwrap()
+        let ids: Vec<i64> = sqlx::query_scalar(OTHER_SESSIONS)
+            .fetch_all(&mut *admin)
+            .await
+            .unwrap();
+        ids.len() as i64
     }
 
     async fn lock_table(&self) -> Box<dyn TableLock> {
@@ -265,28 +263,30 @@ async fn an_idle_session_killer_is_invisible_to_the_holder() {
     admin.db.drop().await;
 }
 
-/// A store over a pool of `connections`, in a database of its own.
-async fn bounded_store(label: &str, connections: u32) -> Option<(Arc<MySqlStore>, MariaDb)> {
+/// A store over a pool of `connections`, in a database of its own, with
+/// its admin and the sessions there were before it opened.
+async fn bounded_store(label: &str, connections: u32) -> Option<(Arc<MySqlStore>, MariaDb, i64)> {
     let server = mysql::server()?;
     let db = common::Database {
         url: server.url.clone(),
         name: alkstore_testkit::unique_name(label),
     };
     let admin = MariaDb::new(db).await;
+    let before = admin.sessions().await;
     let pool = sqlx::mysql::MySqlPoolOptions::new()
         .max_connections(connections)
         .connect(&server.url)
         .await
         .unwrap();
     let store = MySqlStore::open(pool, &admin.db.name).await.unwrap();
-    Some((Arc::new(store), admin))
+    Some((Arc::new(store), admin, before))
 }
 
 /// A store over a pool of 2 connections.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn more_waiters_than_connections() {
     let _turn = SERIAL.lock().await;
-    let Some((store, admin)) = bounded_store("starve", 2).await else {
+    let Some((store, admin, _)) = bounded_store("starve", 2).await else {
         return;
     };
     faults::more_waiters_than_connections(store.clone()).await;
@@ -300,28 +300,16 @@ async fn more_waiters_than_connections() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn cancelled_futures_leak_no_connection() {
     let _turn = SERIAL.lock().await;
-    let Some(server) = mysql::server() else {
-        return;
-    };
-    if server.instance.is_none() {
+    if mysql::server().is_some_and(|server| server.instance.is_none()) {
         eprintln!(
             "SKIPPED: cancelled_futures_leak_no_connection needs the harness's own server, not {}",
             mysql::URL_VAR
         );
         return;
     }
-    let db = common::Database {
-        url: server.url.clone(),
-        name: alkstore_testkit::unique_name("cancel"),
+    let Some((store, admin, before)) = bounded_store("cancel", 3).await else {
+        return;
     };
-    let admin = MariaDb::new(db).await;
-    let before = admin.sessions().await;
-    let pool = sqlx::mysql::MySqlPoolOptions::new()
-        .max_connections(3)
-        .connect(&server.url)
-        .await
-        .unwrap();
-    let store = Arc::new(MySqlStore::open(pool, &admin.db.name).await.unwrap());
     faults::cancelled_futures_leak_no_connection(store.clone(), &admin, before, 4).await;
     store.close().await.unwrap();
     admin.db.drop().await;

@@ -8,7 +8,9 @@
 use std::time::Instant;
 
 use alkstore_core::{GrantKey, LeaseMillis, fence_to_sql};
-use alkstore_sqlx::{HolderRow, ListedRow, MARKER_KEY, StatementFuture, audited, row_as};
+use alkstore_sqlx::{
+    HolderRow, ListedRow, MARKER_KEY, StatementFuture, audited, lock_wait_ms, row_as,
+};
 use sqlx::{PgConnection, SqlStr};
 
 /// The schema version this crate writes and reads. 1 drew fences from an
@@ -466,12 +468,9 @@ impl alkstore_sqlx::Statements for Statements {
             Some(_) => &self.acquire_waiting,
             None => &self.acquire,
         };
-        // Rounded up: the function bounds each lock wait by at least 1 ms
-        // anyway, and reads its own clock for what is left.
-        let wait_ms = bound.map(|b| {
-            let left = b.saturating_duration_since(Instant::now());
-            i32::try_from(left.as_micros().div_ceil(1000)).unwrap_or(i32::MAX)
-        });
+        // Truncated, as every dialect's: the function bounds each lock wait
+        // by at least 1 ms (0 is still a bound; NULL is none).
+        let wait_ms = bound.map(|b| i32::try_from(lock_wait_ms(b)).unwrap_or(i32::MAX));
         Box::pin(
             sqlx::query(statement.clone())
                 .bind(name)

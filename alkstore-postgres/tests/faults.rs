@@ -302,20 +302,29 @@ async fn connections_killed_mid_run() {
     schema.drop().await;
 }
 
+/// A store over a pool of `connections`, in a schema of its own, with its
+/// admin and the backends there were before it opened.
+async fn bounded_store(label: &str, connections: u32) -> Option<(Arc<PgStore>, Postgres, i64)> {
+    let server = alkstore_testkit::pg::server()?;
+    let schema = alkstore_testkit::pg::unique_schema(label);
+    let admin = Postgres::new(&server.url, &schema).await;
+    let before = admin.sessions().await;
+    let pool = PgPoolOptions::new()
+        .max_connections(connections)
+        .connect(&server.url)
+        .await
+        .unwrap();
+    let store = PgStore::open(pool, &schema).await.unwrap();
+    Some((Arc::new(store), admin, before))
+}
+
 /// A store over a pool of 2 connections.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn more_waiters_than_connections() {
     let _turn = SERIAL.lock().await;
-    let Some(server) = alkstore_testkit::pg::server() else {
+    let Some((store, _, _)) = bounded_store("starve", 2).await else {
         return;
     };
-    let schema = alkstore_testkit::pg::unique_schema("starve");
-    let pool = PgPoolOptions::new()
-        .max_connections(2)
-        .connect(&server.url)
-        .await
-        .unwrap();
-    let store = Arc::new(PgStore::open(pool, &schema).await.unwrap());
     faults::more_waiters_than_connections(store.clone()).await;
     store.drop_schema().await.unwrap();
     store.close().await.unwrap();
@@ -326,18 +335,9 @@ async fn more_waiters_than_connections() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn cancelled_futures_leak_no_connection() {
     let _turn = SERIAL.lock().await;
-    let Some(server) = alkstore_testkit::pg::server() else {
+    let Some((store, admin, before)) = bounded_store("cancel", 3).await else {
         return;
     };
-    let schema = alkstore_testkit::pg::unique_schema("cancel");
-    let admin = Postgres::new(&server.url, &schema).await;
-    let before = admin.sessions().await;
-    let pool = PgPoolOptions::new()
-        .max_connections(3)
-        .connect(&server.url)
-        .await
-        .unwrap();
-    let store = Arc::new(PgStore::open(pool, &schema).await.unwrap());
     faults::cancelled_futures_leak_no_connection(store.clone(), &admin, before, 5).await;
     store.drop_schema().await.unwrap();
     store.close().await.unwrap();
