@@ -11,6 +11,7 @@ use async_trait::async_trait;
 
 use crate::duration::LeaseMillis;
 use crate::error::BoxError;
+use crate::permit::PermitSlot;
 use crate::store::{Holder, Listed};
 use crate::wake::ReleaseBus;
 
@@ -23,6 +24,8 @@ pub struct GrantKey {
     pub owner: String,
     /// The grant's fencing token.
     pub fence: u64,
+    /// The permit, for a semaphore's grant; `None` for a lock's.
+    pub permit: Option<PermitSlot>,
 }
 
 /// What one acquire attempt found.
@@ -46,6 +49,42 @@ pub enum Attempt {
         /// Lease time left of the live holder, if known.
         expires_in: Option<Duration>,
     },
+    /// Live permits of a semaphore hold `name` (a name is a lock or a
+    /// semaphore, never both at once). Nothing was written.
+    HeldAsSemaphore {
+        /// The semaphore's permits, as its live grants say.
+        permits: u32,
+    },
+}
+
+/// What one permit acquire attempt found.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PermitAttempt {
+    /// Granted: a free slot (never held, released, or expired) with a new
+    /// fence, or the same owner's live permit (then its slot, fence and
+    /// time left, unchanged).
+    Granted {
+        /// The grant's fencing token.
+        fence: u64,
+        /// The permit's slot, `0..permits`.
+        slot: u32,
+        /// Lease time left by the engine's clock when it decided.
+        expires_in: Duration,
+    },
+    /// Every permit is held by someone else; `expires_in` is the soonest
+    /// any of them ends (`None` when unknown, as for [`Attempt::Held`]).
+    Held {
+        /// Lease time left of the permit that ends first, if known.
+        expires_in: Option<Duration>,
+    },
+    /// Live grants of the name have another number of permits. Nothing
+    /// was written.
+    Mismatch {
+        /// The live grants' permits.
+        permits: u32,
+    },
+    /// A live plain lock holds the name. Nothing was written.
+    HeldAsLock,
 }
 
 /// The row operations of one storage engine.
@@ -75,8 +114,35 @@ pub trait Engine: Send + Sync + 'static {
         deadline: Option<Instant>,
     ) -> Result<Attempt, BoxError>;
 
+    /// A permit of the semaphore `name` of `permits` permits (validated,
+    /// 1 to [`MAX_PERMITS`](crate::MAX_PERMITS)), for `owner`, in one
+    /// atomic step:
+    /// - a live plain lock of `name`: [`PermitAttempt::HeldAsLock`];
+    /// - live permits of another count: [`PermitAttempt::Mismatch`];
+    /// - `owner`'s own live permit of `name`: granted again, unchanged;
+    /// - fewer than `permits` live permits: the lowest free slot, with the
+    ///   next fence (above every fence of the store that committed before);
+    /// - otherwise [`PermitAttempt::Held`], with the soonest expiry.
+    ///
+    /// Refusals write nothing; `deadline` is as for [`Engine::acquire`].
+    /// And [`Engine::acquire`] must answer [`Attempt::HeldAsSemaphore`] for a
+    /// name with live permits. The default: not supported
+    /// ([`PermitsUnsupported`](crate::PermitsUnsupported)).
+    async fn acquire_permit(
+        &self,
+        name: &str,
+        permits: u32,
+        owner: &str,
+        ttl: LeaseMillis,
+        deadline: Option<Instant>,
+    ) -> Result<PermitAttempt, BoxError> {
+        let _ = (name, permits, owner, ttl, deadline);
+        Err(crate::PermitsUnsupported.into())
+    }
+
     /// Set the grant's expiry to now + `ttl` if its row is still there, still
-    /// this grant's, and not expired. `Ok(false)` otherwise.
+    /// this grant's, and not expired. `Ok(false)` otherwise. A grant with a
+    /// [`GrantKey::permit`] is a semaphore's: its row is that slot's.
     async fn renew(&self, grant: &GrantKey, ttl: LeaseMillis) -> Result<bool, BoxError>;
 
     /// Delete the grant's row, expired or not; `Ok(true)` if it was there.
@@ -85,16 +151,22 @@ pub trait Engine: Send + Sync + 'static {
     /// can) itself.
     async fn release(&self, grant: &GrantKey) -> Result<bool, BoxError>;
 
-    /// The live holder of `name`, if any.
+    /// The live holder of the plain lock `name`, if any (never a permit).
     async fn holder(&self, name: &str) -> Result<Option<Holder>, BoxError>;
 
-    /// Delete every expired row; how many.
+    /// Delete every expired row (locks' and permits'); how many.
     async fn purge_expired(&self) -> Result<u64, BoxError>;
 
     /// Up to `limit` live rows whose names start with `prefix` (every name
     /// when it is empty) and sort after `after` (from the first when `None`),
     /// in the byte order of their names (UTF-8 bytes compared unsigned, as
     /// `str`'s `Ord` does), read in one statement.
+    ///
+    /// A semaphore's name lists each live permit, in slot order, with its
+    /// [`Listed::permit`]. A page ends with a whole name: when the
+    /// `limit`-th row is a permit, every live permit of its name is on the
+    /// page too (so a page holds up to
+    /// [`MAX_PERMITS`](crate::MAX_PERMITS)` - 1` rows more than `limit`).
     async fn list(
         &self,
         prefix: &str,
@@ -109,7 +181,9 @@ pub trait Engine: Send + Sync + 'static {
     /// can) itself, as for a release. A removal answered must stay removed
     /// through a crash: the operator was told the name is free. With
     /// `fence`, only the live grant of that fence is removed: any other
-    /// live grant (or none) answers `None` and stays.
+    /// live grant (or none) answers `None` and stays. Without `fence`,
+    /// only a plain lock is removed (a semaphore's permits answer `None`);
+    /// with it, a permit of that fence is removed as a lock's grant is.
     async fn force_release(
         &self,
         name: &str,

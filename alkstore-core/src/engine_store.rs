@@ -9,7 +9,7 @@ use tracing::{Instrument, field};
 
 use crate::clock::valid_until;
 use crate::duration::LeaseMillis;
-use crate::engine::{Attempt, Engine, GrantKey};
+use crate::engine::{Attempt, Engine, GrantKey, PermitAttempt};
 use crate::error::{Error, Result};
 use crate::grant::Grants;
 use crate::handle::EngineLock;
@@ -17,6 +17,7 @@ use crate::metrics::{
     self, ACQUIRE_TOTAL, FORCE_RELEASE_TOTAL, LOCK_REFUSED_ATTEMPTS_TOTAL, LOCK_WAIT_SECONDS,
 };
 use crate::name::{validate_listing, validate_name, validate_owner};
+use crate::permit::{HeldAs, PermitSlot, validate_permits};
 use crate::store::{Holder, Listed, Lock, MAX_LIST_LIMIT, Store};
 use crate::wait::Waiting;
 
@@ -80,6 +81,7 @@ impl<E: Engine> EngineStore<E> {
     async fn attempt(
         &self,
         operation: &'static str,
+        ask: Ask,
         name: &str,
         owner: &str,
         ttl: LeaseMillis,
@@ -90,25 +92,153 @@ impl<E: Engine> EngineStore<E> {
         // release of the same grant meanwhile is remembered until then.
         let _in_flight = InFlight::new(&self.shared.grants);
         let sent = Instant::now();
-        let attempt = self
-            .shared
-            .engine
-            .acquire(name, owner, ttl, deadline)
-            .await
-            .map_err(|e| Error::database(operation, e))?;
-        Ok(match attempt {
-            Attempt::Granted { fence, expires_in } => {
-                let key = GrantKey {
-                    name: name.to_owned(),
-                    owner: owner.to_owned(),
+        let engine = &self.shared.engine;
+        let database = |e| Error::database(operation, e);
+        let clash = |held_as| Error::HeldAsOtherKind {
+            name: name.to_owned(),
+            held_as,
+        };
+        let (fence, permit, expires_in) = match ask {
+            Ask::Lock => match engine
+                .acquire(name, owner, ttl, deadline)
+                .await
+                .map_err(database)?
+            {
+                Attempt::Granted { fence, expires_in } => (fence, None, expires_in),
+                Attempt::Held { expires_in } => return Ok((None, expires_in)),
+                Attempt::HeldAsSemaphore { permits } => {
+                    return Err(clash(HeldAs::Semaphore { permits }));
+                }
+            },
+            Ask::Permit(permits) => match engine
+                .acquire_permit(name, permits, owner, ttl, deadline)
+                .await
+                .map_err(database)?
+            {
+                PermitAttempt::Granted {
                     fence,
-                };
-                let handle =
-                    EngineLock::new(self.shared.clone(), key, valid_until(sent, expires_in));
-                (Some(Box::new(handle)), None)
+                    slot,
+                    expires_in,
+                } if slot < permits => (fence, Some(PermitSlot { slot, permits }), expires_in),
+                PermitAttempt::Granted { slot, .. } => {
+                    return Err(database(
+                        format!("the engine granted slot {slot} of {permits} permits").into(),
+                    ));
+                }
+                PermitAttempt::Held { expires_in } => return Ok((None, expires_in)),
+                PermitAttempt::Mismatch { permits: live } => {
+                    return Err(Error::PermitsMismatch {
+                        name: name.to_owned(),
+                        asked: permits,
+                        live,
+                    });
+                }
+                PermitAttempt::HeldAsLock => return Err(clash(HeldAs::Lock)),
+            },
+        };
+        let key = GrantKey {
+            name: name.to_owned(),
+            owner: owner.to_owned(),
+            fence,
+            permit,
+        };
+        let handle = EngineLock::new(self.shared.clone(), key, valid_until(sent, expires_in));
+        Ok((Some(Box::new(handle)), None))
+    }
+
+    /// `try_lock` and `try_acquire_permit`: one attempt, in `span`, counted.
+    async fn try_acquire(
+        &self,
+        span: tracing::Span,
+        operation: &'static str,
+        ask: Ask,
+        name: &str,
+        owner: &str,
+        ttl: Duration,
+    ) -> Result<Option<Box<dyn Lock>>> {
+        let result = async {
+            let ttl = check_request(operation, ask, name, owner, ttl)?;
+            Ok(self
+                .attempt(operation, ask, name, owner, ttl, None)
+                .await?
+                .0)
+        }
+        .instrument(span.clone())
+        .await;
+        let outcome = record_outcome(&span, &result);
+        let engine = self.shared.engine.name();
+        metrics::count(
+            ACQUIRE_TOTAL,
+            &[
+                ("engine", engine),
+                ("operation", operation),
+                ("outcome", outcome),
+            ],
+        );
+        result
+    }
+
+    /// `lock` and `acquire_permit`: attempts until granted or `wait` runs
+    /// out, woken by releases of `name`, in `span`, counted and timed.
+    #[allow(clippy::too_many_arguments)]
+    async fn acquire_waiting(
+        &self,
+        span: tracing::Span,
+        operation: &'static str,
+        ask: Ask,
+        name: &str,
+        owner: &str,
+        ttl: Duration,
+        wait: Duration,
+    ) -> Result<Option<Box<dyn Lock>>> {
+        let started = Instant::now();
+        let result = async {
+            let ttl = check_request(operation, ask, name, owner, ttl)?;
+            self.shared.check_open(operation)?;
+            let engine = &self.shared.engine;
+            let subscription = engine.releases().subscribe(name);
+            let mut waiting = Waiting::new(engine, wait);
+            let mut attempts = 0u64;
+            loop {
+                // Enabled before the attempt: a release landing while it runs still wakes us.
+                let released = subscription.notify().notified();
+                tokio::pin!(released);
+                released.as_mut().enable();
+
+                attempts += 1;
+                tracing::Span::current().record("attempts", attempts);
+                // Every step of the attempt is bounded by the wait left.
+                let (granted, expires_in) = self
+                    .attempt(operation, ask, name, owner, ttl, waiting.deadline())
+                    .await?;
+                if granted.is_some() {
+                    waiting.granted();
+                    return Ok(granted);
+                }
+                metrics::count(LOCK_REFUSED_ATTEMPTS_TOTAL, &[("engine", engine.name())]);
+                if !waiting.after_refusal(released, expires_in).await {
+                    return Ok(None);
+                }
             }
-            Attempt::Held { expires_in } => (None, expires_in),
-        })
+        }
+        .instrument(span.clone())
+        .await;
+        let outcome = record_outcome(&span, &result);
+        let engine = self.shared.engine.name();
+        metrics::count(
+            ACQUIRE_TOTAL,
+            &[
+                ("engine", engine),
+                ("operation", operation),
+                ("outcome", outcome),
+            ],
+        );
+        metrics::observe(
+            LOCK_WAIT_SECONDS,
+            &[("engine", engine), ("outcome", outcome)],
+            started.elapsed(),
+        );
+        result
     }
 
     /// `force_release` and `force_release_grant`: of any live grant, or of
@@ -126,12 +256,27 @@ impl<E: Engine> EngineStore<E> {
             validate_name(name)?;
             self.shared.check_open("force_release")?;
             // No grant has a fence the stores cannot hold (above i64::MAX).
-            let removed = if fence.is_some_and(|fence| i64::try_from(fence).is_err()) {
+            let mut removed = if fence.is_some_and(|fence| i64::try_from(fence).is_err()) {
                 Ok(None)
             } else {
                 self.shared.engine.force_release(name, fence).await
             };
+            // A name no lock holds may be a semaphore's, whose permits go
+            // one at a time, by fence: say so rather than "free".
+            let mut semaphore = None;
+            if let (Ok(None), None) = (&removed, fence) {
+                match self.shared.engine.list(name, None, 1).await {
+                    Ok(page) => {
+                        semaphore = page
+                            .first()
+                            .filter(|listed| listed.name == name)
+                            .and_then(|listed| listed.permit)
+                    }
+                    Err(e) => removed = Err(e),
+                }
+            }
             let outcome = match (&removed, fence) {
+                _ if semaphore.is_some() => "other_kind",
                 (Ok(Some(_)), _) => "removed",
                 (Ok(None), None) => "free",
                 (Ok(None), Some(_)) => "not_that_grant",
@@ -141,6 +286,15 @@ impl<E: Engine> EngineStore<E> {
             metrics::count(FORCE_RELEASE_TOTAL, &[("engine", engine), ("outcome", outcome)]);
             let removed = removed.map_err(|e| Error::database("force_release", e))?;
             let span = tracing::Span::current();
+            if let Some(permit) = semaphore {
+                span.record("outcome", outcome);
+                return Err(Error::HeldAsOtherKind {
+                    name: name.to_owned(),
+                    held_as: HeldAs::Semaphore {
+                        permits: permit.permits,
+                    },
+                });
+            }
             match &removed {
                 Some(holder) => {
                     // Waiters in this process hear of it as of a release.
@@ -182,14 +336,28 @@ impl Drop for InFlight<'_> {
     }
 }
 
-/// Validates a name, an owner and a ttl, in that order.
+/// What an acquire asks for.
+#[derive(Debug, Clone, Copy)]
+enum Ask {
+    /// A plain lock.
+    Lock,
+    /// A permit of a semaphore of this many permits.
+    Permit(u32),
+}
+
+/// Validates a name, a semaphore's permits, an owner and a ttl, in that
+/// order.
 fn check_request(
     operation: &'static str,
+    ask: Ask,
     name: &str,
     owner: &str,
     ttl: Duration,
 ) -> Result<LeaseMillis> {
     validate_name(name)?;
+    if let Ask::Permit(permits) = ask {
+        validate_permits(permits)?;
+    }
     validate_owner(owner)?;
     LeaseMillis::new(ttl).map_err(|e| Error::database(operation, e))
 }
@@ -200,6 +368,9 @@ fn record_outcome(span: &tracing::Span, result: &Result<Option<Box<dyn Lock>>>) 
         Ok(Some(lock)) => {
             span.record("outcome", "granted");
             span.record("fence", lock.fence());
+            if let Some(permit) = lock.permit() {
+                span.record("slot", permit.slot);
+            }
             "granted"
         }
         Ok(None) => {
@@ -228,23 +399,8 @@ impl<E: Engine> Store for EngineStore<E> {
             outcome = field::Empty,
             fence = field::Empty
         );
-        let result = async {
-            let ttl = check_request("try_lock", name, owner, ttl)?;
-            Ok(self.attempt("try_lock", name, owner, ttl, None).await?.0)
-        }
-        .instrument(span.clone())
-        .await;
-        let outcome = record_outcome(&span, &result);
-        let engine = self.shared.engine.name();
-        metrics::count(
-            ACQUIRE_TOTAL,
-            &[
-                ("engine", engine),
-                ("operation", "try_lock"),
-                ("outcome", outcome),
-            ],
-        );
-        result
+        self.try_acquire(span, "try_lock", Ask::Lock, name, owner, ttl)
+            .await
     }
 
     async fn lock(
@@ -262,54 +418,52 @@ impl<E: Engine> Store for EngineStore<E> {
             fence = field::Empty,
             attempts = field::Empty
         );
-        let started = Instant::now();
-        let result = async {
-            let ttl = check_request("lock", name, owner, ttl)?;
-            self.shared.check_open("lock")?;
-            let engine = &self.shared.engine;
-            let subscription = engine.releases().subscribe(name);
-            let mut waiting = Waiting::new(engine, wait);
-            let mut attempts = 0u64;
-            loop {
-                // Enabled before the attempt: a release landing while it runs still wakes us.
-                let released = subscription.notify().notified();
-                tokio::pin!(released);
-                released.as_mut().enable();
+        self.acquire_waiting(span, "lock", Ask::Lock, name, owner, ttl, wait)
+            .await
+    }
 
-                attempts += 1;
-                tracing::Span::current().record("attempts", attempts);
-                // Every step of the attempt is bounded by the wait left.
-                let (granted, expires_in) = self
-                    .attempt("lock", name, owner, ttl, waiting.deadline())
-                    .await?;
-                if granted.is_some() {
-                    waiting.granted();
-                    return Ok(granted);
-                }
-                metrics::count(LOCK_REFUSED_ATTEMPTS_TOTAL, &[("engine", engine.name())]);
-                if !waiting.after_refusal(released, expires_in).await {
-                    return Ok(None);
-                }
-            }
-        }
-        .instrument(span.clone())
-        .await;
-        let outcome = record_outcome(&span, &result);
-        let engine = self.shared.engine.name();
-        metrics::count(
-            ACQUIRE_TOTAL,
-            &[
-                ("engine", engine),
-                ("operation", "lock"),
-                ("outcome", outcome),
-            ],
+    async fn try_acquire_permit(
+        &self,
+        name: &str,
+        permits: u32,
+        owner: &str,
+        ttl: Duration,
+    ) -> Result<Option<Box<dyn Lock>>> {
+        let span = tracing::debug_span!(
+            "alkstore.try_acquire_permit",
+            name,
+            permits,
+            owner,
+            outcome = field::Empty,
+            fence = field::Empty,
+            slot = field::Empty
         );
-        metrics::observe(
-            LOCK_WAIT_SECONDS,
-            &[("engine", engine), ("outcome", outcome)],
-            started.elapsed(),
+        let ask = Ask::Permit(permits);
+        self.try_acquire(span, "try_acquire_permit", ask, name, owner, ttl)
+            .await
+    }
+
+    async fn acquire_permit(
+        &self,
+        name: &str,
+        permits: u32,
+        owner: &str,
+        ttl: Duration,
+        wait: Duration,
+    ) -> Result<Option<Box<dyn Lock>>> {
+        let span = tracing::debug_span!(
+            "alkstore.acquire_permit",
+            name,
+            permits,
+            owner,
+            outcome = field::Empty,
+            fence = field::Empty,
+            slot = field::Empty,
+            attempts = field::Empty
         );
-        result
+        let ask = Ask::Permit(permits);
+        self.acquire_waiting(span, "acquire_permit", ask, name, owner, ttl, wait)
+            .await
     }
 
     async fn holder(&self, name: &str) -> Result<Option<Holder>> {
@@ -451,11 +605,40 @@ macro_rules! delegate_store {
                 self.$field.lock(name, owner, ttl, wait).await
             }
 
+            async fn try_acquire_permit(
+                &self,
+                name: &str,
+                permits: u32,
+                owner: &str,
+                ttl: ::std::time::Duration,
+            ) -> $crate::Result<::std::option::Option<::std::boxed::Box<dyn $crate::Lock>>> {
+                self.$field
+                    .try_acquire_permit(name, permits, owner, ttl)
+                    .await
+            }
+
+            async fn acquire_permit(
+                &self,
+                name: &str,
+                permits: u32,
+                owner: &str,
+                ttl: ::std::time::Duration,
+                wait: ::std::time::Duration,
+            ) -> $crate::Result<::std::option::Option<::std::boxed::Box<dyn $crate::Lock>>> {
+                self.$field
+                    .acquire_permit(name, permits, owner, ttl, wait)
+                    .await
+            }
+
             async fn holder(
                 &self,
                 name: &str,
             ) -> $crate::Result<::std::option::Option<$crate::Holder>> {
                 self.$field.holder(name).await
+            }
+
+            async fn holders(&self, name: &str) -> $crate::Result<::std::vec::Vec<$crate::Listed>> {
+                self.$field.holders(name).await
             }
 
             async fn purge_expired(&self) -> $crate::Result<u64> {

@@ -56,6 +56,44 @@ pub enum Error {
         /// The most ([`MAX_FENCE_RAISE`](crate::MAX_FENCE_RAISE)).
         max: u64,
     },
+    /// A semaphore's permits the store will not keep: 1 to `max`; nothing
+    /// was sent to storage.
+    #[error("invalid permits {permits}: a semaphore has 1 to {max} permits")]
+    InvalidPermits {
+        /// The permits asked for.
+        permits: u32,
+        /// The most ([`MAX_PERMITS`](crate::MAX_PERMITS)).
+        max: u32,
+    },
+    /// A permit of `name` was asked with `asked` permits while live grants
+    /// of it have `live`: every holder of one semaphore must name the same
+    /// number. Nothing was written.
+    #[error(
+        "semaphore {name:?} has {live} permits (its live grants say so); this acquire asked for \
+         {asked}: every holder of one semaphore must ask for the same number"
+    )]
+    PermitsMismatch {
+        /// The semaphore's name.
+        name: String,
+        /// The permits this acquire asked for.
+        asked: u32,
+        /// The permits of the live grants.
+        live: u32,
+    },
+    /// The name is held as the other kind of grant (a lock asked of a
+    /// semaphore's name, or a permit of a lock's), or a semaphore's name was
+    /// given to an operation on one grant of a lock. Nothing was written.
+    #[error(
+        "{name:?} is held as {held_as}, which this call cannot act on: a name is a lock or a \
+         semaphore, never both at once, and a semaphore's permits are released by force one at \
+         a time, by fence"
+    )]
+    HeldAsOtherKind {
+        /// The name.
+        name: String,
+        /// What holds it.
+        held_as: crate::HeldAs,
+    },
     /// The operation could not be carried out; the cause is the source.
     ///
     /// Sources alkstore itself puts here: [`DurationError`] (a bad lease

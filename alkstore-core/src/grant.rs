@@ -283,6 +283,7 @@ mod tests {
             name: "n".into(),
             owner: "o".into(),
             fence,
+            permit: None,
         }
     }
 

@@ -15,6 +15,7 @@ use crate::error::{Error, Result};
 use crate::finish::run_to_end;
 use crate::grant::{self, Renewal, SharedGrant};
 use crate::metrics::{self, RELEASE_TOTAL, RENEW_TOTAL};
+use crate::permit::PermitSlot;
 use crate::store::Lock;
 
 /// One grant: renew and release act on exactly this name + owner + fence.
@@ -70,6 +71,7 @@ impl<E: Engine> std::fmt::Debug for EngineLock<E> {
             .field("name", &self.key.name)
             .field("owner", &self.key.owner)
             .field("fence", &self.key.fence)
+            .field("permit", &self.key.permit)
             .field("valid_until", &self.deadline())
             .finish()
     }
@@ -96,6 +98,10 @@ impl<E: Engine> Lock for EngineLock<E> {
 
     fn fence(&self) -> u64 {
         self.key.fence
+    }
+
+    fn permit(&self) -> Option<PermitSlot> {
+        self.key.permit
     }
 
     fn valid_until(&self) -> Instant {

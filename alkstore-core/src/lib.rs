@@ -27,6 +27,7 @@ mod keepalive;
 mod metrics;
 mod name;
 mod owner;
+mod permit;
 pub mod schedule;
 mod store;
 pub mod url;
@@ -35,8 +36,8 @@ mod wake;
 
 pub use duration::{LeaseMillis, MAX_LEASE_MILLIS};
 pub use engine::{
-    Attempt, Engine, GrantKey, SchemaVersionError, fence_from_sql, fence_to_sql, holder_from_sql,
-    lease_left,
+    Attempt, Engine, GrantKey, PermitAttempt, SchemaVersionError, fence_from_sql, fence_to_sql,
+    holder_from_sql, lease_left,
 };
 pub use engine_store::EngineStore;
 pub use error::{
@@ -48,6 +49,7 @@ pub use name::{
     MAX_NAME_BYTES, RESERVED_PREFIX, check_text, validate_listing, validate_name, validate_owner,
 };
 pub use owner::unique_owner;
+pub use permit::{HeldAs, MAX_PERMITS, PermitSlot, PermitsUnsupported, validate_permits};
 pub use store::{Holder, Listed, Lock, MAX_FENCE_RAISE, MAX_LIST_LIMIT, MIN_FENCE_RAISE, Store};
 pub use url::{EngineDescriptor, UrlError};
 pub use wake::{ReleaseBus, Subscription};

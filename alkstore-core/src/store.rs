@@ -5,6 +5,7 @@ use std::time::{Duration, Instant};
 use async_trait::async_trait;
 
 use crate::error::{Error, Result};
+use crate::permit::PermitSlot;
 
 /// A place where named locks live: one database, file or schema.
 ///
@@ -48,8 +49,71 @@ pub trait Store: Send + Sync {
         wait: Duration,
     ) -> Result<Option<Box<dyn Lock>>>;
 
-    /// The current unexpired holder of `name`, if any.
+    /// Tries once to take a permit of the semaphore `name` of `permits`
+    /// permits for `owner` with a lease of `ttl`: at most `permits` owners
+    /// hold one at a time, each with its own lease and fence, and its slot
+    /// ([`Lock::permit`]).
+    ///
+    /// `Ok(None)`: every permit is held by someone else right now. The same
+    /// owner asking again while its permit is live gets that permit back
+    /// (same slot and fence, expiry not refreshed), as with
+    /// [`Store::try_lock`]; the owner rule is the same.
+    ///
+    /// Errors, with nothing written: `permits` outside 1 to
+    /// [`MAX_PERMITS`](crate::MAX_PERMITS)
+    /// ([`Error::InvalidPermits`](crate::Error::InvalidPermits)); live
+    /// grants of `name` with another number of permits
+    /// ([`Error::PermitsMismatch`](crate::Error::PermitsMismatch)); `name`
+    /// held by a plain lock
+    /// ([`Error::HeldAsOtherKind`](crate::Error::HeldAsOtherKind)). A plain
+    /// lock asked of a name live permits hold fails the same way.
+    ///
+    /// The default: not supported
+    /// ([`PermitsUnsupported`](crate::PermitsUnsupported) in the source).
+    async fn try_acquire_permit(
+        &self,
+        name: &str,
+        permits: u32,
+        owner: &str,
+        ttl: Duration,
+    ) -> Result<Option<Box<dyn Lock>>> {
+        let _ = (name, permits, owner, ttl);
+        Err(Error::database(
+            "try_acquire_permit",
+            crate::PermitsUnsupported,
+        ))
+    }
+
+    /// Waits up to `wait` for a permit of the semaphore `name`, as
+    /// [`Store::lock`] waits for a lock: woken by releases of any permit of
+    /// the name, `Ok(None)` when the wait runs out. The rules and errors of
+    /// [`Store::try_acquire_permit`] hold.
+    async fn acquire_permit(
+        &self,
+        name: &str,
+        permits: u32,
+        owner: &str,
+        ttl: Duration,
+        wait: Duration,
+    ) -> Result<Option<Box<dyn Lock>>> {
+        let _ = (name, permits, owner, ttl, wait);
+        Err(Error::database("acquire_permit", crate::PermitsUnsupported))
+    }
+
+    /// The current unexpired holder of the lock `name`, if any. A
+    /// semaphore's permits are not a lock's holder (`None`): see
+    /// [`Store::holders`].
     async fn holder(&self, name: &str) -> Result<Option<Holder>>;
+
+    /// Every live grant of `name`: the lock's holder, or each live permit
+    /// of a semaphore in slot order ([`Listed::permit`]); empty when the
+    /// name is free. One read (a [`Store::list`] page).
+    async fn holders(&self, name: &str) -> Result<Vec<Listed>> {
+        crate::validate_name(name)?;
+        let mut page = self.list(name, None, 1).await?;
+        page.retain(|listed| listed.name == name);
+        Ok(page)
+    }
 
     /// Deletes every expired lock row; returns how many. Never called implicitly.
     async fn purge_expired(&self) -> Result<u64>;
@@ -59,6 +123,11 @@ pub trait Store: Send + Sync {
     /// `after` (exclusive; `None`: from the first), at most `limit` of them
     /// (1 to [`MAX_LIST_LIMIT`]). The next page starts after the last name
     /// of this one; a page shorter than `limit` is the last.
+    ///
+    /// A semaphore's name is listed once per live permit, in slot order
+    /// ([`Listed::permit`]), and a page never splits a name: when the
+    /// `limit`-th row is a permit, the page holds every live permit of its
+    /// name (up to [`MAX_PERMITS`](crate::MAX_PERMITS)` - 1` rows more).
     ///
     /// Expired rows are never listed. Each page is one read: a page shows
     /// each name as it was when that read ran, and names granted or released
@@ -74,6 +143,11 @@ pub trait Store: Send + Sync {
     /// `valid_until`: the next grant of the name has a higher fence, so what
     /// the old holder writes with its fence afterwards can be refused by
     /// whatever checks fences. Waiters for the name are woken as by a release.
+    ///
+    /// A semaphore's permits are removed one at a time, with
+    /// [`Store::force_release_grant`]: for a name live permits hold, this
+    /// fails with [`Error::HeldAsOtherKind`](crate::Error::HeldAsOtherKind)
+    /// and removes nothing.
     async fn force_release(&self, name: &str) -> Result<Option<Holder>>;
 
     /// [`Store::force_release`] of one grant: removes the live grant of
@@ -120,6 +194,11 @@ pub trait Lock: Send + Sync + std::fmt::Debug {
     fn owner(&self) -> &str;
     /// Fencing token of this grant: strictly greater than every earlier grant's token for the same name.
     fn fence(&self) -> u64;
+    /// The permit this grant holds, for a semaphore's; `None` for a lock's.
+    /// Provided (as `None`) for implementations written before semaphores.
+    fn permit(&self) -> Option<PermitSlot> {
+        None
+    }
     /// A local deadline before which the lease is certainly still valid
     /// (conservative: the moment the request was sent, plus the lease time the
     /// engine reported left, less the clock's rounding margin).
@@ -173,6 +252,8 @@ pub struct Listed {
     pub name: String,
     /// Its live holder.
     pub holder: Holder,
+    /// The permit held, for a semaphore's grant; `None` for a lock's.
+    pub permit: Option<PermitSlot>,
 }
 
 /// The current holder of a name, as [`Store::holder`] reports it.

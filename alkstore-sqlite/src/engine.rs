@@ -6,8 +6,8 @@ use std::time::{Duration, Instant};
 
 use alkstore_core::clock::system_millis;
 use alkstore_core::{
-    Attempt, BoxError, Engine, GrantKey, Holder, LeaseMillis, Listed, ReleaseBus, fence_from_sql,
-    fence_to_sql, holder_from_sql, lease_left,
+    Attempt, BoxError, Engine, GrantKey, Holder, LeaseMillis, Listed, PermitAttempt, PermitSlot,
+    ReleaseBus, fence_from_sql, fence_to_sql, holder_from_sql, lease_left,
 };
 use async_trait::async_trait;
 use rusqlite::{Connection, ErrorCode, OptionalExtension, TransactionBehavior, params};
@@ -140,6 +140,9 @@ fn grant(conn: &mut Connection, name: &str, owner: &str, ttl: i64) -> rusqlite::
     if let Some(attempt) = decide(read_row(&tx, name)?.as_ref(), owner, now) {
         return Ok(attempt);
     }
+    if let Some(permits) = semaphore_of(&tx, name, now)? {
+        return Ok(Attempt::HeldAsSemaphore { permits });
+    }
     let fence: i64 = tx
         .prepare_cached(sql::NEXT_FENCE)?
         .query_row([], |r| r.get(0))?;
@@ -152,27 +155,164 @@ fn grant(conn: &mut Connection, name: &str, owner: &str, ttl: i64) -> rusqlite::
     })
 }
 
+/// The permits of the semaphore whose live permits hold `name`, if any.
+fn semaphore_of(conn: &Connection, name: &str, now: i64) -> rusqlite::Result<Option<u32>> {
+    conn.prepare_cached(sql::SEMAPHORE_OF)?
+        .query_row(params![name, now], |r| r.get(0))
+        .optional()
+}
+
+/// A live permit row as read.
+struct PermitRow {
+    slot: u32,
+    owner: String,
+    fence: i64,
+    expires_at: i64,
+    permits: u32,
+}
+
+fn live_permits(conn: &Connection, name: &str, now: i64) -> rusqlite::Result<Vec<PermitRow>> {
+    conn.prepare_cached(sql::LIVE_PERMITS)?
+        .query_map(params![name, now], |r| {
+            Ok(PermitRow {
+                slot: r.get(0)?,
+                owner: r.get(1)?,
+                fence: r.get(2)?,
+                expires_at: r.get(3)?,
+                permits: r.get(4)?,
+            })
+        })?
+        .collect()
+}
+
+/// What the rows of `name` mean for a permit of `permits` for `owner`: an
+/// answer, or the free slot to grant (`Err`).
+fn decide_permit(
+    conn: &Connection,
+    name: &str,
+    permits: u32,
+    owner: &str,
+    now: i64,
+) -> rusqlite::Result<Result<PermitAttempt, u32>> {
+    if read_row(conn, name)?.is_some_and(|row| row.expires_at > now) {
+        return Ok(Ok(PermitAttempt::HeldAsLock));
+    }
+    let live = live_permits(conn, name, now)?;
+    if let Some(other) = live.iter().find(|p| p.permits != permits) {
+        return Ok(Ok(PermitAttempt::Mismatch {
+            permits: other.permits,
+        }));
+    }
+    if let Some(mine) = live.iter().find(|p| p.owner == owner) {
+        return Ok(Ok(PermitAttempt::Granted {
+            fence: fence_from_sql(mine.fence),
+            slot: mine.slot,
+            expires_in: lease_left(mine.expires_at - now),
+        }));
+    }
+    // Live slots come in order, each below `permits`: the first slot not
+    // at its own index is the lowest free one.
+    let free = (0..permits).find(|&slot| live.get(slot as usize).is_none_or(|p| p.slot != slot));
+    match free {
+        Some(slot) => Ok(Err(slot)),
+        None => Ok(Ok(PermitAttempt::Held {
+            expires_in: live.iter().map(|p| lease_left(p.expires_at - now)).min(),
+        })),
+    }
+}
+
+/// A permit of `name`, as [`acquire`] takes a lock: refusals decided by a
+/// plain read, a grant under the write lock after a second look.
+pub(crate) fn acquire_permit(
+    conn: &mut Connection,
+    name: &str,
+    permits: u32,
+    owner: &str,
+    ttl: i64,
+    deadline: Option<Instant>,
+    busy: Duration,
+) -> rusqlite::Result<PermitAttempt> {
+    let waiting = deadline.filter(|_| !busy.is_zero());
+    if let Some(deadline) = waiting {
+        conn.busy_timeout(deadline.saturating_duration_since(Instant::now()).min(busy))?;
+    }
+    let attempt = (|| -> rusqlite::Result<PermitAttempt> {
+        if let Ok(answer) = decide_permit(conn, name, permits, owner, system_millis())? {
+            return Ok(answer);
+        }
+        commit_mode(conn, Commit::Synced)?;
+        let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
+        let now = system_millis();
+        let slot = match decide_permit(&tx, name, permits, owner, now)? {
+            Ok(answer) => return Ok(answer),
+            Err(slot) => slot,
+        };
+        let fence: i64 = tx
+            .prepare_cached(sql::NEXT_FENCE)?
+            .query_row([], |r| r.get(0))?;
+        tx.prepare_cached(sql::GRANT_PERMIT)?.execute(params![
+            name,
+            slot,
+            owner,
+            fence,
+            now + ttl,
+            permits
+        ])?;
+        tx.commit()?;
+        Ok(PermitAttempt::Granted {
+            fence: fence_from_sql(fence),
+            slot,
+            expires_in: lease_left(ttl),
+        })
+    })();
+    match attempt {
+        Err(e) if waiting.is_some() && e.sqlite_error_code() == Some(ErrorCode::DatabaseBusy) => {
+            Ok(PermitAttempt::Held { expires_in: None })
+        }
+        attempt => attempt,
+    }
+}
+
 /// Deletes the grant's row, expired or not; true if it was there.
 pub(crate) fn release(conn: &Connection, grant: &GrantKey) -> rusqlite::Result<bool> {
     commit_mode(conn, Commit::Unsynced)?;
-    let deleted = conn.prepare_cached(sql::RELEASE)?.execute(params![
-        grant.name,
-        grant.owner,
-        fence_to_sql(grant.fence)
-    ])?;
+    let fence = fence_to_sql(grant.fence);
+    let deleted = match grant.permit {
+        None => {
+            conn.prepare_cached(sql::RELEASE)?
+                .execute(params![grant.name, grant.owner, fence])?
+        }
+        Some(permit) => conn.prepare_cached(sql::RELEASE_PERMIT)?.execute(params![
+            grant.name,
+            permit.slot,
+            grant.owner,
+            fence
+        ])?,
+    };
     Ok(deleted == 1)
 }
 
 /// Renews the grant's row if it is still live; true if it was.
 fn renew(conn: &Connection, grant: &GrantKey, ttl: i64) -> rusqlite::Result<bool> {
     commit_mode(conn, Commit::Synced)?;
-    let changed = conn.prepare_cached(sql::RENEW)?.execute(params![
-        grant.name,
-        grant.owner,
-        fence_to_sql(grant.fence),
-        ttl,
-        system_millis()
-    ])?;
+    let (fence, now) = (fence_to_sql(grant.fence), system_millis());
+    let changed = match grant.permit {
+        None => conn.prepare_cached(sql::RENEW)?.execute(params![
+            grant.name,
+            grant.owner,
+            fence,
+            ttl,
+            now
+        ])?,
+        Some(permit) => conn.prepare_cached(sql::RENEW_PERMIT)?.execute(params![
+            grant.name,
+            permit.slot,
+            grant.owner,
+            fence,
+            ttl,
+            now
+        ])?,
+    };
     Ok(changed == 1)
 }
 
@@ -184,12 +324,22 @@ fn force_release(
     fence: Option<u64>,
 ) -> rusqlite::Result<Option<Holder>> {
     commit_mode(conn, Commit::Synced)?;
-    conn.prepare_cached(sql::FORCE_RELEASE)?
-        .query_row(
-            params![name, system_millis(), fence.map(fence_to_sql)],
-            |r| holder_of(r, 0),
-        )
-        .optional()
+    let now = system_millis();
+    let removed = conn
+        .prepare_cached(sql::FORCE_RELEASE)?
+        .query_row(params![name, now, fence.map(fence_to_sql)], |r| {
+            holder_of(r, 0)
+        })
+        .optional()?;
+    // A semaphore's permit goes only by its fence. (Fences are unique in
+    // the file: at most one of the two statements removes a row.)
+    match (removed, fence) {
+        (None, Some(fence)) => conn
+            .prepare_cached(sql::FORCE_RELEASE_PERMIT)?
+            .query_row(params![name, now, fence_to_sql(fence)], |r| holder_of(r, 0))
+            .optional(),
+        (removed, _) => Ok(removed),
+    }
 }
 
 /// Raises the fence counter by `by`, synced; the lowest fence a later grant
@@ -205,9 +355,11 @@ fn raise_fences(conn: &Connection, by: u64) -> rusqlite::Result<u64> {
 /// Deletes every expired row; how many.
 fn purge(conn: &Connection) -> rusqlite::Result<u64> {
     commit_mode(conn, Commit::Unsynced)?;
-    let purged = conn
-        .prepare_cached(sql::PURGE)?
-        .execute([system_millis()])?;
+    let tx = conn.unchecked_transaction()?;
+    let now = system_millis();
+    let purged = tx.prepare_cached(sql::PURGE)?.execute([now])?
+        + tx.prepare_cached(sql::PURGE_PERMITS)?.execute([now])?;
+    tx.commit()?;
     Ok(purged as u64)
 }
 
@@ -223,6 +375,22 @@ impl Engine for SqliteEngine {
         let (name, owner, ttl) = (name.to_owned(), owner.to_owned(), ttl.as_i64());
         self.worker
             .run(move |conn, busy| acquire(conn, &name, &owner, ttl, deadline, busy))
+            .await
+    }
+
+    async fn acquire_permit(
+        &self,
+        name: &str,
+        permits: u32,
+        owner: &str,
+        ttl: LeaseMillis,
+        deadline: Option<Instant>,
+    ) -> Result<PermitAttempt, BoxError> {
+        let (name, owner, ttl) = (name.to_owned(), owner.to_owned(), ttl.as_i64());
+        self.worker
+            .run(move |conn, busy| {
+                acquire_permit(conn, &name, permits, &owner, ttl, deadline, busy)
+            })
             .await
     }
 
@@ -262,9 +430,14 @@ impl Engine for SqliteEngine {
             .run(move |conn, _| {
                 conn.prepare_cached(sql::LIST)?
                     .query_map(params![system_millis(), prefix, after, limit], |r| {
+                        let slot: Option<u32> = r.get(4)?;
+                        let permits: Option<u32> = r.get(5)?;
                         Ok(Listed {
                             name: r.get(0)?,
                             holder: holder_of(r, 1)?,
+                            permit: slot
+                                .zip(permits)
+                                .map(|(slot, permits)| PermitSlot { slot, permits }),
                         })
                     })?
                     .collect()
@@ -338,6 +511,7 @@ mod tests {
             name: "n".into(),
             owner: "a".into(),
             fence,
+            permit: None,
         };
         release(&conn, &key).unwrap();
         assert_eq!(synchronous(&conn), 1, "a release commits with NORMAL");

@@ -1,7 +1,10 @@
 //! Every SQL text of the SQLite engine, in one place.
 
-/// The schema version this crate writes and reads.
-pub(crate) const SCHEMA_VERSION: i64 = 1;
+/// The schema version this crate writes and reads: 2 since semaphores
+/// (`alkstore_permits`). A version 1 file is upgraded in place when opened
+/// ([`UPGRADE_TO_2`]); a build that knows only 1 then refuses the file, so
+/// no old process grants a lock over a semaphore it cannot see.
+pub(crate) const SCHEMA_VERSION: i64 = 2;
 
 /// WAL, so readers never wait for the writer. Answers the mode now in effect.
 pub(crate) const WAL_MODE: &str = "PRAGMA journal_mode = WAL";
@@ -35,8 +38,22 @@ CREATE TABLE IF NOT EXISTS alkstore_locks (
     fence      INTEGER NOT NULL,
     expires_at INTEGER NOT NULL -- Unix milliseconds, host clock
 ) WITHOUT ROWID;
-INSERT OR IGNORE INTO alkstore_meta (key, value) VALUES ('schema_version', 1), ('last_fence', 0);
+CREATE TABLE IF NOT EXISTS alkstore_permits (
+    name       TEXT NOT NULL,
+    slot       INTEGER NOT NULL, -- 0 .. permits - 1
+    owner      TEXT NOT NULL,
+    fence      INTEGER NOT NULL,
+    expires_at INTEGER NOT NULL, -- Unix milliseconds, host clock
+    permits    INTEGER NOT NULL, -- the semaphore's permits, as its grant asked
+    PRIMARY KEY (name, slot)
+) WITHOUT ROWID;
+INSERT OR IGNORE INTO alkstore_meta (key, value) VALUES ('schema_version', 2), ('last_fence', 0);
 ";
+
+/// Version 1 had no `alkstore_permits`; [`CREATE_SCHEMA`], run first in the
+/// same transaction, made it.
+pub(crate) const UPGRADE_TO_2: &str =
+    "UPDATE alkstore_meta SET value = 2 WHERE key = 'schema_version' AND value = 1";
 
 pub(crate) const SCHEMA_VERSION_READ: &str =
     "SELECT value FROM alkstore_meta WHERE key = 'schema_version'";
@@ -71,13 +88,35 @@ pub(crate) const HOLDER: &str =
     "SELECT owner, fence, expires_at - ?2 FROM alkstore_locks WHERE name = ?1 AND expires_at > ?2";
 
 /// ?1 now, ?2 the prefix, ?3 the name to start after ('' from the first),
-/// ?4 the page size. `name >= ?2` lets the primary key find the first name
-/// of the prefix; `substr` (in characters, as `length` counts them) matches
-/// the prefix literally, unlike `LIKE`. Names compare as bytes (BINARY).
+/// ?4 the page size. Answers name, owner, fence, time left, slot and
+/// permits (both NULL for a lock), in name and slot order.
+///
+/// The page is the first ?4 live rows of both tables (each read in key
+/// order, ?4 at most), then every live permit of its last name, so that a
+/// page never splits a semaphore. `name >= ?2` lets the primary keys find
+/// the first name of the prefix; `substr` (in characters, as `length`
+/// counts them) matches the prefix literally, unlike `LIKE`. Names compare
+/// as bytes (BINARY).
 pub(crate) const LIST: &str = "
-SELECT name, owner, fence, expires_at - ?1 FROM alkstore_locks
+WITH locks AS (
+    SELECT name, NULL AS slot, NULL AS permits, owner, fence, expires_at FROM alkstore_locks
+    WHERE name >= ?2 AND name > ?3 AND substr(name, 1, length(?2)) = ?2 AND expires_at > ?1
+    ORDER BY name LIMIT ?4
+), first_permits AS (
+    SELECT name, slot FROM alkstore_permits
+    WHERE name >= ?2 AND name > ?3 AND substr(name, 1, length(?2)) = ?2 AND expires_at > ?1
+    ORDER BY name, slot LIMIT ?4
+), page AS (
+    SELECT name FROM (SELECT name, slot FROM locks UNION ALL SELECT name, slot FROM first_permits)
+    ORDER BY name, slot LIMIT ?4
+), last AS (SELECT max(name) AS name FROM page)
+SELECT name, owner, fence, expires_at - ?1, slot, permits FROM locks
+WHERE name <= (SELECT name FROM last)
+UNION ALL
+SELECT name, owner, fence, expires_at - ?1, slot, permits FROM alkstore_permits
 WHERE name >= ?2 AND name > ?3 AND substr(name, 1, length(?2)) = ?2 AND expires_at > ?1
-ORDER BY name LIMIT ?4";
+  AND name <= (SELECT name FROM last)
+ORDER BY 1, 5";
 
 /// ?1 the name, ?2 now, ?3 the fence or NULL: removes the live row only (of
 /// that fence, when one is given), and answers it.
@@ -86,3 +125,41 @@ DELETE FROM alkstore_locks WHERE name = ?1 AND expires_at > ?2 AND (?3 IS NULL O
 RETURNING owner, fence, expires_at - ?2";
 
 pub(crate) const PURGE: &str = "DELETE FROM alkstore_locks WHERE expires_at <= ?1";
+
+/// ?1 now: a semaphore's expired permits.
+pub(crate) const PURGE_PERMITS: &str = "DELETE FROM alkstore_permits WHERE expires_at <= ?1";
+
+/// ?1 the name, ?2 now: the live permits of a semaphore, in slot order.
+pub(crate) const LIVE_PERMITS: &str = "
+SELECT slot, owner, fence, expires_at, permits FROM alkstore_permits
+WHERE name = ?1 AND expires_at > ?2 ORDER BY slot";
+
+/// ?1 the name, ?2 now: the permits of a semaphore a live permit of `name`
+/// says it has (none: no semaphore holds the name).
+pub(crate) const SEMAPHORE_OF: &str =
+    "SELECT permits FROM alkstore_permits WHERE name = ?1 AND expires_at > ?2 LIMIT 1";
+
+/// A new grant of a free slot (the caller checked, inside the same
+/// IMMEDIATE transaction, that no live permit holds it): ?1 name, ?2 slot,
+/// ?3 owner, ?4 fence, ?5 expiry, ?6 permits.
+pub(crate) const GRANT_PERMIT: &str = "
+INSERT INTO alkstore_permits (name, slot, owner, fence, expires_at, permits)
+VALUES (?1, ?2, ?3, ?4, ?5, ?6)
+ON CONFLICT (name, slot) DO UPDATE SET owner = excluded.owner, fence = excluded.fence,
+    expires_at = excluded.expires_at, permits = excluded.permits";
+
+/// ?1 name, ?2 slot, ?3 owner, ?4 fence, ?5 ttl, ?6 now: only a live row
+/// of this very grant is extended.
+pub(crate) const RENEW_PERMIT: &str = "
+UPDATE alkstore_permits SET expires_at = ?6 + ?5
+WHERE name = ?1 AND slot = ?2 AND owner = ?3 AND fence = ?4 AND expires_at > ?6";
+
+/// ?1 name, ?2 slot, ?3 owner, ?4 fence: this grant's row, expired or not.
+pub(crate) const RELEASE_PERMIT: &str =
+    "DELETE FROM alkstore_permits WHERE name = ?1 AND slot = ?2 AND owner = ?3 AND fence = ?4";
+
+/// ?1 the name, ?2 now, ?3 the fence: removes that live permit, and
+/// answers it.
+pub(crate) const FORCE_RELEASE_PERMIT: &str = "
+DELETE FROM alkstore_permits WHERE name = ?1 AND expires_at > ?2 AND fence = ?3
+RETURNING owner, fence, expires_at - ?2";

@@ -252,6 +252,49 @@ async fn newer_schema_version_is_refused() {
     assert_eq!(found.found, 99);
 }
 
+/// A version 1 file (no permits table) is upgraded in place on open: its
+/// live lock and its fence counter stay, semaphores work, and the file then
+/// says version 2, which a build that knows only 1 refuses.
+#[tokio::test]
+async fn a_version_1_file_is_upgraded_in_place() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("v1.db");
+    let conn = rusqlite::Connection::open(&db).unwrap();
+    conn.execute_batch(
+        "CREATE TABLE alkstore_meta (key TEXT PRIMARY KEY, value INTEGER NOT NULL) WITHOUT ROWID;
+         CREATE TABLE alkstore_locks (name TEXT PRIMARY KEY, owner TEXT NOT NULL,
+             fence INTEGER NOT NULL, expires_at INTEGER NOT NULL) WITHOUT ROWID;
+         INSERT INTO alkstore_meta VALUES ('schema_version', 1), ('last_fence', 41);
+         INSERT INTO alkstore_locks VALUES ('held', 'old', 41, 99999999999999);",
+    )
+    .unwrap();
+    drop(conn);
+    let store = SqliteStore::open(&db).await.unwrap();
+    let holder = store
+        .holder("held")
+        .await
+        .unwrap()
+        .expect("the live lock stays");
+    assert_eq!((holder.owner.as_str(), holder.fence), ("old", 41));
+    let permit = store
+        .try_acquire_permit("pool", 2, "a", Duration::from_secs(30))
+        .await
+        .unwrap()
+        .expect("a permit of a free semaphore");
+    assert_eq!(permit.fence(), 42, "fences go on from the file's counter");
+    assert!(permit.release().await.unwrap());
+    store.close().await.unwrap();
+    let conn = rusqlite::Connection::open(&db).unwrap();
+    let version: i64 = conn
+        .query_row(
+            "SELECT value FROM alkstore_meta WHERE key = 'schema_version'",
+            [],
+            |r| r.get(0),
+        )
+        .unwrap();
+    assert_eq!(version, 2);
+}
+
 /// Set in a child process: hold the lock on this file until killed.
 const CHILD_HOLD_DB: &str = "ALKSTORE_TEST_CHILD_HOLD_DB";
 

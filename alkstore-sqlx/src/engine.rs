@@ -297,6 +297,7 @@ impl<S: Statements> Engine for SqlxEngine<S> {
             .map(|(name, owner, fence, left)| Listed {
                 name,
                 holder: holder_from_sql(owner, fence, left),
+                permit: None,
             })
             .collect())
     }

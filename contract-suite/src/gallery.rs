@@ -10,10 +10,12 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use alkstore_core::{Attempt, BoxError, Engine, GrantKey, Holder, LeaseMillis, Listed, ReleaseBus};
+use alkstore_core::{
+    Attempt, BoxError, Engine, GrantKey, Holder, LeaseMillis, Listed, PermitAttempt, ReleaseBus,
+};
 use async_trait::async_trait;
 
-use crate::reference::{MemoryEngine, Rows};
+use crate::reference::{MemoryEngine, PermitRow, Rows};
 
 /// One way to break one rule.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -71,6 +73,19 @@ pub enum Flaw {
     RefusesAPassedDeadline,
     /// Answers a fence raise as done without raising anything.
     IgnoresTheFenceRaise,
+    /// When every permit is held, hands out the slot that ends soonest
+    /// over its live holder: one holder more than the permits.
+    GrantsOneMorePermit,
+    /// Takes over an expired permit's slot keeping its old fence.
+    PermitTakeoverKeepsTheFence,
+    /// Grants a permit whatever number of permits it was asked with.
+    IgnoresThePermitCount,
+    /// Grants a plain lock over a semaphore's live permits.
+    LockIgnoresLivePermits,
+    /// Gives the same owner's live re-acquire of a permit a new permit.
+    RegrantsTheSameOwnersPermit,
+    /// Releases a permit matching name, slot and owner, not the fence.
+    PermitReleaseIgnoresTheFence,
 }
 
 /// A list of contract cases by name, each checked by the compiler to be a
@@ -85,7 +100,7 @@ macro_rules! cases {
 
 impl Flaw {
     /// Every flaw in the gallery.
-    pub const ALL: [Flaw; 24] = [
+    pub const ALL: [Flaw; 30] = [
         Flaw::GrantsOverALiveRow,
         Flaw::NeverExpires,
         Flaw::KeepsTheFenceOnTakeover,
@@ -110,6 +125,12 @@ impl Flaw {
         Flaw::WaitingGrantIgnoresTheTtl,
         Flaw::RefusesAPassedDeadline,
         Flaw::IgnoresTheFenceRaise,
+        Flaw::GrantsOneMorePermit,
+        Flaw::PermitTakeoverKeepsTheFence,
+        Flaw::IgnoresThePermitCount,
+        Flaw::LockIgnoresLivePermits,
+        Flaw::RegrantsTheSameOwnersPermit,
+        Flaw::PermitReleaseIgnoresTheFence,
     ];
 
     /// The rule of docs/contract.md it breaks.
@@ -145,6 +166,12 @@ impl Flaw {
             Flaw::WaitingGrantIgnoresTheTtl => "lock grants the ttl it was asked for",
             Flaw::RefusesAPassedDeadline => "lock with a zero wait tries once",
             Flaw::IgnoresTheFenceRaise => "every grant after a fence raise is above it",
+            Flaw::GrantsOneMorePermit => "at most `permits` holders of a semaphore at a time",
+            Flaw::PermitTakeoverKeepsTheFence => "a permit's takeover carries a higher fence",
+            Flaw::IgnoresThePermitCount => "a permit asked with another count is refused",
+            Flaw::LockIgnoresLivePermits => "a name is a lock or a semaphore, never both",
+            Flaw::RegrantsTheSameOwnersPermit => "the same owner again gets the same permit",
+            Flaw::PermitReleaseIgnoresTheFence => "a permit's release acts on exactly its grant",
         }
     }
 
@@ -276,11 +303,32 @@ impl Flaw {
                 purge_removes_only_expired_rows
             ),
             Flaw::ListsExpiredRows => cases!(list_pages_live_holders_by_prefix),
-            Flaw::ForcedReleaseRewindsTheFence => cases!(force_release_ends_the_grant),
-            Flaw::ForcedReleaseIgnoresTheFence => cases!(force_release_ends_the_grant),
+            Flaw::ForcedReleaseRewindsTheFence => cases!(
+                force_release_ends_the_grant,
+                permits_are_listed_and_released_by_force_one_at_a_time
+            ),
+            Flaw::ForcedReleaseIgnoresTheFence => cases!(
+                force_release_ends_the_grant,
+                permits_are_listed_and_released_by_force_one_at_a_time
+            ),
             Flaw::WaitingGrantIgnoresTheTtl => cases!(lock_grants_the_ttl_asked_for),
             Flaw::RefusesAPassedDeadline => cases!(lock_with_a_zero_wait_tries_once),
             Flaw::IgnoresTheFenceRaise => cases!(raise_fences_lifts_every_later_fence),
+            Flaw::GrantsOneMorePermit => cases!(
+                acquire_permit_woken_by_release,
+                permit_expiry_lets_another_owner_in,
+                semaphore_admits_at_most_its_permits
+            ),
+            Flaw::PermitTakeoverKeepsTheFence => cases!(
+                permit_expiry_lets_another_owner_in,
+                permit_handle_never_touches_a_later_grant_of_its_slot
+            ),
+            Flaw::IgnoresThePermitCount => cases!(permit_count_mismatch_is_refused),
+            Flaw::LockIgnoresLivePermits => cases!(lock_and_semaphore_names_never_mix),
+            Flaw::RegrantsTheSameOwnersPermit => cases!(permit_same_owner_gets_its_permit_back),
+            Flaw::PermitReleaseIgnoresTheFence => {
+                cases!(permit_handle_never_touches_a_later_grant_of_its_slot)
+            }
         }
     }
 
@@ -290,6 +338,7 @@ impl Flaw {
         cases!(
             cancellation_leaves_no_trace,
             model_based_sequences,
+            permit_cancellation_leaves_nothing_beyond_its_ttl,
             per_holder_owners_count_exactly,
             safety_many_holders_one_name
         )
@@ -389,7 +438,12 @@ impl Engine for Broken {
         if let Some(attempt) = flawed {
             return Ok(attempt);
         }
-        let attempt = self.inner.acquire(name, owner, ttl, deadline).await?;
+        let attempt = match self.inner.acquire(name, owner, ttl, deadline).await? {
+            Attempt::HeldAsSemaphore { .. } if self.flaw == Flaw::LockIgnoresLivePermits => {
+                self.with_rows(|rows| rows.grant(name, owner, ttl.as_duration(), now))
+            }
+            attempt => attempt,
+        };
         self.ttls
             .lock()
             .unwrap()
@@ -408,7 +462,76 @@ impl Engine for Broken {
         })
     }
 
+    async fn acquire_permit(
+        &self,
+        name: &str,
+        permits: u32,
+        owner: &str,
+        ttl: LeaseMillis,
+        _deadline: Option<Instant>,
+    ) -> Result<PermitAttempt, BoxError> {
+        let (now, ttl) = (Instant::now(), ttl.as_duration());
+        Ok(self.with_rows(|rows| {
+            let live: Vec<(u32, PermitRow)> = rows
+                .live_permits(name, now)
+                .map(|(slot, permit)| (slot, permit.clone()))
+                .collect();
+            let mine = live.iter().find(|(_, p)| p.row.owner == owner);
+            match self.flaw {
+                Flaw::RegrantsTheSameOwnersPermit if mine.is_some() => {
+                    let free = (0..permits).find(|s| live.iter().all(|(held, _)| held != s));
+                    return match free {
+                        Some(slot) => rows.grant_permit(name, slot, permits, owner, ttl, now),
+                        None => PermitAttempt::Held { expires_in: None },
+                    };
+                }
+                Flaw::GrantsOneMorePermit if live.len() as u32 == permits && mine.is_none() => {
+                    let soonest = live.iter().min_by_key(|(_, p)| p.row.expires_at);
+                    if let Some((slot, _)) = soonest {
+                        return rows.grant_permit(name, *slot, permits, owner, ttl, now);
+                    }
+                }
+                _ => {}
+            }
+            // The fences of rows there before this acquire, expired or not.
+            let before: HashMap<u32, u64> = (0..permits)
+                .filter_map(|slot| {
+                    let row = rows.permits.get(&(name.to_owned(), slot))?;
+                    Some((slot, row.row.fence))
+                })
+                .collect();
+            match rows.acquire_permit(name, permits, owner, ttl, now) {
+                PermitAttempt::Mismatch { permits: live }
+                    if self.flaw == Flaw::IgnoresThePermitCount =>
+                {
+                    rows.acquire_permit(name, live, owner, ttl, now)
+                }
+                PermitAttempt::Granted {
+                    slot, expires_in, ..
+                } if self.flaw == Flaw::PermitTakeoverKeepsTheFence
+                    && mine.is_none()
+                    && before.contains_key(&slot) =>
+                {
+                    // A takeover of an expired row: its fence again.
+                    let fence = before[&slot];
+                    if let Some(row) = rows.permits.get_mut(&(name.to_owned(), slot)) {
+                        row.row.fence = fence;
+                    }
+                    PermitAttempt::Granted {
+                        fence,
+                        slot,
+                        expires_in,
+                    }
+                }
+                attempt => attempt,
+            }
+        }))
+    }
+
     async fn renew(&self, grant: &GrantKey, ttl: LeaseMillis) -> Result<bool, BoxError> {
+        if grant.permit.is_some() {
+            return self.inner.renew(grant, ttl).await;
+        }
         let now = Instant::now();
         let ttl = ttl.as_duration();
         let renewed = self.with_rows(|rows| {
@@ -432,6 +555,22 @@ impl Engine for Broken {
     }
 
     async fn release(&self, grant: &GrantKey) -> Result<bool, BoxError> {
+        if let Some(permit) = grant.permit {
+            if self.flaw != Flaw::PermitReleaseIgnoresTheFence {
+                return self.inner.release(grant).await;
+            }
+            let key = (grant.name.clone(), permit.slot);
+            return Ok(self.with_rows(|rows| {
+                let ours = rows
+                    .permits
+                    .get(&key)
+                    .is_some_and(|row| row.row.owner == grant.owner);
+                if ours {
+                    rows.permits.remove(&key);
+                }
+                ours
+            }));
+        }
         let now = Instant::now();
         let always = self.flaw == Flaw::ReleaseAlwaysAnswersTrue;
         Ok(always
@@ -503,20 +642,29 @@ impl Engine for Broken {
                 let mut listed: Vec<Listed> = rows
                     .rows
                     .iter()
-                    .filter(|(name, _)| {
+                    .map(|(name, row)| (name, row, None))
+                    .chain(rows.permits.iter().map(|((name, slot), p)| {
+                        let permit = alkstore_core::PermitSlot {
+                            slot: *slot,
+                            permits: p.permits,
+                        };
+                        (name, &p.row, Some(permit))
+                    }))
+                    .filter(|(name, _, _)| {
                         name.starts_with(prefix) && after.is_none_or(|a| name.as_str() > a)
                     })
-                    .map(|(name, row)| Listed {
+                    .map(|(name, row, permit)| Listed {
                         name: name.clone(),
                         holder: Holder {
                             owner: row.owner.clone(),
                             fence: row.fence,
                             expires_in: row.expires_at.saturating_duration_since(now),
                         },
+                        permit,
                     })
                     .collect();
-                listed.sort_by(|a, b| a.name.cmp(&b.name));
-                listed.truncate(limit);
+                listed.sort_by_key(|l| (l.name.clone(), l.permit.map(|p| p.slot)));
+                crate::reference::end_with_a_whole_name(&mut listed, limit);
                 listed
             }));
         }

@@ -5,11 +5,14 @@
 //! runs the whole suite on it, and the [gallery](crate::gallery) breaks it
 //! one rule at a time.
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use alkstore_core::{Attempt, BoxError, Engine, GrantKey, Holder, LeaseMillis, Listed, ReleaseBus};
+use alkstore_core::{
+    Attempt, BoxError, Engine, GrantKey, Holder, LeaseMillis, Listed, PermitAttempt, PermitSlot,
+    ReleaseBus,
+};
 
 /// One grant's row.
 #[derive(Debug, Clone)]
@@ -22,11 +25,22 @@ pub struct Row {
     pub expires_at: Instant,
 }
 
+/// One permit's row: a grant's row, and its semaphore's permits.
+#[derive(Debug, Clone)]
+pub struct PermitRow {
+    /// The grant.
+    pub row: Row,
+    /// How many permits the semaphore has.
+    pub permits: u32,
+}
+
 /// The rows of one "database", and the last fence handed out.
 #[derive(Debug, Default)]
 pub struct Rows {
-    /// Each name's row.
+    /// Each lock name's row.
     pub rows: HashMap<String, Row>,
+    /// Each semaphore's permit rows, by name and slot.
+    pub permits: BTreeMap<(String, u32), PermitRow>,
     /// The last fence handed out.
     pub last_fence: u64,
 }
@@ -44,8 +58,22 @@ impl Rows {
             })
     }
 
-    /// Up to `limit` live rows whose names start with `prefix` and sort
-    /// after `after`, in name order (`str`'s `Ord` is byte order).
+    /// The live permits of `name` at `now`, in slot order.
+    pub fn live_permits<'a>(
+        &'a self,
+        name: &'a str,
+        now: Instant,
+    ) -> impl Iterator<Item = (u32, &'a PermitRow)> + 'a {
+        self.permits
+            .range((name.to_owned(), 0)..=(name.to_owned(), u32::MAX))
+            .filter(move |(_, permit)| permit.row.expires_at > now)
+            .map(|((_, slot), permit)| (*slot, permit))
+    }
+
+    /// Up to `limit` live grants (a lock's row, or each permit of a
+    /// semaphore) whose names start with `prefix` and sort after `after`,
+    /// in name and slot order (`str`'s `Ord` is byte order); the page ends
+    /// with a whole name.
     pub fn list(
         &self,
         prefix: &str,
@@ -53,27 +81,127 @@ impl Rows {
         limit: usize,
         now: Instant,
     ) -> Vec<Listed> {
-        let mut names: Vec<&String> = self
+        let wanted =
+            |name: &str| name.starts_with(prefix) && after.is_none_or(|after| name > after);
+        let locks = self
             .rows
             .iter()
-            .filter(|(name, row)| {
-                row.expires_at > now
-                    && name.starts_with(prefix)
-                    && after.is_none_or(|after| name.as_str() > after)
+            .filter(|(name, row)| row.expires_at > now && wanted(name))
+            .map(|(name, row)| (name, None, row));
+        let permits = self
+            .permits
+            .iter()
+            .filter(|((name, _), permit)| permit.row.expires_at > now && wanted(name))
+            .map(|((name, slot), permit)| {
+                let slot = PermitSlot {
+                    slot: *slot,
+                    permits: permit.permits,
+                };
+                (name, Some(slot), &permit.row)
+            });
+        let mut listed: Vec<Listed> = locks
+            .chain(permits)
+            .map(|(name, permit, row)| Listed {
+                name: name.clone(),
+                holder: Holder {
+                    owner: row.owner.clone(),
+                    fence: row.fence,
+                    expires_in: row.expires_at - now,
+                },
+                permit,
             })
-            .map(|(name, _)| name)
             .collect();
-        names.sort_unstable();
-        names
-            .into_iter()
-            .take(limit)
-            .filter_map(|name| {
-                Some(Listed {
-                    name: name.clone(),
-                    holder: self.live(name, now)?,
-                })
-            })
-            .collect()
+        listed.sort_by(|a, b| {
+            let key = |l: &Listed| (l.name.clone(), l.permit.map(|p| p.slot));
+            key(a).cmp(&key(b))
+        });
+        end_with_a_whole_name(&mut listed, limit);
+        listed
+    }
+
+    /// A permit of `name` for `owner` at `now`, decided and granted as one
+    /// step (the rules of `Engine::acquire_permit`).
+    pub fn acquire_permit(
+        &mut self,
+        name: &str,
+        permits: u32,
+        owner: &str,
+        ttl: Duration,
+        now: Instant,
+    ) -> PermitAttempt {
+        if self.live(name, now).is_some() {
+            return PermitAttempt::HeldAsLock;
+        }
+        let live: Vec<(u32, PermitRow)> = self
+            .live_permits(name, now)
+            .map(|(slot, permit)| (slot, permit.clone()))
+            .collect();
+        if let Some((_, other)) = live.iter().find(|(_, p)| p.permits != permits) {
+            return PermitAttempt::Mismatch {
+                permits: other.permits,
+            };
+        }
+        if let Some((slot, mine)) = live.iter().find(|(_, p)| p.row.owner == owner) {
+            return PermitAttempt::Granted {
+                fence: mine.row.fence,
+                slot: *slot,
+                expires_in: mine.row.expires_at - now,
+            };
+        }
+        match (0..permits).find(|slot| live.iter().all(|(held, _)| held != slot)) {
+            Some(slot) => self.grant_permit(name, slot, permits, owner, ttl, now),
+            None => PermitAttempt::Held {
+                expires_in: live.iter().map(|(_, p)| p.row.expires_at - now).min(),
+            },
+        }
+    }
+
+    /// A new grant of `slot` of `name`, with the next fence.
+    pub fn grant_permit(
+        &mut self,
+        name: &str,
+        slot: u32,
+        permits: u32,
+        owner: &str,
+        ttl: Duration,
+        now: Instant,
+    ) -> PermitAttempt {
+        self.last_fence += 1;
+        let row = Row {
+            owner: owner.to_owned(),
+            fence: self.last_fence,
+            expires_at: now + ttl,
+        };
+        self.permits
+            .insert((name.to_owned(), slot), PermitRow { row, permits });
+        PermitAttempt::Granted {
+            fence: self.last_fence,
+            slot,
+            expires_in: ttl,
+        }
+    }
+
+    /// The row of `grant`, a lock's or a permit's, whatever its state.
+    pub fn row_of(&mut self, grant: &GrantKey) -> Option<&mut Row> {
+        match grant.permit {
+            None => self.rows.get_mut(&grant.name),
+            Some(permit) => self
+                .permits
+                .get_mut(&(grant.name.clone(), permit.slot))
+                .map(|permit| &mut permit.row),
+        }
+    }
+
+    /// Removes the row of `grant`'s name (and slot).
+    pub fn remove(&mut self, grant: &GrantKey) {
+        match grant.permit {
+            None => {
+                self.rows.remove(&grant.name);
+            }
+            Some(permit) => {
+                self.permits.remove(&(grant.name.clone(), permit.slot));
+            }
+        }
     }
 
     /// A new grant of `name` to `owner`: the next fence, drawn under the
@@ -90,6 +218,14 @@ impl Rows {
             fence: self.last_fence,
             expires_in: ttl,
         }
+    }
+}
+
+/// Cuts a listing in name and slot order to a page of `limit` rows, and
+/// the rest of the last row's name: a page never splits a semaphore.
+pub fn end_with_a_whole_name(listed: &mut Vec<Listed>, limit: usize) {
+    if let Some(last) = listed.get(limit.saturating_sub(1)).map(|l| l.name.clone()) {
+        listed.retain(|l| l.name <= last);
     }
 }
 
@@ -123,23 +259,46 @@ impl Engine for MemoryEngine {
         _deadline: Option<Instant>,
     ) -> Result<Attempt, BoxError> {
         let now = Instant::now();
-        Ok(self.with_rows(
-            |rows| match rows.rows.get(name).filter(|row| row.expires_at > now) {
-                Some(row) if row.owner == owner => Attempt::Granted {
-                    fence: row.fence,
-                    expires_in: row.expires_at - now,
-                },
-                Some(row) => Attempt::Held {
-                    expires_in: Some(row.expires_at - now),
-                },
+        Ok(self.with_rows(|rows| {
+            if let Some(row) = rows.rows.get(name).filter(|row| row.expires_at > now) {
+                return if row.owner == owner {
+                    Attempt::Granted {
+                        fence: row.fence,
+                        expires_in: row.expires_at - now,
+                    }
+                } else {
+                    Attempt::Held {
+                        expires_in: Some(row.expires_at - now),
+                    }
+                };
+            }
+            let semaphore = rows.live_permits(name, now).next().map(|(_, p)| p.permits);
+            match semaphore {
+                Some(permits) => Attempt::HeldAsSemaphore { permits },
                 None => rows.grant(name, owner, ttl.as_duration(), now),
-            },
-        ))
+            }
+        }))
+    }
+
+    async fn acquire_permit(
+        &self,
+        name: &str,
+        permits: u32,
+        owner: &str,
+        ttl: LeaseMillis,
+        _deadline: Option<Instant>,
+    ) -> Result<PermitAttempt, BoxError> {
+        let now = Instant::now();
+        Ok(
+            self.with_rows(|rows| {
+                rows.acquire_permit(name, permits, owner, ttl.as_duration(), now)
+            }),
+        )
     }
 
     async fn renew(&self, grant: &GrantKey, ttl: LeaseMillis) -> Result<bool, BoxError> {
         let now = Instant::now();
-        Ok(self.with_rows(|rows| match rows.rows.get_mut(&grant.name) {
+        Ok(self.with_rows(|rows| match rows.row_of(grant) {
             Some(row)
                 if row.owner == grant.owner && row.fence == grant.fence && row.expires_at > now =>
             {
@@ -153,11 +312,10 @@ impl Engine for MemoryEngine {
     async fn release(&self, grant: &GrantKey) -> Result<bool, BoxError> {
         Ok(self.with_rows(|rows| {
             let ours = rows
-                .rows
-                .get(&grant.name)
+                .row_of(grant)
                 .is_some_and(|row| row.owner == grant.owner && row.fence == grant.fence);
             if ours {
-                rows.rows.remove(&grant.name);
+                rows.remove(grant);
             }
             ours
         }))
@@ -197,17 +355,30 @@ impl Engine for MemoryEngine {
                 .filter(|holder| fence.is_none_or(|fence| holder.fence == fence));
             if live.is_some() {
                 rows.rows.remove(name);
+                return live;
             }
-            live
+            // One permit, by its fence.
+            let fence = fence?;
+            let (slot, permit) = rows
+                .live_permits(name, now)
+                .find(|(_, permit)| permit.row.fence == fence)?;
+            let holder = Holder {
+                owner: permit.row.owner.clone(),
+                fence,
+                expires_in: permit.row.expires_at - now,
+            };
+            rows.permits.remove(&(name.to_owned(), slot));
+            Some(holder)
         }))
     }
 
     async fn purge_expired(&self) -> Result<u64, BoxError> {
         let now = Instant::now();
         Ok(self.with_rows(|rows| {
-            let before = rows.rows.len();
+            let before = rows.rows.len() + rows.permits.len();
             rows.rows.retain(|_, row| row.expires_at > now);
-            (before - rows.rows.len()) as u64
+            rows.permits.retain(|_, permit| permit.row.expires_at > now);
+            (before - rows.rows.len() - rows.permits.len()) as u64
         }))
     }
 

@@ -14,6 +14,7 @@ mod release;
 mod renew;
 mod safety;
 mod schedule;
+mod semaphore;
 mod validation;
 mod waiting;
 
@@ -28,5 +29,6 @@ pub use release::*;
 pub use renew::*;
 pub use safety::*;
 pub use schedule::*;
+pub use semaphore::*;
 pub use validation::*;
 pub use waiting::*;
