@@ -144,6 +144,9 @@ impl Lifecycle for Database<'_> {
             locks: locks != 0,
             fences: fences != 0,
             acquire: acquire != 0,
+            // MariaDB's layout has no permits table yet (semaphores are
+            // not on this engine yet): nothing to look for.
+            permits: true,
         }))
     }
 

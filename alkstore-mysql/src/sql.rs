@@ -7,7 +7,8 @@ use std::time::Instant;
 
 use alkstore_core::{GrantKey, LeaseMillis, fence_to_sql};
 use alkstore_sqlx::{
-    HolderRow, ListedRow, MARKER_KEY, StatementFuture, audited, lock_wait_ms, row_as, text,
+    AcquireRow, HolderRow, ListedRow, MARKER_KEY, StatementFuture, audited, lock_wait_ms, row_as,
+    text,
 };
 use sqlx::{MySqlConnection, SqlStr};
 
@@ -458,7 +459,7 @@ impl alkstore_sqlx::Statements for Statements {
         owner: &str,
         ttl: LeaseMillis,
         bound: Option<Instant>,
-    ) -> StatementFuture<'c, Option<(bool, i64, i64)>> {
+    ) -> StatementFuture<'c, Option<AcquireRow>> {
         Box::pin(
             sqlx::query(self.acquire.clone())
                 .bind(name.as_bytes())
@@ -467,7 +468,8 @@ impl alkstore_sqlx::Statements for Statements {
                 .bind(bound.map(lock_wait_ms))
                 .try_map(|row| {
                     let (granted, fence, left): (i64, i64, i64) = row_as(row)?;
-                    Ok((granted != 0, fence, left))
+                    // No semaphores on MariaDB yet: no permit holds a name.
+                    Ok((granted != 0, fence, left, None))
                 })
                 .fetch_optional(conn),
         )
@@ -528,7 +530,7 @@ impl alkstore_sqlx::Statements for Statements {
                 .bind(limit)
                 .try_map(|row| {
                     let (name, owner, fence, left): (Vec<u8>, Vec<u8>, i64, i64) = row_as(row)?;
-                    Ok((text(name)?, text(owner)?, fence, left))
+                    Ok((text(name)?, text(owner)?, fence, left, None, None))
                 })
                 .fetch_all(conn),
         )

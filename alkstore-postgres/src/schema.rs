@@ -113,15 +113,16 @@ impl Lifecycle for Schema<'_> {
     }
 
     async fn inspect(&self, conn: &mut PgConnection) -> Result<Option<Objects>, sqlx::Error> {
-        let row: Option<(bool, bool, bool, bool)> = sqlx::query_as(sql::INSPECT)
+        let row: Option<(bool, bool, bool, bool, bool)> = sqlx::query_as(sql::INSPECT)
             .bind(&self.namespace.name)
             .fetch_optional(conn)
             .await?;
-        Ok(row.map(|(meta, locks, fences, acquire)| Objects {
+        Ok(row.map(|(meta, locks, fences, acquire, permits)| Objects {
             meta,
             locks,
             fences,
             acquire,
+            permits,
         }))
     }
 
@@ -174,7 +175,8 @@ impl Lifecycle for Schema<'_> {
         Ok(true)
     }
 
-    /// An older layout's acquire function is replaced (same signature).
+    /// An older layout's functions are replaced, and its missing
+    /// `permits` table created.
     async fn create_objects(
         &self,
         conn: &mut PgConnection,
@@ -185,6 +187,7 @@ impl Lifecycle for Schema<'_> {
         for (present, create) in [
             (objects.locks, &statements.create_locks),
             (objects.fences, &statements.create_fences),
+            (objects.permits, &statements.create_permits),
             (objects.acquire && !upgrade, &statements.create_acquire),
         ] {
             if !present {

@@ -7,9 +7,10 @@
 
 use std::time::Instant;
 
-use alkstore_core::{GrantKey, LeaseMillis, fence_to_sql};
+use alkstore_core::{GrantKey, LeaseMillis, PermitSlot, fence_to_sql};
 use alkstore_sqlx::{
-    HolderRow, ListedRow, MARKER_KEY, StatementFuture, audited, lock_wait_ms, row_as,
+    AcquireRow, HolderRow, ListedRow, MARKER_KEY, PermitRow, StatementFuture, audited,
+    lock_wait_ms, row_as,
 };
 use sqlx::{PgConnection, SqlStr};
 
@@ -21,13 +22,15 @@ use sqlx::{PgConnection, SqlStr};
 /// sequence's values alone, which a promoted standby hands out again; 5's
 /// answered the same owner's grant again by reading it back, which a grant
 /// whose wait for a synchronous standby was cut short is too (committed on
-/// the primary only): all upgraded in place ([`UPGRADABLE`]), since only the
-/// function changed (and 5's fences are above every fence of 4's).
-pub const SCHEMA_VERSION: i64 = 6;
+/// the primary only); 6 had no semaphores (`permits`, `acquire_permit`,
+/// and an acquire function that refuses a name live permits hold): all
+/// upgraded in place ([`UPGRADABLE`]), since only the functions changed
+/// and a table was added (and 5's fences are above every fence of 4's).
+pub const SCHEMA_VERSION: i64 = 7;
 
 /// Older layouts an opener upgrades in place, under the creation lock: the
-/// acquire function replaced (same signature), the version recorded.
-pub(crate) const UPGRADABLE: std::ops::RangeInclusive<i64> = 3..=5;
+/// functions replaced, what is missing created, the version recorded.
+pub(crate) const UPGRADABLE: std::ops::RangeInclusive<i64> = 3..=6;
 
 /// A fence is `timeline × TIMELINE_STEP + n`, `n` drawn from the schema's
 /// sequence: 2^44, so that every fence handed out on a timeline is above
@@ -118,6 +121,8 @@ SELECT EXISTS (SELECT 1 FROM pg_class WHERE relnamespace = n.oid AND relname = '
        EXISTS (SELECT 1 FROM pg_class WHERE relnamespace = n.oid AND relname = 'locks'),
        EXISTS (SELECT 1 FROM pg_class WHERE relnamespace = n.oid AND relname = 'fences'),
        EXISTS (SELECT 1 FROM pg_proc WHERE pronamespace = n.oid AND proname = 'acquire')
+         AND EXISTS (SELECT 1 FROM pg_proc WHERE pronamespace = n.oid AND proname = 'acquire_permit'),
+       EXISTS (SELECT 1 FROM pg_class WHERE relnamespace = n.oid AND relname = 'permits')
 FROM pg_namespace n WHERE n.nspname = $1";
 
 /// The OID of the schema named `$1`.
@@ -173,6 +178,7 @@ pub(crate) struct Statements {
     pub(crate) create_meta: SqlStr,
     pub(crate) create_locks: SqlStr,
     pub(crate) create_fences: SqlStr,
+    pub(crate) create_permits: SqlStr,
     pub(crate) create_acquire: SqlStr,
     pub(crate) record_meta: SqlStr,
     pub(crate) record_version: SqlStr,
@@ -181,8 +187,12 @@ pub(crate) struct Statements {
     pub(crate) drop_schema: SqlStr,
     pub(crate) acquire: SqlStr,
     pub(crate) acquire_waiting: SqlStr,
+    pub(crate) acquire_permit: SqlStr,
+    pub(crate) acquire_permit_waiting: SqlStr,
     pub(crate) renew: SqlStr,
+    pub(crate) renew_permit: SqlStr,
     pub(crate) release: SqlStr,
+    pub(crate) release_permit: SqlStr,
     pub(crate) holder: SqlStr,
     pub(crate) list: SqlStr,
     pub(crate) force_release: SqlStr,
@@ -199,6 +209,8 @@ impl Statements {
     pub(crate) fn new(schema: &str) -> Self {
         let s = quote_ident(schema);
         let locks = format!("{s}.locks");
+        let permits = format!("{s}.permits");
+        let acquire_permit_fn = format!("{s}.acquire_permit");
         let meta = format!("{s}.meta");
         let fences = format!("{s}.fences");
         let acquire_fn = format!("{s}.acquire");
@@ -222,6 +234,8 @@ DECLARE
     now_ms bigint := {NOW_MS};
     wait_until timestamptz := clock_timestamp() + p_wait_ms * interval '1 millisecond';
     held record;
+    was_there boolean;
+    semaphore integer;
     drawn bigint;
     timeline bigint;
 BEGIN
@@ -233,11 +247,12 @@ BEGIN
     PERFORM pg_advisory_xact_lock({fence_lock_class}, hashtext(p_name));
     LOOP
         SELECT l.owner, l.fence, l.expires_at INTO held FROM {locks} l WHERE l.name = p_name;
-        IF FOUND AND held.expires_at > now_ms AND held.owner <> p_owner THEN
-            RETURN QUERY SELECT false, held.fence, held.expires_at - now_ms;
+        was_there := FOUND;
+        IF was_there AND held.expires_at > now_ms AND held.owner <> p_owner THEN
+            RETURN QUERY SELECT false, held.fence, held.expires_at - now_ms, NULL::integer;
             RETURN;
         END IF;
-        IF FOUND AND held.expires_at > now_ms THEN
+        IF was_there AND held.expires_at > now_ms THEN
             -- The same owner's live grant: answered only once a write of
             -- ours commits, because its commit waits for a synchronous
             -- standby, and the standby then has every WAL record before it,
@@ -250,17 +265,25 @@ BEGIN
                AND l.expires_at > now_ms
             RETURNING l.expires_at INTO held.expires_at;
             IF FOUND THEN
-                RETURN QUERY SELECT true, held.fence, held.expires_at - now_ms;
+                RETURN QUERY SELECT true, held.fence, held.expires_at - now_ms, NULL::integer;
                 RETURN;
             END IF;
             -- Released or expired meanwhile: look again.
             CONTINUE;
         END IF;
+        -- A name is a lock or a semaphore: live permits (granted under
+        -- this same advisory lock) refuse it, writing nothing.
+        SELECT p.permits INTO semaphore FROM {permits} p
+         WHERE p.name = p_name AND p.expires_at > now_ms LIMIT 1;
+        IF FOUND THEN
+            RETURN QUERY SELECT false, 0::bigint, 0::bigint, semaphore;
+            RETURN;
+        END IF;
         IF timeline IS NULL THEN
             -- The WAL's timeline, raised by every promotion: a fence's high part.
             timeline := {TIMELINE};
         END IF;
-        IF FOUND THEN
+        IF was_there THEN
             -- Expired: lock the row before drawing a fence (waiting for a
             -- renewal, release or purge in flight), so that a fence is drawn
             -- only for a row this transaction certainly takes over.
@@ -285,14 +308,109 @@ BEGIN
             RETURNING l.fence INTO drawn;
         END IF;
         IF drawn IS NOT NULL THEN
-            RETURN QUERY SELECT true, drawn, p_ttl;
+            RETURN QUERY SELECT true, drawn, p_ttl, NULL::integer;
             RETURN;
         END IF;
         -- Released, purged or renewed meanwhile: look again.
     END LOOP;
 END"
         );
-        let tag = dollar_tag(&body);
+        // A permit's grant path, under the same advisory lock as the
+        // lock's, so that fences of one name follow commit order and a
+        // name is never a lock and a semaphore at once. The decisions, in
+        // order: a live lock refuses; live permits of another count refuse;
+        // the owner's own live permit is given back (confirmed by a write,
+        // as the lock's is); the lowest slot with no live permit is granted
+        // (its expired row locked first, as the lock's is); none free:
+        // held, with the soonest expiry. Refusals write nothing and draw
+        // nothing. Table columns are always qualified: the output columns
+        // are variables in here.
+        let permit_body = format!(
+            "
+DECLARE
+    now_ms bigint := {NOW_MS};
+    wait_until timestamptz := clock_timestamp() + p_wait_ms * interval '1 millisecond';
+    other integer;
+    mine record;
+    free_slot integer;
+    ends bigint;
+    drawn bigint;
+    timeline bigint;
+BEGIN
+    IF current_setting('transaction_isolation') <> 'read committed' THEN
+        RAISE EXCEPTION 'alkstore needs READ COMMITTED, the transaction runs %',
+            current_setting('transaction_isolation') USING ERRCODE = '0A000';
+    END IF;
+    {BOUND_LOCK_WAIT}
+    PERFORM pg_advisory_xact_lock({fence_lock_class}, hashtext(p_name));
+    LOOP
+        IF EXISTS (SELECT 1 FROM {locks} l WHERE l.name = p_name AND l.expires_at > now_ms) THEN
+            RETURN QUERY SELECT 'lock'::text, 0::bigint, 0, 0::bigint, 0;
+            RETURN;
+        END IF;
+        SELECT p.permits INTO other FROM {permits} p
+         WHERE p.name = p_name AND p.expires_at > now_ms AND p.permits <> p_permits LIMIT 1;
+        IF FOUND THEN
+            RETURN QUERY SELECT 'mismatch'::text, 0::bigint, 0, 0::bigint, other;
+            RETURN;
+        END IF;
+        SELECT p.slot, p.fence INTO mine FROM {permits} p
+         WHERE p.name = p_name AND p.owner = p_owner AND p.expires_at > now_ms;
+        IF FOUND THEN
+            {BOUND_LOCK_WAIT}
+            UPDATE {permits} p SET owner = p.owner
+             WHERE p.name = p_name AND p.slot = mine.slot AND p.fence = mine.fence
+               AND p.expires_at > now_ms
+            RETURNING p.expires_at INTO ends;
+            IF FOUND THEN
+                RETURN QUERY SELECT 'granted'::text, mine.fence, mine.slot, ends - now_ms, p_permits;
+                RETURN;
+            END IF;
+            -- Released or expired meanwhile: look again.
+            CONTINUE;
+        END IF;
+        SELECT s.slot INTO free_slot FROM generate_series(0, p_permits - 1) AS s(slot)
+         WHERE NOT EXISTS (SELECT 1 FROM {permits} p
+                            WHERE p.name = p_name AND p.slot = s.slot AND p.expires_at > now_ms)
+         ORDER BY s.slot LIMIT 1;
+        IF NOT FOUND THEN
+            SELECT min(p.expires_at) INTO ends FROM {permits} p
+             WHERE p.name = p_name AND p.expires_at > now_ms;
+            RETURN QUERY SELECT 'held'::text, 0::bigint, 0, coalesce(ends - now_ms, 0), 0;
+            RETURN;
+        END IF;
+        IF timeline IS NULL THEN
+            timeline := {TIMELINE};
+        END IF;
+        {BOUND_LOCK_WAIT}
+        PERFORM 1 FROM {permits} p
+         WHERE p.name = p_name AND p.slot = free_slot AND p.expires_at <= now_ms FOR UPDATE;
+        IF FOUND THEN
+            UPDATE {permits} p
+               SET owner = p_owner,
+                   fence = nextval({fences_regclass}::regclass) + timeline * {TIMELINE_STEP},
+                   expires_at = now_ms + p_ttl,
+                   permits = p_permits
+             WHERE p.name = p_name AND p.slot = free_slot
+            RETURNING p.fence INTO drawn;
+        ELSIF NOT EXISTS (SELECT 1 FROM {permits} p WHERE p.name = p_name AND p.slot = free_slot) THEN
+            -- Every insert of a permit runs under the name's advisory lock.
+            INSERT INTO {permits} AS p (name, slot, owner, fence, expires_at, permits)
+            VALUES (p_name, free_slot, p_owner,
+                    nextval({fences_regclass}::regclass) + timeline * {TIMELINE_STEP},
+                    now_ms + p_ttl, p_permits)
+            ON CONFLICT ON CONSTRAINT permits_pkey DO NOTHING
+            RETURNING p.fence INTO drawn;
+        END IF;
+        IF drawn IS NOT NULL THEN
+            RETURN QUERY SELECT 'granted'::text, drawn, free_slot, p_ttl, p_permits;
+            RETURN;
+        END IF;
+        -- Renewed, released or taken meanwhile: look again.
+    END LOOP;
+END"
+        );
+        let tag = dollar_tag(&format!("{body}{permit_body}"));
         Statements {
             channel: String::new(),
             tag: store_tag(),
@@ -309,11 +427,31 @@ END"
                  )"
             )),
             create_fences: audited(format!("CREATE SEQUENCE {fences} AS bigint")),
+            create_permits: audited(format!(
+                "CREATE TABLE {permits} (
+                     name       text    NOT NULL,
+                     slot       integer NOT NULL, -- 0 .. permits - 1
+                     owner      text    NOT NULL,
+                     fence      bigint  NOT NULL,
+                     expires_at bigint  NOT NULL, -- Unix milliseconds, server clock
+                     permits    integer NOT NULL, -- the semaphore's, as its grant asked
+                     CONSTRAINT permits_pkey PRIMARY KEY (name, slot)
+                 )"
+            )),
             create_acquire: audited(format!(
-                // OR REPLACE: also how an older layout's function is upgraded.
-                "CREATE OR REPLACE FUNCTION {acquire_fn}(p_name text, p_owner text, p_ttl bigint, p_wait_ms integer)
-                 RETURNS TABLE (granted boolean, fence bigint, expires_in_ms bigint)
-                 LANGUAGE plpgsql VOLATILE AS {tag}{body}{tag}"
+                // Dropped first: an older layout's acquire function answered
+                // fewer columns, which OR REPLACE cannot change. One
+                // transaction (the creation lock's) holds both.
+                "DROP FUNCTION IF EXISTS {acquire_fn}(text, text, bigint, integer);
+                 CREATE FUNCTION {acquire_fn}(p_name text, p_owner text, p_ttl bigint, p_wait_ms integer)
+                 RETURNS TABLE (granted boolean, fence bigint, expires_in_ms bigint,
+                                held_as_semaphore integer)
+                 LANGUAGE plpgsql VOLATILE AS {tag}{body}{tag};
+                 CREATE OR REPLACE FUNCTION {acquire_permit_fn}(p_name text, p_permits integer,
+                     p_owner text, p_ttl bigint, p_wait_ms integer)
+                 RETURNS TABLE (outcome text, fence bigint, slot integer, expires_in_ms bigint,
+                                live_permits integer)
+                 LANGUAGE plpgsql VOLATILE AS {tag}{permit_body}{tag};"
             )),
             // $1 schema_version, $2 created_schema.
             record_meta: audited(format!(
@@ -330,6 +468,8 @@ END"
             drop_objects: audited(format!(
                 // By name: an older version's function had other arguments.
                 "DROP FUNCTION IF EXISTS {acquire_fn};
+                 DROP FUNCTION IF EXISTS {acquire_permit_fn};
+                 DROP TABLE IF EXISTS {permits};
                  DROP TABLE IF EXISTS {locks};
                  DROP SEQUENCE IF EXISTS {fences};
                  DROP TABLE IF EXISTS {meta};"
@@ -350,9 +490,10 @@ END"
                      FROM {locks} l, clock c
                      WHERE l.name = $1 AND l.expires_at > c.now_ms AND l.owner <> $2
                  )
-                 SELECT false AS granted, fence, expires_in_ms FROM live
+                 SELECT false AS granted, fence, expires_in_ms, NULL::integer FROM live
                  UNION ALL
-                 SELECT g.granted, g.fence, g.expires_in_ms FROM {acquire_fn}($1, $2, $3, $4) g
+                 SELECT g.granted, g.fence, g.expires_in_ms, g.held_as_semaphore
+                 FROM {acquire_fn}($1, $2, $3, $4) g
                  WHERE NOT EXISTS (SELECT 1 FROM live) AND EXISTS (SELECT 1 FROM durable_commit)"
             )),
             // A waiting acquire's statement: the acquire function alone. The
@@ -362,7 +503,38 @@ END"
             // The same parameters as `acquire`.
             acquire_waiting: audited(format!(
                 "WITH {DURABLE_COMMIT_CTE}
-                 SELECT g.granted, g.fence, g.expires_in_ms FROM {acquire_fn}($1, $2, $3, $4) g
+                 SELECT g.granted, g.fence, g.expires_in_ms, g.held_as_semaphore
+                 FROM {acquire_fn}($1, $2, $3, $4) g
+                 WHERE EXISTS (SELECT 1 FROM durable_commit)"
+            )),
+            // One statement, as `acquire`: when the statement's snapshot
+            // sees every permit live, of the count asked, none the owner's,
+            // nothing is written and the answer is "held", with the soonest
+            // expiry; otherwise the permit function decides. $1 name, $2
+            // permits, $3 owner, $4 ttl ms, $5 the bound on lock waits in
+            // ms (NULL: none).
+            acquire_permit: audited(format!(
+                "WITH {DURABLE_COMMIT_CTE},
+                 clock AS (SELECT {NOW_MS} AS now_ms),
+                 seen AS (
+                     SELECT count(*) AS live, min(p.expires_at) - min(c.now_ms) AS soonest,
+                            coalesce(bool_or(p.owner = $3 OR p.permits <> $2), false) AS decide
+                     FROM {permits} p, clock c
+                     WHERE p.name = $1 AND p.expires_at > c.now_ms
+                 ),
+                 full_up AS (SELECT soonest FROM seen WHERE live >= $2 AND NOT decide)
+                 SELECT 'held'::text AS outcome, 0::bigint, 0, soonest, 0 FROM full_up
+                 UNION ALL
+                 SELECT g.outcome, g.fence, g.slot, g.expires_in_ms, g.live_permits
+                 FROM {acquire_permit_fn}($1, $2, $3, $4, $5) g
+                 WHERE NOT EXISTS (SELECT 1 FROM full_up) AND EXISTS (SELECT 1 FROM durable_commit)"
+            )),
+            // A waiting permit acquire's statement: the function alone, for
+            // the reason `acquire_waiting` gives. The same parameters.
+            acquire_permit_waiting: audited(format!(
+                "WITH {DURABLE_COMMIT_CTE}
+                 SELECT g.outcome, g.fence, g.slot, g.expires_in_ms, g.live_permits
+                 FROM {acquire_permit_fn}($1, $2, $3, $4, $5) g
                  WHERE EXISTS (SELECT 1 FROM durable_commit)"
             )),
             // $1 name, $2 owner, $3 fence, $4 ttl ms.
@@ -371,6 +543,24 @@ END"
                  UPDATE {locks} SET expires_at = {NOW_MS} + $4
                  WHERE name = $1 AND owner = $2 AND fence = $3 AND expires_at > {NOW_MS}
                    AND EXISTS (SELECT 1 FROM durable_commit)"
+            )),
+            // $1 name, $2 slot, $3 owner, $4 fence, $5 ttl ms.
+            renew_permit: audited(format!(
+                "WITH {DURABLE_COMMIT_CTE}
+                 UPDATE {permits} SET expires_at = {NOW_MS} + $5
+                 WHERE name = $1 AND slot = $2 AND owner = $3 AND fence = $4
+                   AND expires_at > {NOW_MS} AND EXISTS (SELECT 1 FROM durable_commit)"
+            )),
+            // As `release`, of a permit: $1 name, $2 slot, $3 owner, $4
+            // fence, $5 channel, $6 store tag.
+            release_permit: audited(format!(
+                "WITH {ASYNC_COMMIT_CTE},
+                 gone AS (
+                     DELETE FROM {permits} WHERE name = $1 AND slot = $2 AND owner = $3 AND fence = $4
+                       AND EXISTS (SELECT 1 FROM async_commit)
+                     RETURNING name
+                 )
+                 SELECT count(pg_notify($5, $6 || ':' || gone.name)::text) FROM gone"
             )),
             // The release notifies waiters in the same statement; NOTIFY is
             // delivered when it commits. The payload is "<store tag>:<name>",
@@ -393,28 +583,66 @@ END"
                  WHERE name = $1 AND expires_at > {NOW_MS}"
             )),
             // $1 prefix, $2 the name to start after ('' from the first), $3
-            // page size. Names compare as bytes (COLLATE "C"), whatever the
-            // database's collation; `starts_with` matches the prefix
-            // literally, unlike LIKE. One snapshot for the page.
+            // page size. Answers name, owner, fence, time left, slot and
+            // permits (NULL for a lock), in name and slot order: the first
+            // $3 live rows of both tables (each read in key order, $3 at
+            // most), then every live permit of the last one's name, so that
+            // a page never splits a semaphore. Names compare as bytes
+            // (COLLATE "C"), whatever the database's collation;
+            // `starts_with` matches the prefix literally, unlike LIKE. One
+            // snapshot for the page.
             list: audited(format!(
-                "SELECT name, owner, fence, expires_at - {NOW_MS} FROM {locks}
-                 WHERE starts_with(name, $1) AND name COLLATE \"C\" > $2
-                   AND expires_at > {NOW_MS}
-                 ORDER BY name COLLATE \"C\" LIMIT $3"
+                "WITH clock AS (SELECT {NOW_MS} AS now_ms),
+                 locks AS (
+                     SELECT l.name, NULL::integer AS slot, NULL::integer AS permits,
+                            l.owner, l.fence, l.expires_at
+                     FROM {locks} l, clock c
+                     WHERE starts_with(l.name, $1) AND l.name COLLATE \"C\" > $2
+                       AND l.expires_at > c.now_ms
+                     ORDER BY l.name COLLATE \"C\" LIMIT $3
+                 ),
+                 first_permits AS (
+                     SELECT p.name, p.slot FROM {permits} p, clock c
+                     WHERE starts_with(p.name, $1) AND p.name COLLATE \"C\" > $2
+                       AND p.expires_at > c.now_ms
+                     ORDER BY p.name COLLATE \"C\", p.slot LIMIT $3
+                 ),
+                 page AS (
+                     SELECT u.name FROM (SELECT name, slot FROM locks
+                                         UNION ALL SELECT name, slot FROM first_permits) u
+                     ORDER BY u.name COLLATE \"C\", u.slot NULLS FIRST LIMIT $3
+                 ),
+                 last AS (SELECT max(name COLLATE \"C\") AS name FROM page)
+                 SELECT r.name, r.owner, r.fence, r.expires_at - c.now_ms, r.slot, r.permits
+                 FROM (SELECT * FROM locks
+                       UNION ALL
+                       SELECT p.name, p.slot, p.permits, p.owner, p.fence, p.expires_at
+                       FROM {permits} p, clock c
+                       WHERE starts_with(p.name, $1) AND p.name COLLATE \"C\" > $2
+                         AND p.expires_at > c.now_ms) r, clock c
+                 WHERE r.name COLLATE \"C\" <= (SELECT name FROM last)
+                 ORDER BY r.name COLLATE \"C\", r.slot NULLS FIRST"
             )),
             // $1 name, $2 channel, $3 store tag, $4 the fence or NULL. Removes
-            // the live row only (of that fence, when one is given), answers
-            // it, and notifies waiters as a release does. Durable
-            // (the operator is told the name is free; a crash must not bring
-            // the grant back).
+            // the live lock (of that fence, when one is given), or the live
+            // permit of that fence (fences are unique in the schema: one row
+            // at most), answers it, and notifies waiters as a release does.
+            // Durable (the operator is told the name is free; a crash must
+            // not bring the grant back).
             force_release: audited(format!(
                 "WITH {DURABLE_COMMIT_CTE},
-                 gone AS (
+                 gone_lock AS (
                      DELETE FROM {locks} WHERE name = $1 AND expires_at > {NOW_MS}
                        AND ($4::bigint IS NULL OR fence = $4)
                        AND EXISTS (SELECT 1 FROM durable_commit)
                      RETURNING owner, fence, expires_at
-                 )
+                 ),
+                 gone_permit AS (
+                     DELETE FROM {permits} WHERE name = $1 AND expires_at > {NOW_MS}
+                       AND fence = $4 AND EXISTS (SELECT 1 FROM durable_commit)
+                     RETURNING owner, fence, expires_at
+                 ),
+                 gone AS (SELECT * FROM gone_lock UNION ALL SELECT * FROM gone_permit)
                  SELECT owner, fence, expires_at - {NOW_MS}, pg_notify($2, $3 || ':' || $1)::text
                  FROM gone"
             )),
@@ -430,11 +658,21 @@ END"
                         + {TIMELINE} * {TIMELINE_STEP}
                  FROM durable_commit"
             )),
-            // Commits without waiting for the WAL flush, as a release does.
+            // Both tables' expired rows; answers how many. Commits without
+            // waiting for the WAL flush, as a release does.
             purge: audited(format!(
-                "WITH {ASYNC_COMMIT_CTE}
-                 DELETE FROM {locks}
-                 WHERE expires_at <= {NOW_MS} AND EXISTS (SELECT 1 FROM async_commit)"
+                "WITH {ASYNC_COMMIT_CTE},
+                 locks_gone AS (
+                     DELETE FROM {locks}
+                     WHERE expires_at <= {NOW_MS} AND EXISTS (SELECT 1 FROM async_commit)
+                     RETURNING 1
+                 ),
+                 permits_gone AS (
+                     DELETE FROM {permits}
+                     WHERE expires_at <= {NOW_MS} AND EXISTS (SELECT 1 FROM async_commit)
+                     RETURNING 1
+                 )
+                 SELECT (SELECT count(*) FROM locks_gone) + (SELECT count(*) FROM permits_gone)"
             )),
         }
     }
@@ -451,6 +689,12 @@ fn store_tag() -> String {
     format!("{}.{n}.{nanos}", std::process::id())
 }
 
+/// A permit's slot as the `permits` table stores it (`integer`); slots are
+/// below `MAX_PERMITS`, so it fits.
+fn slot_to_sql(permit: PermitSlot) -> i32 {
+    i32::try_from(permit.slot).unwrap_or(i32::MAX)
+}
+
 /// Each operation's statement with its binds, `$1`, `$2`, … in order.
 impl alkstore_sqlx::Statements for Statements {
     type Dialect = crate::connection::Postgres;
@@ -462,7 +706,7 @@ impl alkstore_sqlx::Statements for Statements {
         owner: &str,
         ttl: LeaseMillis,
         bound: Option<Instant>,
-    ) -> StatementFuture<'c, Option<(bool, i64, i64)>> {
+    ) -> StatementFuture<'c, Option<AcquireRow>> {
         // A waiting acquire bounds every lock wait, the table's included.
         let statement = match bound {
             Some(_) => &self.acquire_waiting,
@@ -482,17 +726,52 @@ impl alkstore_sqlx::Statements for Statements {
         )
     }
 
+    fn acquire_permit<'c>(
+        &self,
+        conn: &'c mut PgConnection,
+        name: &str,
+        permits: u32,
+        owner: &str,
+        ttl: LeaseMillis,
+        bound: Option<Instant>,
+    ) -> StatementFuture<'c, Option<PermitRow>> {
+        let statement = match bound {
+            Some(_) => &self.acquire_permit_waiting,
+            None => &self.acquire_permit,
+        };
+        let wait_ms = bound.map(|b| i32::try_from(lock_wait_ms(b)).unwrap_or(i32::MAX));
+        Box::pin(
+            sqlx::query(statement.clone())
+                .bind(name)
+                // At most MAX_PERMITS (validated by the core), so it fits.
+                .bind(i32::try_from(permits).unwrap_or(i32::MAX))
+                .bind(owner)
+                .bind(ttl.as_i64())
+                .bind(wait_ms)
+                .try_map(row_as)
+                .fetch_optional(conn),
+        )
+    }
+
     fn renew<'c>(
         &self,
         conn: &'c mut PgConnection,
         grant: &GrantKey,
         ttl: LeaseMillis,
     ) -> StatementFuture<'c, u64> {
-        let renew = sqlx::query(self.renew.clone())
-            .bind(&grant.name)
-            .bind(&grant.owner)
-            .bind(fence_to_sql(grant.fence))
-            .bind(ttl.as_i64());
+        let renew = match grant.permit {
+            None => sqlx::query(self.renew.clone())
+                .bind(&grant.name)
+                .bind(&grant.owner)
+                .bind(fence_to_sql(grant.fence))
+                .bind(ttl.as_i64()),
+            Some(permit) => sqlx::query(self.renew_permit.clone())
+                .bind(&grant.name)
+                .bind(slot_to_sql(permit))
+                .bind(&grant.owner)
+                .bind(fence_to_sql(grant.fence))
+                .bind(ttl.as_i64()),
+        };
         Box::pin(async move { Ok(renew.execute(conn).await?.rows_affected()) })
     }
 
@@ -501,13 +780,20 @@ impl alkstore_sqlx::Statements for Statements {
         conn: &'c mut PgConnection,
         grant: &GrantKey,
     ) -> StatementFuture<'c, u64> {
-        let release = sqlx::query(self.release.clone())
-            .bind(&grant.name)
-            .bind(&grant.owner)
-            .bind(fence_to_sql(grant.fence))
-            .bind(&self.channel)
-            .bind(&self.tag)
-            .try_map(row_as::<_, (i64,)>);
+        let release = match grant.permit {
+            None => sqlx::query(self.release.clone())
+                .bind(&grant.name)
+                .bind(&grant.owner)
+                .bind(fence_to_sql(grant.fence)),
+            Some(permit) => sqlx::query(self.release_permit.clone())
+                .bind(&grant.name)
+                .bind(slot_to_sql(permit))
+                .bind(&grant.owner)
+                .bind(fence_to_sql(grant.fence)),
+        }
+        .bind(&self.channel)
+        .bind(&self.tag)
+        .try_map(row_as::<_, (i64,)>);
         Box::pin(async move { Ok(release.fetch_one(conn).await?.0.unsigned_abs()) })
     }
 
@@ -563,8 +849,8 @@ impl alkstore_sqlx::Statements for Statements {
     }
 
     fn purge<'c>(&self, conn: &'c mut PgConnection) -> StatementFuture<'c, u64> {
-        let purge = sqlx::query(self.purge.clone());
-        Box::pin(async move { Ok(purge.execute(conn).await?.rows_affected()) })
+        let purge = sqlx::query(self.purge.clone()).try_map(row_as::<_, (i64,)>);
+        Box::pin(async move { Ok(purge.fetch_one(conn).await?.0.unsigned_abs()) })
     }
 
     fn raise_fences<'c>(&self, conn: &'c mut PgConnection, by: i64) -> StatementFuture<'c, i64> {

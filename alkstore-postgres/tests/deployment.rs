@@ -137,6 +137,7 @@ async fn a_role_with_only_dml_rights_uses_a_provisioned_schema() {
         format!(
             "GRANT USAGE ON SCHEMA {s} TO \"{role}\";
          GRANT SELECT, INSERT, UPDATE, DELETE ON {s}.locks TO \"{role}\";
+         GRANT SELECT, INSERT, UPDATE, DELETE ON {s}.permits TO \"{role}\";
          GRANT SELECT ON {s}.meta TO \"{role}\";
          GRANT USAGE ON SEQUENCE {s}.fences TO \"{role}\";"
         ),
@@ -168,6 +169,14 @@ async fn a_role_with_only_dml_rights_uses_a_provisioned_schema() {
         "worker-1"
     );
     assert!(lock.release().await.unwrap());
+    let permit = store
+        .try_acquire_permit("pool", 2, "worker-1", TTL)
+        .await
+        .unwrap()
+        .expect("a permit");
+    assert!(permit.renew(TTL).await.unwrap());
+    assert_eq!(store.holders("pool").await.unwrap().len(), 1);
+    assert!(permit.release().await.unwrap());
     assert_eq!(store.purge_expired().await.unwrap(), 0);
     store.close().await.unwrap();
 

@@ -221,7 +221,70 @@ async fn refused_acquire_writes_no_wal() {
     schema.drop().await;
 }
 
+/// A refused permit writes no WAL, however it is refused: every permit
+/// held (the statement's own read), another count, a lock's name (the
+/// function's decisions), a semaphore's name asked as a lock.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn refused_permits_write_no_wal() {
+    let Some((store, schema)) = common::store("nowalpermits").await else {
+        return;
+    };
+    let held: Vec<_> = both_permits_held(&store).await;
+    let lock = store
+        .try_lock("locked", "holder", TTL)
+        .await
+        .unwrap()
+        .unwrap();
+    let Some(before) = statement_stats(&store).await else {
+        eprintln!("SKIPPED: pg_stat_statements is not loaded on this server");
+        return;
+    };
+    for i in 0..250 {
+        let owner = format!("c{i}");
+        let full = store.try_acquire_permit("pool", 2, &owner, TTL).await;
+        assert!(full.unwrap().is_none());
+        let mismatch = store.try_acquire_permit("pool", 3, &owner, TTL).await;
+        assert!(matches!(mismatch, Err(Error::PermitsMismatch { .. })));
+        let on_a_lock = store.try_acquire_permit("locked", 2, &owner, TTL).await;
+        assert!(matches!(on_a_lock, Err(Error::HeldAsOtherKind { .. })));
+        let as_a_lock = store.try_lock("pool", &owner, TTL).await;
+        assert!(matches!(as_a_lock, Err(Error::HeldAsOtherKind { .. })));
+    }
+    let after = statement_stats(&store).await.unwrap();
+    let (permit_calls_before, permit_wal_before) = calls_and_wal(&before, "full_up");
+    let (permit_calls_after, permit_wal_after) = calls_and_wal(&after, "full_up");
+    let (lock_calls_before, lock_wal_before) = calls_and_wal(&before, "UNION ALL");
+    let (lock_calls_after, lock_wal_after) = calls_and_wal(&after, "UNION ALL");
+    assert_eq!(permit_calls_after - permit_calls_before, 750);
+    // "UNION ALL" matches both statements.
+    assert_eq!(lock_calls_after - lock_calls_before, 1000);
+    assert_eq!(
+        permit_wal_after - permit_wal_before,
+        0,
+        "permit refusals wrote WAL"
+    );
+    assert_eq!(lock_wal_after - lock_wal_before, 0, "refusals wrote WAL");
+    assert!(permit_wal_before > 0, "the grants themselves write WAL");
+    for permit in held {
+        assert!(permit.release().await.unwrap());
+    }
+    assert!(lock.release().await.unwrap());
+    store.close().await.unwrap();
+    schema.drop().await;
+}
+
+/// Both permits of "pool" (of 2), held.
+async fn both_permits_held(store: &PgStore) -> Vec<Box<dyn alkstore_core::Lock>> {
+    let mut held = Vec::new();
+    for owner in ["a", "b"] {
+        let permit = store.try_acquire_permit("pool", 2, owner, TTL).await;
+        held.push(permit.unwrap().expect("a free permit"));
+    }
+    held
+}
+
 /// Acquire, renew, release, a refusal and holder are one round trip each,
+/// a permit's acquire, refusal, renew and release too,
 /// counted on the wire through a proxy (after a warm-up, so that statement
 /// preparation is cached as in steady state).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -262,6 +325,33 @@ async fn one_round_trip_per_operation() {
             &[1, 1, 1, 1, 1],
             "round trips of [acquire, refused, renew, holder, release]: {trips:?}"
         );
+    }
+    // A permit's: acquire, refused (every permit held), renew, release.
+    for warm_up in [true, false] {
+        let mut trips = Vec::new();
+        for _ in 0..if warm_up { 3 } else { 20 } {
+            let t0 = measure(&flights);
+            let permit = store.try_acquire_permit("pool", 1, "a", TTL).await;
+            let permit = permit.unwrap().unwrap();
+            let t1 = measure(&flights);
+            let refused = store.try_acquire_permit("pool", 1, "b", TTL).await;
+            assert!(refused.unwrap().is_none());
+            let t2 = measure(&flights);
+            assert!(permit.renew(TTL).await.unwrap());
+            let t3 = measure(&flights);
+            assert!(permit.release().await.unwrap());
+            let t4 = measure(&flights);
+            trips.push([t1 - t0, t2 - t1, t3 - t2, t4 - t3]);
+        }
+        if !warm_up {
+            for t in &trips {
+                assert_eq!(
+                    t,
+                    &[1, 1, 1, 1],
+                    "round trips of a permit's [acquire, refused, renew, release]: {trips:?}"
+                );
+            }
+        }
     }
     store.drop_schema().await.unwrap();
     store.close().await.unwrap();
@@ -454,6 +544,61 @@ async fn layout_3_is_upgraded_in_place() {
     let after = reopened.try_lock("job", "a", TTL).await.unwrap().unwrap();
     assert!(after.fence() > before);
     assert!(after.release().await.unwrap());
+    reopened.drop_schema().await.unwrap();
+    reopened.close().await.unwrap();
+}
+
+/// A store of layout 6 (no semaphores: no `permits` table, no
+/// `acquire_permit`, and an acquire function answering three columns) is
+/// upgraded in place when opened: the table and both functions made, the
+/// version recorded, a live lock and the fences kept.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn layout_6_is_upgraded_in_place_with_semaphores() {
+    let Some((store, schema)) = common::store("upgrade6").await else {
+        return;
+    };
+    let s = common::quoted_schema(&store);
+    let held = store.try_lock("held", "a", TTL).await.unwrap().unwrap();
+    // Back to layout 6's objects: an acquire function of its shape (three
+    // columns; its body does not matter here), no semaphore objects.
+    sqlx::raw_sql(sqlx::AssertSqlSafe(format!(
+        "DROP FUNCTION {s}.acquire_permit;
+         DROP TABLE {s}.permits;
+         DROP FUNCTION {s}.acquire;
+         CREATE FUNCTION {s}.acquire(p_name text, p_owner text, p_ttl bigint, p_wait_ms integer)
+         RETURNS TABLE (granted boolean, fence bigint, expires_in_ms bigint)
+         LANGUAGE sql AS 'SELECT false, 0::bigint, 0::bigint';
+         UPDATE {s}.meta SET value = 6 WHERE key = 'schema_version'"
+    )))
+    .execute(store.pool())
+    .await
+    .unwrap();
+    held.let_lapse();
+    store.close().await.unwrap();
+
+    let reopened = PgStore::connect(&schema.url, &schema.name).await.unwrap();
+    let (version,): (i64,) = sqlx::query_as(sqlx::AssertSqlSafe(format!(
+        "SELECT value FROM {s}.meta WHERE key = 'schema_version'"
+    )))
+    .fetch_one(reopened.pool())
+    .await
+    .unwrap();
+    assert_eq!(version, alkstore_postgres::SCHEMA_VERSION);
+    let holder = reopened.holder("held").await.unwrap().expect("still held");
+    assert_eq!(holder.owner, "a");
+    let permit = reopened
+        .try_acquire_permit("pool", 2, "b", TTL)
+        .await
+        .unwrap()
+        .expect("a permit after the upgrade");
+    assert!(permit.fence() > holder.fence);
+    // The lock function is this layout's: it refuses a semaphore's name.
+    let clash = reopened.try_lock("pool", "c", TTL).await;
+    assert!(
+        matches!(clash, Err(alkstore_core::Error::HeldAsOtherKind { .. })),
+        "{clash:?}"
+    );
+    assert!(permit.release().await.unwrap());
     reopened.drop_schema().await.unwrap();
     reopened.close().await.unwrap();
 }

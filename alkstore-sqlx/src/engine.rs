@@ -14,8 +14,8 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use alkstore_core::{
-    Attempt, BoxError, Engine, GrantKey, Holder, LeaseMillis, Listed, ReleaseBus, fence_from_sql,
-    fence_to_sql, holder_from_sql, lease_left,
+    Attempt, BoxError, Engine, GrantKey, Holder, LeaseMillis, Listed, PermitAttempt, PermitSlot,
+    ReleaseBus, fence_from_sql, fence_to_sql, holder_from_sql, lease_left,
 };
 use async_trait::async_trait;
 
@@ -27,8 +27,35 @@ use crate::{
 /// A holder's row: owner, fence, lease left in milliseconds.
 pub type HolderRow = (String, i64, i64);
 
-/// A listed row: name, owner, fence, lease left in milliseconds.
-pub type ListedRow = (String, String, i64, i64);
+/// A listed row: name, owner, fence, lease left in milliseconds, and for a
+/// semaphore's permit its slot and the semaphore's permits (`None` for a
+/// lock's grant).
+pub type ListedRow = (String, String, i64, i64, Option<i32>, Option<i32>);
+
+/// An acquire's answer: granted, fence, lease left in milliseconds (of the
+/// grant, or of the live holder), and, when live permits of a semaphore
+/// hold the name, their permits (then nothing was granted or written).
+pub type AcquireRow = (bool, i64, i64, Option<i32>);
+
+/// A permit acquire's answer: the outcome (one of [`PermitOutcome`]'s
+/// texts), fence, slot, lease left in milliseconds (of the grant, or of the
+/// live permit that ends first), and the live grants' permits (for a
+/// mismatch).
+pub type PermitRow = (String, i64, i32, i64, i32);
+
+/// The outcomes a permit acquire's statement answers, as text.
+pub struct PermitOutcome;
+
+impl PermitOutcome {
+    /// A permit was granted (or the owner's live one given back).
+    pub const GRANTED: &'static str = "granted";
+    /// Every permit is held by someone else.
+    pub const HELD: &'static str = "held";
+    /// Live grants of the name have another number of permits.
+    pub const MISMATCH: &'static str = "mismatch";
+    /// A live lock holds the name.
+    pub const HELD_AS_LOCK: &'static str = "lock";
+}
 
 /// One store's statements in one dialect: per operation, the statement with
 /// its binds, in parameter order next to its SQL, and how its answer is
@@ -40,7 +67,7 @@ pub trait Statements: Debug + Send + Sync + 'static {
 
     /// Grants `name` to `owner` for `ttl` unless someone else's live lease
     /// holds it; `bound`, for a waiting acquire, is when its lock waits
-    /// end. Answers `(granted, fence, lease left in ms)`; no row is an error.
+    /// end. Answers an [`AcquireRow`]; no row is an error.
     fn acquire<'c>(
         &self,
         conn: &'c mut Conn<Self::Dialect>,
@@ -48,10 +75,33 @@ pub trait Statements: Debug + Send + Sync + 'static {
         owner: &str,
         ttl: LeaseMillis,
         bound: Option<Instant>,
-    ) -> StatementFuture<'c, Option<(bool, i64, i64)>>;
+    ) -> StatementFuture<'c, Option<AcquireRow>>;
 
-    /// Extends the live grant to `ttl` from now; answers the rows it
-    /// matched (1, or 0 when the grant is gone).
+    /// A permit of the semaphore `name` of `permits` permits for `owner`,
+    /// by the rules of [`Engine::acquire_permit`]; `bound` as for
+    /// [`Statements::acquire`]. Answers a [`PermitRow`]; no row is an
+    /// error. The default: the dialect has no semaphores
+    /// ([`PermitsUnsupported`](alkstore_core::PermitsUnsupported)).
+    fn acquire_permit<'c>(
+        &self,
+        conn: &'c mut Conn<Self::Dialect>,
+        name: &str,
+        permits: u32,
+        owner: &str,
+        ttl: LeaseMillis,
+        bound: Option<Instant>,
+    ) -> StatementFuture<'c, Option<PermitRow>> {
+        let _ = (conn, name, permits, owner, ttl, bound);
+        Box::pin(async {
+            Err(sqlx::Error::Configuration(
+                alkstore_core::PermitsUnsupported.into(),
+            ))
+        })
+    }
+
+    /// Extends the live grant (a lock's, or a permit's: [`GrantKey::permit`])
+    /// to `ttl` from now; answers the rows it matched (1, or 0 when the
+    /// grant is gone).
     fn renew<'c>(
         &self,
         conn: &'c mut Conn<Self::Dialect>,
@@ -75,7 +125,8 @@ pub trait Statements: Debug + Send + Sync + 'static {
     ) -> StatementFuture<'c, Option<HolderRow>>;
 
     /// Live grants whose names start with `prefix`, after `after` in byte
-    /// order (`""` from the first), at most `limit`.
+    /// order (`""` from the first): the first `limit` in name and slot
+    /// order, and every live permit of the last one's name.
     fn list<'c>(
         &self,
         conn: &'c mut Conn<Self::Dialect>,
@@ -84,8 +135,9 @@ pub trait Statements: Debug + Send + Sync + 'static {
         limit: i64,
     ) -> StatementFuture<'c, Vec<ListedRow>>;
 
-    /// Removes the live grant of `name` (of that `fence`, when given),
-    /// durably, waking waiters; answers what it removed.
+    /// Removes the live lock of `name`, or with `fence` the live grant of
+    /// that fence (a lock's or a permit's), durably, waking waiters;
+    /// answers what it removed.
     fn force_release<'c>(
         &self,
         conn: &'c mut Conn<Self::Dialect>,
@@ -93,7 +145,7 @@ pub trait Statements: Debug + Send + Sync + 'static {
         fence: Option<i64>,
     ) -> StatementFuture<'c, Option<HolderRow>>;
 
-    /// Deletes expired rows; answers how many.
+    /// Deletes expired rows, locks' and permits'; answers how many.
     fn purge<'c>(&self, conn: &'c mut Conn<Self::Dialect>) -> StatementFuture<'c, u64>;
 
     /// Raises the fences by at least `by`, durably; answers the lowest
@@ -191,6 +243,41 @@ impl<S: Statements> SqlxEngine<S> {
     }
 }
 
+impl<S: Statements> SqlxEngine<S> {
+    /// An acquire statement's answer: its row, `None` when a waiting
+    /// acquire ran out of time (a refusal), or the error (a lost `fences`
+    /// sequence named as such).
+    fn answered<T>(
+        &self,
+        row: Result<Option<T>, BoxError>,
+        deadline: Option<Instant>,
+    ) -> Result<Option<T>, BoxError> {
+        match row {
+            Ok(Some(row)) => Ok(Some(row)),
+            Ok(None) => Err("the acquire statement returned no row".into()),
+            Err(error) if deadline.is_some() && crate::ran_out_of_time::<S::Dialect>(&error) => {
+                Ok(None)
+            }
+            Err(error)
+                if error
+                    .downcast_ref::<sqlx::Error>()
+                    .is_some_and(S::Dialect::fences_gone) =>
+            {
+                Err(LostFencesError {
+                    namespace: self.namespace.clone(),
+                }
+                .into())
+            }
+            Err(error) => Err(error),
+        }
+    }
+}
+
+/// A slot or a count of permits as SQL stores it (`integer`).
+fn permits_from_sql(value: i32) -> Result<u32, BoxError> {
+    u32::try_from(value).map_err(|_| format!("a permit row holds {value}").into())
+}
+
 /// Names and owners as the database returned them.
 fn holders(row: HolderRow) -> Holder {
     let (owner, fence, left) = row;
@@ -214,29 +301,54 @@ impl<S: Statements> Engine for SqlxEngine<S> {
                     .acquire(conn, name, owner, ttl, attempt.bound)
             })
             .await;
-        Ok(match row {
-            Ok(Some((true, fence, left))) => Attempt::Granted {
+        Ok(match self.answered(row, deadline)? {
+            None => Attempt::Held { expires_in: None },
+            Some((_, _, _, Some(permits))) => Attempt::HeldAsSemaphore {
+                permits: permits_from_sql(permits)?,
+            },
+            Some((true, fence, left, None)) => Attempt::Granted {
                 fence: fence_from_sql(fence),
                 expires_in: lease_left(left),
             },
-            Ok(Some((false, _, left))) => Attempt::Held {
+            Some((false, _, left, None)) => Attempt::Held {
                 expires_in: Some(lease_left(left)),
             },
-            Ok(None) => return Err("the acquire statement returned no row".into()),
-            Err(error) if deadline.is_some() && crate::ran_out_of_time::<S::Dialect>(&error) => {
-                Attempt::Held { expires_in: None }
-            }
-            Err(error)
-                if error
-                    .downcast_ref::<sqlx::Error>()
-                    .is_some_and(S::Dialect::fences_gone) =>
-            {
-                return Err(LostFencesError {
-                    namespace: self.namespace.clone(),
-                }
-                .into());
-            }
-            Err(error) => return Err(error),
+        })
+    }
+
+    async fn acquire_permit(
+        &self,
+        name: &str,
+        permits: u32,
+        owner: &str,
+        ttl: LeaseMillis,
+        deadline: Option<Instant>,
+    ) -> Result<PermitAttempt, BoxError> {
+        let row = self
+            .connections
+            // Run again, the same owner is granted its own permit back.
+            .run(OnLostConnection::RunAgain, deadline, |conn, attempt| {
+                self.statements
+                    .acquire_permit(conn, name, permits, owner, ttl, attempt.bound)
+            })
+            .await;
+        let Some((outcome, fence, slot, left, live)) = self.answered(row, deadline)? else {
+            return Ok(PermitAttempt::Held { expires_in: None });
+        };
+        Ok(match outcome.as_str() {
+            PermitOutcome::GRANTED => PermitAttempt::Granted {
+                fence: fence_from_sql(fence),
+                slot: permits_from_sql(slot)?,
+                expires_in: lease_left(left),
+            },
+            PermitOutcome::HELD => PermitAttempt::Held {
+                expires_in: Some(lease_left(left)),
+            },
+            PermitOutcome::MISMATCH => PermitAttempt::Mismatch {
+                permits: permits_from_sql(live)?,
+            },
+            PermitOutcome::HELD_AS_LOCK => PermitAttempt::HeldAsLock,
+            other => return Err(format!("a permit acquire answered {other:?}").into()),
         })
     }
 
@@ -294,12 +406,21 @@ impl<S: Statements> Engine for SqlxEngine<S> {
             .await?;
         Ok(rows
             .into_iter()
-            .map(|(name, owner, fence, left)| Listed {
-                name,
-                holder: holder_from_sql(owner, fence, left),
-                permit: None,
+            .map(|(name, owner, fence, left, slot, permits)| {
+                let permit = match (slot, permits) {
+                    (Some(slot), Some(permits)) => Some(PermitSlot {
+                        slot: permits_from_sql(slot)?,
+                        permits: permits_from_sql(permits)?,
+                    }),
+                    _ => None,
+                };
+                Ok(Listed {
+                    name,
+                    holder: holder_from_sql(owner, fence, left),
+                    permit,
+                })
             })
-            .collect())
+            .collect::<Result<_, BoxError>>()?)
     }
 
     async fn force_release(

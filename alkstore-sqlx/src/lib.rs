@@ -67,7 +67,10 @@ pub use connections::{
     connect_pool, connect_url,
 };
 pub use dialect::{Conn, Dialect, Options, lock_wait_ms, ran_out_of_time};
-pub use engine::{HolderRow, ListedRow, Polling, SqlxEngine, Statements, Wakeups};
+pub use engine::{
+    AcquireRow, HolderRow, ListedRow, PermitOutcome, PermitRow, Polling, SqlxEngine, Statements,
+    Wakeups,
+};
 pub use namespace::{
     ForeignObjectsError, Layout, LostFencesError, MARKER_KEY, Meta, Namespace, Objects,
 };

@@ -78,19 +78,22 @@ pub struct Objects {
     pub locks: bool,
     /// The `fences` sequence.
     pub fences: bool,
-    /// The `acquire` routine.
+    /// The `acquire` routines (the lock's and, where the dialect has
+    /// semaphores, the permit's).
     pub acquire: bool,
+    /// The `permits` table.
+    pub permits: bool,
 }
 
 impl Objects {
-    /// All four are there.
+    /// All of them are there.
     pub fn all(self) -> bool {
-        self.meta && self.locks && self.fences && self.acquire
+        self.meta && self.locks && self.fences && self.acquire && self.permits
     }
 
     /// Any of them is there.
     pub fn any(self) -> bool {
-        self.meta || self.locks || self.fences || self.acquire
+        self.meta || self.locks || self.fences || self.acquire || self.permits
     }
 
     /// What an object found without `meta` is, to name it in a refusal:
@@ -105,6 +108,8 @@ impl Objects {
             Some("an object named fences")
         } else if self.acquire {
             Some("a routine named acquire")
+        } else if self.permits {
+            Some("a table named permits")
         } else {
             None
         }

@@ -167,6 +167,8 @@ fn normalized(sql: &str) -> String {
         .replace("{locks}", "locks")
         .replace("{meta}", "meta")
         .replace("{fences}", "fences")
+        .replace("{permits}", "permits")
+        .replace("{acquire_permit_fn}", "acquire_permit")
         .replace("{acquire_proc}", "acquire")
         .replace("{acquire_fn}", "acquire");
     replaced.split_whitespace().collect::<Vec<_>>().join(" ")

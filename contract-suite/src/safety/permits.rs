@@ -76,9 +76,10 @@ pub fn check_permits(history: &[PermitInterval], permits: u32) -> Result<(), Vio
                 && l.start < e.end
                 && e.start < l.end;
             if overlap {
+                // `later` has the lower fence: name it first.
                 return Err(Violation::Overlap {
-                    first: e.fence,
-                    second: l.fence,
+                    first: l.fence,
+                    second: e.fence,
                 });
             }
             let after_release =
