@@ -130,23 +130,18 @@ impl Lifecycle for Database<'_> {
 
     async fn inspect(&self, conn: &mut MySqlConnection) -> Result<Option<Objects>, sqlx::Error> {
         let name = self.name();
-        let (exists, meta, locks, fences, acquire): (i64, i64, i64, i64, i64) =
-            sqlx::query_as(sql::INSPECT)
-                .bind(name)
-                .bind(name)
-                .bind(name)
-                .bind(name)
-                .bind(name)
-                .fetch_one(conn)
-                .await?;
+        let mut inspect = sqlx::query_as(sql::INSPECT);
+        for _ in 0..7 {
+            inspect = inspect.bind(name);
+        }
+        let (exists, meta, locks, fences, acquire, permits): (i64, i64, i64, i64, i64, i64) =
+            inspect.fetch_one(conn).await?;
         Ok((exists != 0).then_some(Objects {
             meta: meta != 0,
             locks: locks != 0,
             fences: fences != 0,
             acquire: acquire != 0,
-            // MariaDB's layout has no permits table yet (semaphores are
-            // not on this engine yet): nothing to look for.
-            permits: true,
+            permits: permits != 0,
         }))
     }
 
@@ -239,9 +234,19 @@ impl Lifecycle for Database<'_> {
         if !objects.fences {
             Self::run(conn, &[&statements.create_fences]).await?;
         }
+        if !objects.permits {
+            Self::run(conn, &[&statements.create_permits]).await?;
+        }
         Self::run(conn, &[&statements.record_fences]).await?;
         if !objects.acquire || upgrade {
-            Self::run(conn, &[&statements.create_acquire]).await?;
+            Self::run(
+                conn,
+                &[
+                    &statements.create_acquire,
+                    &statements.create_acquire_permit,
+                ],
+            )
+            .await?;
         }
         if upgrade {
             Self::run(
@@ -289,8 +294,8 @@ impl Lifecycle for Database<'_> {
     }
 
     async fn drop_objects(&self, conn: &mut MySqlConnection) -> Result<(), BoxError> {
-        let [a, b, c, d] = &self.statements.drop_objects;
-        Self::run(conn, &[a, b, c, d]).await
+        let drops: Vec<&SqlStr> = self.statements.drop_objects.iter().collect();
+        Self::run(conn, &drops).await
     }
 
     /// Under the creation lock: the database is dropped only when the role

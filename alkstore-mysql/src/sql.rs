@@ -7,8 +7,8 @@ use std::time::Instant;
 
 use alkstore_core::{GrantKey, LeaseMillis, fence_to_sql};
 use alkstore_sqlx::{
-    AcquireRow, HolderRow, ListedRow, MARKER_KEY, StatementFuture, audited, lock_wait_ms, row_as,
-    text,
+    AcquireRow, HolderRow, ListedRow, MARKER_KEY, PermitRow, StatementFuture, audited,
+    lock_wait_ms, row_as, text,
 };
 use sqlx::{MySqlConnection, SqlStr};
 
@@ -21,11 +21,14 @@ use sqlx::{MySqlConnection, SqlStr};
 /// 3's answered the same owner's grant again by reading it back, which a
 /// grant whose wait for a semi-sync replica's acknowledgement was cut short
 /// (its connection killed) is too, on the primary only: upgraded in place.
-pub const SCHEMA_VERSION: i64 = 4;
+/// 4 had no semaphores (`permits`, `acquire_permit`, and an acquire
+/// procedure that refuses a name live permits hold): upgraded in place.
+pub const SCHEMA_VERSION: i64 = 5;
 
 /// Older layouts an opener upgrades in place, under the creation lock: the
-/// acquire procedure replaced (`CREATE OR REPLACE`), the version recorded.
-pub(crate) const UPGRADABLE: std::ops::RangeInclusive<i64> = 1..=3;
+/// procedures replaced (`CREATE OR REPLACE`), what is missing created, the
+/// version recorded.
+pub(crate) const UPGRADABLE: std::ops::RangeInclusive<i64> = 1..=4;
 
 /// The `meta` key the acquire procedure counts up to confirm the same
 /// owner's grant with a write of its own: a change that goes into the binary
@@ -97,7 +100,7 @@ pub(crate) fn quote_ident(ident: &str) -> String {
 }
 
 /// Whether the database exists and which of alkstore's objects it holds
-/// (bind the database name to each of the five `?`).
+/// (bind the database name to each of the seven `?`).
 pub(crate) const INSPECT: &str = "
 SELECT EXISTS (SELECT 1 FROM information_schema.SCHEMATA WHERE SCHEMA_NAME = ?),
        EXISTS (SELECT 1 FROM information_schema.TABLES
@@ -107,7 +110,12 @@ SELECT EXISTS (SELECT 1 FROM information_schema.SCHEMATA WHERE SCHEMA_NAME = ?),
        EXISTS (SELECT 1 FROM information_schema.TABLES
                WHERE TABLE_SCHEMA = ? AND TABLE_NAME = 'fences'),
        EXISTS (SELECT 1 FROM information_schema.ROUTINES
-               WHERE ROUTINE_SCHEMA = ? AND ROUTINE_NAME = 'acquire' AND ROUTINE_TYPE = 'PROCEDURE')";
+               WHERE ROUTINE_SCHEMA = ? AND ROUTINE_NAME = 'acquire' AND ROUTINE_TYPE = 'PROCEDURE')
+         AND EXISTS (SELECT 1 FROM information_schema.ROUTINES
+               WHERE ROUTINE_SCHEMA = ? AND ROUTINE_NAME = 'acquire_permit'
+                 AND ROUTINE_TYPE = 'PROCEDURE'),
+       EXISTS (SELECT 1 FROM information_schema.TABLES
+               WHERE TABLE_SCHEMA = ? AND TABLE_NAME = 'permits' AND TABLE_TYPE = 'BASE TABLE')";
 
 /// How many objects the database named `?` (bound four times) holds that
 /// the asking role can see: tables and views, routines, events, triggers.
@@ -141,7 +149,7 @@ SELECT EXISTS (SELECT 1 FROM held WHERE PRIVILEGE_TYPE = 'TRIGGER'),
 /// someone else's, which dropping the tables would drop along.
 pub(crate) const COUNT_TRIGGERS_ON_OURS: &str = "
 SELECT COUNT(*) FROM information_schema.TRIGGERS
-WHERE EVENT_OBJECT_SCHEMA = ? AND EVENT_OBJECT_TABLE IN ('locks', 'meta')";
+WHERE EVENT_OBJECT_SCHEMA = ? AND EVENT_OBJECT_TABLE IN ('locks', 'permits', 'meta')";
 
 /// `alkstore doctor`: the durability and replication settings (`SHOW`
 /// needs no privilege; a variable the server lacks, such as MySQL's
@@ -177,21 +185,29 @@ pub(crate) struct Statements {
     pub(crate) create_meta: [SqlStr; 2],
     pub(crate) create_locks: SqlStr,
     pub(crate) create_fences: SqlStr,
+    pub(crate) create_permits: SqlStr,
     pub(crate) create_acquire: SqlStr,
+    pub(crate) create_acquire_permit: SqlStr,
     pub(crate) record_fences: SqlStr,
     pub(crate) record_version: SqlStr,
     pub(crate) record_drawn_by: SqlStr,
     pub(crate) read_meta: SqlStr,
     pub(crate) fences_created: SqlStr,
-    pub(crate) drop_objects: [SqlStr; 4],
+    pub(crate) drop_objects: [SqlStr; 6],
     pub(crate) drop_database: SqlStr,
     pub(crate) acquire: SqlStr,
+    pub(crate) acquire_permit: SqlStr,
     pub(crate) renew: SqlStr,
+    pub(crate) renew_permit: SqlStr,
     pub(crate) release: SqlStr,
+    pub(crate) release_permit: SqlStr,
     pub(crate) holder: SqlStr,
     pub(crate) list: SqlStr,
     pub(crate) force_release: SqlStr,
-    pub(crate) purge: SqlStr,
+    pub(crate) force_release_permit: SqlStr,
+    /// Expired locks (not gates), expired permits, gates: answers the
+    /// first two's counts.
+    pub(crate) purge: [SqlStr; 3],
     pub(crate) next_fence: SqlStr,
     /// `SELECT SETVAL(fences, ` — the rest is a number, written in by
     /// `raise_fences` (MariaDB's `SETVAL` takes a literal only, and never
@@ -206,6 +222,40 @@ impl Statements {
         let meta = format!("{db}.meta");
         let fences = format!("{db}.fences");
         let acquire_proc = format!("{db}.acquire");
+        let permits = format!("{db}.permits");
+        let acquire_permit_proc = format!("{db}.acquire_permit");
+        // Inside either procedure, under the name's row lock, before a
+        // fence is drawn: fences drawn on another server than the last ones
+        // (a promoted replica) first raise the sequence past every fence
+        // the other may have handed out and not replicated. One grant does
+        // it; the others wait for its row lock, then see it done.
+        let raise_after_promotion = format!(
+            "SELECT MAX(value) INTO drawn_by FROM {meta} WHERE `key` = '{DRAWN_BY_KEY}';
+            IF drawn_by IS NULL OR drawn_by <> @@server_id THEN
+                UPDATE {meta} SET value = @@server_id
+                 WHERE `key` = '{DRAWN_BY_KEY}' AND value <> @@server_id;
+                IF ROW_COUNT() = 1 THEN
+                    -- SETVAL takes a literal: the statement is made with the
+                    -- number in it. A routine runs in its own database, so
+                    -- `fences` needs no name spliced in.
+                    SET @alkstore_raise = CONCAT('DO SETVAL(fences, ',
+                        NEXTVAL({fences}) + {PROMOTION_GAP}, ')');
+                    PREPARE alkstore_raise FROM @alkstore_raise;
+                    EXECUTE alkstore_raise;
+                    DEALLOCATE PREPARE alkstore_raise;
+                    SET @alkstore_raise = NULL;
+                END IF;
+            END IF;"
+        );
+        // The same owner's live grant is answered only once a write of ours
+        // commits: its commit waits for a semi-sync replica, which then has
+        // the grant too (the binary log is in order). Read back alone, the
+        // row could be a grant whose wait for the replica was cut short (its
+        // connection killed, the answer lost), on the primary only.
+        let confirm_same_owner = format!(
+            "INSERT INTO {meta} (`key`, value) VALUES ('{CONFIRMATIONS_KEY}', 1)
+                        ON DUPLICATE KEY UPDATE value = value + 1;"
+        );
         // The acquire procedure: one CALL, one round trip.
         //
         // 1. A plain (consistent, non-locking) read: someone else's live row
@@ -219,7 +269,9 @@ impl Statements {
         //    and then given its fence. Every earlier grant of the name drew
         //    its fence under the same row lock and committed before letting
         //    go of it, so the fence drawn here is above all of theirs: fences
-        //    follow commit order.
+        //    follow commit order. A semaphore's permits are granted under the
+        //    same row lock (its "gate", below): with it held, live permits of
+        //    the name refuse the lock, writing nothing.
         // 3. An insert that meets another transaction's insert of the name
         //    (duplicate key) rolls back at once — letting go of the shared
         //    lock the duplicate check took, so two losers cannot deadlock
@@ -256,6 +308,7 @@ BEGIN
         DECLARE held_until BIGINT;
         DECLARE duplicate BOOL DEFAULT FALSE;
         DECLARE drawn_by BIGINT;
+        DECLARE semaphore INT;
         DECLARE CONTINUE HANDLER FOR 1062 SET duplicate = TRUE;
         DECLARE EXIT HANDLER FOR SQLEXCEPTION
         BEGIN
@@ -270,7 +323,7 @@ BEGIN
               FROM {locks} WHERE name = p_name;
             IF found = 1 AND held_until > now_ms AND held_owner <> p_owner THEN
                 {RESTORE_WAITS}
-                SELECT FALSE, held_fence, held_until - now_ms;
+                SELECT FALSE, held_fence, held_until - now_ms, NULL;
                 LEAVE look;
             END IF;
             SET TRANSACTION ISOLATION LEVEL READ COMMITTED;
@@ -281,60 +334,195 @@ BEGIN
               FROM {locks} WHERE name = p_name FOR UPDATE;
             IF found = 1 AND held_until > now_ms THEN
                 IF held_owner = p_owner THEN
-                    -- The same owner's grant, answered only once a write of
-                    -- ours commits: its commit waits for a semi-sync replica,
-                    -- which then has the grant too (the binary log is in
-                    -- order). Read back alone, the row could be a grant whose
-                    -- wait for the replica was cut short (its connection
-                    -- killed, the answer lost), on the primary only.
                     {BOUND_WAITS}
-                    INSERT INTO {meta} (`key`, value) VALUES ('{CONFIRMATIONS_KEY}', 1)
-                        ON DUPLICATE KEY UPDATE value = value + 1;
+                    {confirm_same_owner}
                 END IF;
                 COMMIT;
                 {RESTORE_WAITS}
-                SELECT held_owner = p_owner, held_fence, held_until - now_ms;
+                SELECT held_owner = p_owner, held_fence, held_until - now_ms, NULL;
                 LEAVE look;
             END IF;
-            -- Fences drawn on another server than the last ones (a
-            -- promoted replica): first raise the sequence past every fence
-            -- the other may have handed out and not replicated. One grant
-            -- does it; the others wait for its row lock, then see it done.
-            SELECT MAX(value) INTO drawn_by FROM {meta} WHERE `key` = '{DRAWN_BY_KEY}';
-            IF drawn_by IS NULL OR drawn_by <> @@server_id THEN
-                UPDATE {meta} SET value = @@server_id
-                 WHERE `key` = '{DRAWN_BY_KEY}' AND value <> @@server_id;
-                IF ROW_COUNT() = 1 THEN
-                    -- SETVAL takes a literal: the statement is made with the
-                    -- number in it. A routine runs in its own database, so
-                    -- `fences` needs no name spliced in.
-                    SET @alkstore_raise = CONCAT('DO SETVAL(fences, ',
-                        NEXTVAL({fences}) + {PROMOTION_GAP}, ')');
-                    PREPARE alkstore_raise FROM @alkstore_raise;
-                    EXECUTE alkstore_raise;
-                    DEALLOCATE PREPARE alkstore_raise;
-                    SET @alkstore_raise = NULL;
-                END IF;
-            END IF;
             SET duplicate = FALSE;
-            IF found = 1 THEN
+            IF found = 0 THEN
+                -- Expired at once (0) until it is granted below.
+                {BOUND_WAITS}
+                INSERT INTO {locks} (name, owner, fence, expires_at)
+                VALUES (p_name, p_owner, 0, 0);
+            END IF;
+            IF duplicate THEN
+                ROLLBACK;
+            ELSE
+                -- The name's row lock is held: live permits refuse.
+                SELECT MAX(permits) INTO semaphore FROM {permits}
+                 WHERE name = p_name AND expires_at > now_ms;
+                IF semaphore IS NOT NULL THEN
+                    ROLLBACK;
+                    {RESTORE_WAITS}
+                    SELECT FALSE, 0, 0, semaphore;
+                    LEAVE look;
+                END IF;
+                {raise_after_promotion}
                 UPDATE {locks} SET owner = p_owner, fence = NEXTVAL({fences}),
                        expires_at = now_ms + p_ttl
                  WHERE name = p_name;
-            ELSE
+                COMMIT;
+                {RESTORE_WAITS}
+                SELECT TRUE, LASTVAL({fences}), p_ttl, NULL;
+                LEAVE look;
+            END IF;
+        END LOOP;
+    END;
+END"
+        );
+        // A permit's procedure: one CALL, one round trip.
+        //
+        // 1. A plain read: every permit live, of the count asked, none the
+        //    owner's: "held", nothing written or locked.
+        // 2. Otherwise one READ COMMITTED transaction that first takes the
+        //    name's gate: its row in `locks`, locked FOR UPDATE (inserted,
+        //    expired, when missing: a duplicate rolls back and looks again,
+        //    as the lock's insert does). The lock procedure takes the same
+        //    row lock, so a name's grants — locks' and permits' — draw their
+        //    fences one at a time, in commit order, and a name is never a
+        //    lock and a semaphore at once. A live row there is a lock:
+        //    refused.
+        // 3. Under the gate: live permits of another count refuse; the
+        //    owner's own live permit is locked and given back, confirmed by
+        //    a write as the lock's is; else the lowest slot with no live
+        //    permit (0, or one past a live slot) is locked — its expired row
+        //    taken over, or a new row inserted — with the next fence.
+        // Refusals roll back: nothing written, no fence drawn. Waits are
+        // bounded as the lock procedure's are. A gate row (owner '', fence
+        // 0, expired) is never a holder, is never listed, and is purged.
+        let create_acquire_permit = format!(
+            "CREATE OR REPLACE PROCEDURE {acquire_permit_proc}(p_name VARBINARY({TEXT_BYTES}), \
+                 p_permits INT, p_owner VARBINARY({TEXT_BYTES}), p_ttl BIGINT, p_wait_ms BIGINT)
+MODIFIES SQL DATA
+BEGIN
+    IF @@in_transaction THEN
+        SIGNAL SQLSTATE '25000'
+            SET MESSAGE_TEXT = 'alkstore: acquire_permit called inside an open transaction';
+    END IF;
+    BEGIN
+        DECLARE now_ms BIGINT DEFAULT {NOW_MS};
+        DECLARE wait_until DATETIME(6) DEFAULT SYSDATE(6) + INTERVAL p_wait_ms * 1000 MICROSECOND;
+        DECLARE saved_row_wait BIGINT DEFAULT @@SESSION.innodb_lock_wait_timeout;
+        DECLARE saved_metadata_wait BIGINT DEFAULT @@SESSION.lock_wait_timeout;
+        DECLARE found INT;
+        DECLARE held_until BIGINT;
+        DECLARE live INT;
+        DECLARE soonest BIGINT;
+        DECLARE other INT;
+        DECLARE mine INT;
+        DECLARE mine_slot INT;
+        DECLARE mine_fence BIGINT;
+        DECLARE free_slot INT;
+        DECLARE duplicate BOOL DEFAULT FALSE;
+        DECLARE drawn_by BIGINT;
+        DECLARE CONTINUE HANDLER FOR 1062 SET duplicate = TRUE;
+        DECLARE EXIT HANDLER FOR SQLEXCEPTION
+        BEGIN
+            ROLLBACK;
+            {RESTORE_WAITS}
+            RESIGNAL;
+        END;
+        look: LOOP
+            {BOUND_WAITS}
+            SELECT COUNT(*), MIN(expires_at), COALESCE(SUM(permits <> p_permits), 0),
+                   COALESCE(SUM(owner = p_owner), 0)
+              INTO live, soonest, other, mine
+              FROM {permits} WHERE name = p_name AND expires_at > now_ms;
+            IF live >= p_permits AND other = 0 AND mine = 0 THEN
+                {RESTORE_WAITS}
+                SELECT 'held', 0, 0, soonest - now_ms, 0;
+                LEAVE look;
+            END IF;
+            SET TRANSACTION ISOLATION LEVEL READ COMMITTED;
+            START TRANSACTION;
+            {BOUND_WAITS}
+            SELECT COUNT(*), MAX(expires_at) INTO found, held_until
+              FROM {locks} WHERE name = p_name FOR UPDATE;
+            IF found = 1 AND held_until > now_ms THEN
+                ROLLBACK;
+                {RESTORE_WAITS}
+                SELECT 'lock', 0, 0, 0, 0;
+                LEAVE look;
+            END IF;
+            SET duplicate = FALSE;
+            IF found = 0 THEN
                 {BOUND_WAITS}
-                INSERT INTO {locks} (name, owner, fence, expires_at)
-                VALUES (p_name, p_owner, 0, now_ms + p_ttl);
-                IF NOT duplicate THEN
-                    UPDATE {locks} SET fence = NEXTVAL({fences}) WHERE name = p_name;
+                INSERT INTO {locks} (name, owner, fence, expires_at) VALUES (p_name, '', 0, 0);
+            END IF;
+            IF duplicate THEN
+                ROLLBACK;
+                ITERATE look;
+            END IF;
+            SELECT COUNT(*), MIN(expires_at), MAX(IF(permits <> p_permits, permits, NULL))
+              INTO live, soonest, other
+              FROM {permits} WHERE name = p_name AND expires_at > now_ms;
+            IF other IS NOT NULL THEN
+                ROLLBACK;
+                {RESTORE_WAITS}
+                SELECT 'mismatch', 0, 0, 0, other;
+                LEAVE look;
+            END IF;
+            SELECT COUNT(*), MAX(slot), MAX(fence) INTO mine, mine_slot, mine_fence
+              FROM {permits} WHERE name = p_name AND owner = p_owner AND expires_at > now_ms;
+            IF mine = 1 THEN
+                {BOUND_WAITS}
+                SELECT COUNT(*), MAX(expires_at) INTO found, held_until FROM {permits}
+                 WHERE name = p_name AND slot = mine_slot AND fence = mine_fence
+                   AND expires_at > now_ms FOR UPDATE;
+                IF found = 1 THEN
+                    {confirm_same_owner}
+                    COMMIT;
+                    {RESTORE_WAITS}
+                    SELECT 'granted', mine_fence, mine_slot, held_until - now_ms, p_permits;
+                    LEAVE look;
                 END IF;
+                -- Released or expired meanwhile: look again.
+                ROLLBACK;
+                ITERATE look;
+            END IF;
+            IF live >= p_permits THEN
+                ROLLBACK;
+                {RESTORE_WAITS}
+                SELECT 'held', 0, 0, soonest - now_ms, 0;
+                LEAVE look;
+            END IF;
+            SELECT MIN(c.slot) INTO free_slot FROM (
+                SELECT 0 AS slot
+                UNION ALL
+                SELECT slot + 1 FROM {permits} WHERE name = p_name AND expires_at > now_ms
+            ) c
+            WHERE c.slot < p_permits AND NOT EXISTS (
+                SELECT 1 FROM {permits} q
+                 WHERE q.name = p_name AND q.slot = c.slot AND q.expires_at > now_ms);
+            {BOUND_WAITS}
+            SELECT COUNT(*), MAX(expires_at) INTO found, held_until FROM {permits}
+             WHERE name = p_name AND slot = free_slot FOR UPDATE;
+            IF found = 1 AND held_until > now_ms THEN
+                -- Renewed meanwhile: look again.
+                ROLLBACK;
+                ITERATE look;
+            END IF;
+            {raise_after_promotion}
+            SET duplicate = FALSE;
+            IF found = 1 THEN
+                UPDATE {permits} SET owner = p_owner, fence = NEXTVAL({fences}),
+                       expires_at = now_ms + p_ttl, permits = p_permits
+                 WHERE name = p_name AND slot = free_slot;
+            ELSE
+                -- Every insert of a permit runs under the name's gate.
+                INSERT INTO {permits} (name, slot, owner, fence, expires_at, permits)
+                VALUES (p_name, free_slot, p_owner, NEXTVAL({fences}), now_ms + p_ttl, p_permits);
             END IF;
             IF duplicate THEN
                 ROLLBACK;
             ELSE
                 COMMIT;
                 {RESTORE_WAITS}
-                SELECT TRUE, LASTVAL({fences}), p_ttl;
+                SELECT 'granted', LASTVAL({fences}), free_slot, p_ttl, p_permits;
                 LEAVE look;
             END IF;
         END LOOP;
@@ -375,7 +563,20 @@ END"
             create_fences: audited(format!(
                 "CREATE SEQUENCE {fences} START WITH 1 INCREMENT BY 1 NOCYCLE ENGINE = InnoDB"
             )),
+            // As `locks`; one row per permit slot.
+            create_permits: audited(format!(
+                "CREATE TABLE {permits} (
+                     name       VARBINARY({TEXT_BYTES}) NOT NULL,
+                     slot       INT NOT NULL, -- 0 .. permits - 1
+                     owner      VARBINARY({TEXT_BYTES}) NOT NULL,
+                     fence      BIGINT NOT NULL,
+                     expires_at BIGINT NOT NULL, -- Unix milliseconds, server clock
+                     permits    INT NOT NULL, -- the semaphore's, as its grant asked
+                     PRIMARY KEY (name, slot)
+                 ) ENGINE = InnoDB"
+            )),
             create_acquire: audited(create_acquire),
+            create_acquire_permit: audited(create_acquire_permit),
             record_fences: audited(format!(
                 "INSERT IGNORE INTO {meta} (`key`, value) VALUES ('{FENCES_CREATED_KEY}', 1)"
             )),
@@ -392,6 +593,8 @@ END"
             )),
             drop_objects: [
                 audited(format!("DROP PROCEDURE IF EXISTS {acquire_proc}")),
+                audited(format!("DROP PROCEDURE IF EXISTS {acquire_permit_proc}")),
+                audited(format!("DROP TABLE IF EXISTS {permits}")),
                 audited(format!("DROP TABLE IF EXISTS {locks}")),
                 audited(format!("DROP SEQUENCE IF EXISTS {fences}")),
                 audited(format!("DROP TABLE IF EXISTS {meta}")),
@@ -399,6 +602,9 @@ END"
             drop_database: audited(format!("DROP DATABASE {db}")),
             // name, owner, ttl ms, the bound on lock waits in ms (NULL: none).
             acquire: audited(format!("CALL {acquire_proc}(?, ?, ?, ?)")),
+            // name, permits, owner, ttl ms, the bound on lock waits in ms
+            // (NULL: none).
+            acquire_permit: audited(format!("CALL {acquire_permit_proc}(?, ?, ?, ?, ?)")),
             // `FOUND_ROWS` (set by sqlx) makes the count the rows matched,
             // not the rows changed: a renewal within the same millisecond
             // still counts. ttl ms, name, owner, fence.
@@ -406,27 +612,63 @@ END"
                 "UPDATE {locks} SET expires_at = {NOW_MS} + ?
                  WHERE name = ? AND owner = ? AND fence = ? AND expires_at > {NOW_MS}"
             )),
+            // ttl ms, name, slot, owner, fence.
+            renew_permit: audited(format!(
+                "UPDATE {permits} SET expires_at = {NOW_MS} + ?
+                 WHERE name = ? AND slot = ? AND owner = ? AND fence = ? AND expires_at > {NOW_MS}"
+            )),
             // name, owner, fence.
             release: audited(format!(
                 "DELETE FROM {locks} WHERE name = ? AND owner = ? AND fence = ?"
+            )),
+            // name, slot, owner, fence.
+            release_permit: audited(format!(
+                "DELETE FROM {permits} WHERE name = ? AND slot = ? AND owner = ? AND fence = ?"
             )),
             // name.
             holder: audited(format!(
                 "SELECT owner, fence, expires_at - {NOW_MS} FROM {locks}
                  WHERE name = ? AND expires_at > {NOW_MS}"
             )),
-            // prefix, name to start after ('' from the first), prefix,
-            // prefix, page size. Names are bytes (VARBINARY): `LEFT` and
-            // `LENGTH` count bytes, the order is byte order, and the prefix
-            // matches literally, unlike LIKE; `name >= prefix` lets the
-            // primary key find the first name of the prefix.
+            // Names: prefix, name to start after ('' from the first),
+            // prefix, prefix. Binds: names, page size, names, page size,
+            // page size, names. Answers name, owner, fence, time left,
+            // slot and permits (NULL for a lock), in name and slot order:
+            // the first `limit` live rows of both tables (each read in key
+            // order, `limit` at most), then every live permit of the last
+            // one's name, so that a page never splits a semaphore. Names
+            // are bytes (VARBINARY): `LEFT` and `LENGTH` count bytes, the
+            // order is byte order, and the prefix matches literally, unlike
+            // LIKE; `name >= prefix` lets the primary keys find the first
+            // name of the prefix.
             list: audited(format!(
-                "SELECT name, owner, fence, expires_at - {NOW_MS} FROM {locks}
+                "WITH page_locks AS (
+                     SELECT name, NULL AS slot, NULL AS permits, owner, fence, expires_at
+                     FROM {locks}
+                     WHERE name >= ? AND name > ? AND LEFT(name, LENGTH(?)) = ?
+                       AND expires_at > {NOW_MS}
+                     ORDER BY name LIMIT ?
+                 ),
+                 first_permits AS (
+                     SELECT name, slot FROM {permits}
+                     WHERE name >= ? AND name > ? AND LEFT(name, LENGTH(?)) = ?
+                       AND expires_at > {NOW_MS}
+                     ORDER BY name, slot LIMIT ?
+                 ),
+                 page AS (
+                     SELECT u.name FROM (SELECT name, slot FROM page_locks
+                                         UNION ALL SELECT name, slot FROM first_permits) u
+                     ORDER BY u.name, u.slot LIMIT ?
+                 )
+                 SELECT name, owner, fence, expires_at - {NOW_MS}, slot, permits FROM page_locks
+                 WHERE name <= (SELECT MAX(name) FROM page)
+                 UNION ALL
+                 SELECT name, owner, fence, expires_at - {NOW_MS}, slot, permits FROM {permits}
                  WHERE name >= ? AND name > ? AND LEFT(name, LENGTH(?)) = ?
-                   AND expires_at > {NOW_MS}
-                 ORDER BY name LIMIT ?"
+                   AND expires_at > {NOW_MS} AND name <= (SELECT MAX(name) FROM page)
+                 ORDER BY 1, 5"
             )),
-            // name, fence or NULL, the same again. Removes the live row only
+            // name, fence or NULL, the same again. Removes the live lock
             // (of that fence, when one is given) and answers it, in one
             // statement (MariaDB's `DELETE … RETURNING`; MySQL 8 has none).
             force_release: audited(format!(
@@ -434,11 +676,33 @@ END"
                  WHERE name = ? AND (fence = ? OR ? IS NULL) AND expires_at > {NOW_MS}
                  RETURNING owner, fence, expires_at - {NOW_MS}"
             )),
-            purge: audited(format!("DELETE FROM {locks} WHERE expires_at <= {NOW_MS}")),
+            // name, fence: the live permit of that fence, when no lock had it.
+            force_release_permit: audited(format!(
+                "DELETE FROM {permits} WHERE name = ? AND fence = ? AND expires_at > {NOW_MS}
+                 RETURNING owner, fence, expires_at - {NOW_MS}"
+            )),
+            // Gates (owner '') are not locks: not counted, purged last.
+            purge: [
+                audited(format!(
+                    "DELETE FROM {locks} WHERE expires_at <= {NOW_MS} AND owner <> ''"
+                )),
+                audited(format!(
+                    "DELETE FROM {permits} WHERE expires_at <= {NOW_MS}"
+                )),
+                audited(format!(
+                    "DELETE FROM {locks} WHERE expires_at <= {NOW_MS} AND owner = ''"
+                )),
+            ],
             next_fence: audited(format!("SELECT NEXTVAL({fences})")),
             set_fences_prefix: format!("SELECT SETVAL({fences}, "),
         }
     }
+}
+
+/// A slot or a count of permits, as MariaDB answers integers (`BIGINT`
+/// through a procedure's or a union's result).
+fn int(value: i64) -> Result<i32, sqlx::Error> {
+    i32::try_from(value).map_err(|e| sqlx::Error::Decode(e.into()))
 }
 
 /// A holder's row as the database returns it (names and owners are bytes).
@@ -467,9 +731,34 @@ impl alkstore_sqlx::Statements for Statements {
                 .bind(ttl.as_i64())
                 .bind(bound.map(lock_wait_ms))
                 .try_map(|row| {
-                    let (granted, fence, left): (i64, i64, i64) = row_as(row)?;
-                    // No semaphores on MariaDB yet: no permit holds a name.
-                    Ok((granted != 0, fence, left, None))
+                    let (granted, fence, left, semaphore): (i64, i64, i64, Option<i64>) =
+                        row_as(row)?;
+                    Ok((granted != 0, fence, left, semaphore.map(int).transpose()?))
+                })
+                .fetch_optional(conn),
+        )
+    }
+
+    fn acquire_permit<'c>(
+        &self,
+        conn: &'c mut MySqlConnection,
+        name: &str,
+        permits: u32,
+        owner: &str,
+        ttl: LeaseMillis,
+        bound: Option<Instant>,
+    ) -> StatementFuture<'c, Option<PermitRow>> {
+        Box::pin(
+            sqlx::query(self.acquire_permit.clone())
+                .bind(name.as_bytes())
+                .bind(permits)
+                .bind(owner.as_bytes())
+                .bind(ttl.as_i64())
+                .bind(bound.map(lock_wait_ms))
+                .try_map(|row| {
+                    let (outcome, fence, slot, left, live): (Vec<u8>, i64, i64, i64, i64) =
+                        row_as(row)?;
+                    Ok((text(outcome)?, fence, int(slot)?, left, int(live)?))
                 })
                 .fetch_optional(conn),
         )
@@ -481,11 +770,19 @@ impl alkstore_sqlx::Statements for Statements {
         grant: &GrantKey,
         ttl: LeaseMillis,
     ) -> StatementFuture<'c, u64> {
-        let renew = sqlx::query(self.renew.clone())
-            .bind(ttl.as_i64())
-            .bind(grant.name.as_bytes())
-            .bind(grant.owner.as_bytes())
-            .bind(fence_to_sql(grant.fence));
+        let renew = match grant.permit {
+            None => sqlx::query(self.renew.clone())
+                .bind(ttl.as_i64())
+                .bind(grant.name.as_bytes())
+                .bind(grant.owner.as_bytes())
+                .bind(fence_to_sql(grant.fence)),
+            Some(permit) => sqlx::query(self.renew_permit.clone())
+                .bind(ttl.as_i64())
+                .bind(grant.name.as_bytes())
+                .bind(permit.slot)
+                .bind(grant.owner.as_bytes())
+                .bind(fence_to_sql(grant.fence)),
+        };
         Box::pin(async move { Ok(renew.execute(conn).await?.rows_affected()) })
     }
 
@@ -494,10 +791,17 @@ impl alkstore_sqlx::Statements for Statements {
         conn: &'c mut MySqlConnection,
         grant: &GrantKey,
     ) -> StatementFuture<'c, u64> {
-        let release = sqlx::query(self.release.clone())
-            .bind(grant.name.as_bytes())
-            .bind(grant.owner.as_bytes())
-            .bind(fence_to_sql(grant.fence));
+        let release = match grant.permit {
+            None => sqlx::query(self.release.clone())
+                .bind(grant.name.as_bytes())
+                .bind(grant.owner.as_bytes())
+                .bind(fence_to_sql(grant.fence)),
+            Some(permit) => sqlx::query(self.release_permit.clone())
+                .bind(grant.name.as_bytes())
+                .bind(permit.slot)
+                .bind(grant.owner.as_bytes())
+                .bind(fence_to_sql(grant.fence)),
+        };
         Box::pin(async move { Ok(release.execute(conn).await?.rows_affected()) })
     }
 
@@ -521,18 +825,20 @@ impl alkstore_sqlx::Statements for Statements {
         after: &str,
         limit: i64,
     ) -> StatementFuture<'c, Vec<ListedRow>> {
+        let (prefix, after) = (prefix.as_bytes(), after.as_bytes());
+        let names = |query: sqlx::query::Query<'static, _, _>| {
+            query.bind(prefix).bind(after).bind(prefix).bind(prefix)
+        };
+        let list = sqlx::query(self.list.clone());
+        let list = names(names(names(list).bind(limit)).bind(limit).bind(limit));
         Box::pin(
-            sqlx::query(self.list.clone())
-                .bind(prefix.as_bytes())
-                .bind(after.as_bytes())
-                .bind(prefix.as_bytes())
-                .bind(prefix.as_bytes())
-                .bind(limit)
-                .try_map(|row| {
-                    let (name, owner, fence, left): (Vec<u8>, Vec<u8>, i64, i64) = row_as(row)?;
-                    Ok((text(name)?, text(owner)?, fence, left, None, None))
-                })
-                .fetch_all(conn),
+            list.try_map(|row| {
+                type Row = (Vec<u8>, Vec<u8>, i64, i64, Option<i64>, Option<i64>);
+                let (name, owner, fence, left, slot, permits): Row = row_as(row)?;
+                let (slot, permits) = (slot.map(int).transpose()?, permits.map(int).transpose()?);
+                Ok((text(name)?, text(owner)?, fence, left, slot, permits))
+            })
+            .fetch_all(conn),
         )
     }
 
@@ -542,19 +848,37 @@ impl alkstore_sqlx::Statements for Statements {
         name: &str,
         fence: Option<i64>,
     ) -> StatementFuture<'c, Option<HolderRow>> {
-        Box::pin(
-            sqlx::query(self.force_release.clone())
+        let lock = sqlx::query(self.force_release.clone())
+            .bind(name.as_bytes())
+            .bind(fence)
+            .bind(fence)
+            .try_map(holder_row);
+        // A permit goes only by its fence, when no lock had it (fences are
+        // unique in the database: one of the two at most).
+        let permit = fence.map(|fence| {
+            sqlx::query(self.force_release_permit.clone())
                 .bind(name.as_bytes())
                 .bind(fence)
-                .bind(fence)
                 .try_map(holder_row)
-                .fetch_optional(conn),
-        )
+        });
+        Box::pin(async move {
+            match (lock.fetch_optional(&mut *conn).await?, permit) {
+                (None, Some(permit)) => permit.fetch_optional(conn).await,
+                (removed, _) => Ok(removed),
+            }
+        })
     }
 
+    /// Three statements on the one connection; a purge is not one round
+    /// trip, and each deletes only rows nobody can renew.
     fn purge<'c>(&self, conn: &'c mut MySqlConnection) -> StatementFuture<'c, u64> {
-        let purge = sqlx::query(self.purge.clone());
-        Box::pin(async move { Ok(purge.execute(conn).await?.rows_affected()) })
+        let [locks, permits, gates] = self.purge.clone().map(sqlx::query);
+        Box::pin(async move {
+            let purged = locks.execute(&mut *conn).await?.rows_affected()
+                + permits.execute(&mut *conn).await?.rows_affected();
+            gates.execute(conn).await?;
+            Ok(purged)
+        })
     }
 
     /// Two statements on the one connection: `SETVAL` takes a literal only.

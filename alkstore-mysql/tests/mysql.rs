@@ -8,7 +8,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use alkstore_contract_suite::opening;
-use alkstore_contract_suite::support::assert_refused_within_wait;
+use alkstore_contract_suite::support::{assert_refused_within_wait, permit_round_trips};
 use alkstore_core::{Error, Field, Store};
 use alkstore_mysql::MySqlStore;
 use alkstore_testkit::mysql;
@@ -198,6 +198,7 @@ async fn tables_alkstore_did_not_create_are_never_adopted() {
 }
 
 /// Acquire, a refusal, renew, holder and release are one round trip each,
+/// and a permit's acquire, refusal, renew and release,
 /// counted on the wire through a proxy (after a warm-up, so that statement
 /// preparation is cached as in steady state).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -237,6 +238,11 @@ async fn one_round_trip_per_operation() {
             "round trips of [acquire, refused, renew, holder, release]: {trips:?}"
         );
     }
+    let trips = permit_round_trips(&store, || flights.count()).await;
+    assert!(
+        trips.iter().all(|t| t == &[1, 1, 1, 1]),
+        "round trips of a permit's [acquire, refused, renew, release]: {trips:?}"
+    );
     store.drop_database().await.unwrap();
     store.close().await.unwrap();
 }
@@ -280,8 +286,9 @@ async fn a_waiting_acquire_behind_a_table_lock_keeps_to_its_wait() {
 }
 
 /// A role with exactly the grants docs/engine-mysql.md lists (DML on
-/// `locks`, `SELECT` on `meta`, `EXECUTE` on the procedure) opens a store an
-/// administrator made and takes, renews, inspects and releases locks,
+/// `locks` and `permits`, `SELECT` on `meta`, `EXECUTE` on the procedures)
+/// opens a store an administrator made and takes, renews, inspects and
+/// releases locks and permits,
 /// though `information_schema` hides the `fences` sequence from it. When the
 /// sequence is truly gone, a grant refuses with `LostFencesError`, draws
 /// nothing, and the error's advice never restarts fences at 1.
@@ -297,8 +304,10 @@ async fn a_role_with_the_documented_grants_uses_the_store() {
         "app",
         &[
             format!("GRANT SELECT, INSERT, UPDATE, DELETE ON {q}.locks TO {{}}"),
+            format!("GRANT SELECT, INSERT, UPDATE, DELETE ON {q}.permits TO {{}}"),
             format!("GRANT SELECT ON {q}.meta TO {{}}"),
             format!("GRANT EXECUTE ON PROCEDURE {q}.acquire TO {{}}"),
+            format!("GRANT EXECUTE ON PROCEDURE {q}.acquire_permit TO {{}}"),
         ],
     )
     .await;
@@ -318,6 +327,11 @@ async fn a_role_with_the_documented_grants_uses_the_store() {
     let again = app.try_lock("job", "app", TTL).await.unwrap().unwrap();
     assert!(again.fence() > fence);
     assert!(app.force_release("job").await.unwrap().is_some());
+    let permit = app.try_acquire_permit("pool", 2, "app", TTL).await;
+    let permit = permit.unwrap().expect("a permit");
+    assert!(permit.renew(TTL).await.unwrap());
+    assert_eq!(app.holders("pool").await.unwrap().len(), 1);
+    assert!(permit.release().await.unwrap());
     app.purge_expired().await.unwrap();
 
     common::sql(admin.pool(), format!("DROP SEQUENCE {q}.fences")).await;
@@ -502,6 +516,50 @@ async fn layout_1_is_upgraded_in_place() {
     let after = reopened.try_lock("job", "a", TTL).await.unwrap().unwrap();
     assert!(after.fence() > before);
     assert!(after.release().await.unwrap());
+    reopened.drop_database().await.unwrap();
+    reopened.close().await.unwrap();
+}
+
+/// A store of layout 4 (no semaphores: no `permits` table, no
+/// `acquire_permit` procedure) is upgraded in place when opened: both made,
+/// the lock procedure replaced, the version recorded, a live lock and the
+/// fences kept.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn layout_4_is_upgraded_in_place_with_semaphores() {
+    let Some((store, db)) = common::store("upgrade4").await else {
+        return;
+    };
+    let q = db.quoted();
+    let held = store.try_lock("held", "a", TTL).await.unwrap().unwrap();
+    common::sql(
+        store.pool(),
+        format!(
+            "DROP PROCEDURE {q}.acquire_permit;
+         DROP TABLE {q}.permits;
+         UPDATE {q}.meta SET value = 4 WHERE `key` = 'schema_version'"
+        ),
+    )
+    .await;
+    held.let_lapse();
+    store.close().await.unwrap();
+    let reopened = MySqlStore::connect(&db.url, &db.name).await.unwrap();
+    let (version,): (i64,) = sqlx::query_as(sqlx::AssertSqlSafe(format!(
+        "SELECT value FROM {q}.meta WHERE `key` = 'schema_version'"
+    )))
+    .fetch_one(reopened.pool())
+    .await
+    .unwrap();
+    assert_eq!(version, alkstore_mysql::SCHEMA_VERSION);
+    let holder = reopened.holder("held").await.unwrap().expect("still held");
+    let permit = reopened.try_acquire_permit("pool", 2, "b", TTL).await;
+    let permit = permit.unwrap().expect("a permit after the upgrade");
+    assert!(permit.fence() > holder.fence);
+    let clash = reopened.try_lock("pool", "c", TTL).await;
+    assert!(
+        matches!(clash, Err(alkstore_core::Error::HeldAsOtherKind { .. })),
+        "{clash:?}"
+    );
+    assert!(permit.release().await.unwrap());
     reopened.drop_database().await.unwrap();
     reopened.close().await.unwrap();
 }

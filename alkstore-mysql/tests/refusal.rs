@@ -27,8 +27,9 @@ async fn writes(pool: &sqlx::MySqlPool) -> Vec<(String, i64)> {
 }
 
 /// 1000 refused acquires move no write counter (handler writes, updates and
-/// deletes, the redo log's sequence number, commits and rollbacks); 1000
-/// grants, the control, move them.
+/// deletes, the redo log's sequence number, commits and rollbacks), nor do
+/// 1000 permits refused because every permit is held; 1000 grants, the
+/// control, move them.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn refused_acquires_write_nothing() {
     let Some((store, db)) = common::store("refusal").await else {
@@ -51,6 +52,35 @@ async fn refused_acquires_write_nothing() {
         .map(|(b, a)| (b.0.clone(), a.1 - b.1))
         .collect();
     assert!(moved.is_empty(), "1000 refusals wrote: {moved:?}");
+    // A permit refused because every permit is held: its plain read.
+    let permits: Vec<_> = {
+        let mut held = Vec::new();
+        for owner in ["a", "b"] {
+            let permit = store.try_acquire_permit("pool", 2, owner, TTL).await;
+            held.push(permit.unwrap().expect("a free permit"));
+        }
+        held
+    };
+    for _ in 0..10 {
+        let refused = store.try_acquire_permit("pool", 2, "c", TTL).await;
+        assert!(refused.unwrap().is_none());
+    }
+    let before = writes(store.pool()).await;
+    for _ in 0..1000 {
+        let refused = store.try_acquire_permit("pool", 2, "c", TTL).await;
+        assert!(refused.unwrap().is_none());
+    }
+    let after = writes(store.pool()).await;
+    let moved: Vec<_> = before
+        .iter()
+        .zip(&after)
+        .filter(|(b, a)| a.1 != b.1)
+        .map(|(b, a)| (b.0.clone(), a.1 - b.1))
+        .collect();
+    assert!(moved.is_empty(), "1000 refused permits wrote: {moved:?}");
+    for permit in permits {
+        assert!(permit.release().await.unwrap());
+    }
     // The control: grants do move the counters, so the check can see writes.
     let mut grants = Vec::new();
     for i in 0..1000 {

@@ -8,7 +8,9 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use alkstore_contract_suite::opening;
-use alkstore_contract_suite::support::{assert_waits_out_a_table_lock, error_chain};
+use alkstore_contract_suite::support::{
+    assert_waits_out_a_table_lock, error_chain, permit_round_trips,
+};
 use alkstore_core::{Error, Field, Store};
 use alkstore_postgres::PgStore;
 use sqlx::Row;
@@ -326,33 +328,11 @@ async fn one_round_trip_per_operation() {
             "round trips of [acquire, refused, renew, holder, release]: {trips:?}"
         );
     }
-    // A permit's: acquire, refused (every permit held), renew, release.
-    for warm_up in [true, false] {
-        let mut trips = Vec::new();
-        for _ in 0..if warm_up { 3 } else { 20 } {
-            let t0 = measure(&flights);
-            let permit = store.try_acquire_permit("pool", 1, "a", TTL).await;
-            let permit = permit.unwrap().unwrap();
-            let t1 = measure(&flights);
-            let refused = store.try_acquire_permit("pool", 1, "b", TTL).await;
-            assert!(refused.unwrap().is_none());
-            let t2 = measure(&flights);
-            assert!(permit.renew(TTL).await.unwrap());
-            let t3 = measure(&flights);
-            assert!(permit.release().await.unwrap());
-            let t4 = measure(&flights);
-            trips.push([t1 - t0, t2 - t1, t3 - t2, t4 - t3]);
-        }
-        if !warm_up {
-            for t in &trips {
-                assert_eq!(
-                    t,
-                    &[1, 1, 1, 1],
-                    "round trips of a permit's [acquire, refused, renew, release]: {trips:?}"
-                );
-            }
-        }
-    }
+    let trips = permit_round_trips(&store, || flights.count()).await;
+    assert!(
+        trips.iter().all(|t| t == &[1, 1, 1, 1]),
+        "round trips of a permit's [acquire, refused, renew, release]: {trips:?}"
+    );
     store.drop_schema().await.unwrap();
     store.close().await.unwrap();
 }

@@ -213,3 +213,25 @@ pub async fn assert_not_renewed_in_time(kept: &KeepAlive) {
         "{reason:?}"
     );
 }
+
+/// The round trips of a permit's acquire, refusal (every permit held),
+/// renew and release, 20 times after a warm-up of 3 (statements prepared
+/// and cached per connection), as `flights` counts them (a wire proxy's
+/// client flights): each entry is one cycle's four counts.
+pub async fn permit_round_trips(store: &dyn Store, flights: impl Fn() -> u64) -> Vec<[u64; 4]> {
+    let ttl = Duration::from_secs(30);
+    let mut trips = Vec::new();
+    for _ in 0..23 {
+        let t0 = flights();
+        let permit = granted(store.try_acquire_permit("trips", 1, "a", ttl).await);
+        let t1 = flights();
+        refused(store.try_acquire_permit("trips", 1, "b", ttl).await);
+        let t2 = flights();
+        assert!(permit.renew(ttl).await.unwrap(), "own live permit renewed");
+        let t3 = flights();
+        assert!(permit.release().await.unwrap(), "own live permit released");
+        let t4 = flights();
+        trips.push([t1 - t0, t2 - t1, t3 - t2, t4 - t3]);
+    }
+    trips.split_off(3)
+}

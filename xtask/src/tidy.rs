@@ -169,6 +169,7 @@ fn normalized(sql: &str) -> String {
         .replace("{fences}", "fences")
         .replace("{permits}", "permits")
         .replace("{acquire_permit_fn}", "acquire_permit")
+        .replace("{acquire_permit_proc}", "acquire_permit")
         .replace("{acquire_proc}", "acquire")
         .replace("{acquire_fn}", "acquire");
     replaced.split_whitespace().collect::<Vec<_>>().join(" ")
