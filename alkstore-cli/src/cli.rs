@@ -66,25 +66,30 @@ pub enum StoreCommand {
         /// List at most this many names.
         #[arg(long, value_name = "N")]
         limit: Option<NonZeroUsize>,
-        /// Print a JSON array of {"name", "owner", "fence", "expires_in_ms"}
-        /// instead of a table.
+        /// Print a JSON array of {"name", "owner", "fence", "expires_in_ms",
+        /// "slot", "permits"} (the last two null for a lock) instead of a
+        /// table.
         #[arg(long)]
         json: bool,
     },
 
-    /// Show the live holder of one name (exit 1 when it is free).
+    /// Show the live holder of one name, or each live permit of a
+    /// semaphore (exit 1 when it is free).
     Show {
         /// The lock name.
         name: String,
-        /// Print a JSON object {"name", "owner", "fence", "expires_in_ms"},
-        /// or null when the name is free, instead of a table.
+        /// Print a JSON object {"name", "owner", "fence", "expires_in_ms",
+        /// "slot": null, "permits": null} for a lock, an array of such
+        /// objects for a semaphore's permits, or null when the name is
+        /// free, instead of a table.
         #[arg(long)]
         json: bool,
     },
 
     /// Remove the live grant of a name, whoever holds it (exit 1 when it is
     /// free). Its holder's next renew or release answers false; the next
-    /// grant gets a higher fence.
+    /// grant gets a higher fence. A semaphore's permits go one at a time:
+    /// name one with --fence.
     Release {
         /// Required: says you mean to take the lock away from its holder.
         #[arg(long, required = true)]
@@ -92,6 +97,11 @@ pub enum StoreCommand {
         /// Do not ask for confirmation.
         #[arg(long, short = 'y')]
         yes: bool,
+        /// Remove only the live grant of this fence (`show` lists them):
+        /// one permit of a semaphore, or a lock's grant only if it is still
+        /// that one (exit 1 otherwise).
+        #[arg(long, value_name = "F")]
+        fence: Option<u64>,
         /// The lock name.
         name: String,
     },
@@ -160,7 +170,7 @@ mod tests {
         .ok()
         .map(|cli| cli.command);
         assert!(
-            matches!(parsed, Some(Command::Store(StoreCommand::Release { force: true, yes: true, ref name })) if name == "x"),
+            matches!(parsed, Some(Command::Store(StoreCommand::Release { force: true, yes: true, fence: None, ref name })) if name == "x"),
             "{parsed:?}"
         );
     }

@@ -63,7 +63,12 @@ async fn dispatch(store: &dyn Store, command: StoreCommand) -> Result<Outcome, B
             json,
         } => list(store, &prefix, limit.map(|n| n.get()), json).await,
         StoreCommand::Show { name, json } => show(store, &name, json).await,
-        StoreCommand::Release { force, yes, name } => release(store, &name, force, yes).await,
+        StoreCommand::Release {
+            force,
+            yes,
+            fence,
+            name,
+        } => release(store, &name, fence, force, yes).await,
         StoreCommand::Purge { json } => purge(store, json).await,
         StoreCommand::RaiseFences { by, json } => raise_fences(store, by, json).await,
         StoreCommand::Watch { name, interval } => {
@@ -106,10 +111,7 @@ pub async fn list(
 
     let mut out = io::stdout().lock();
     if json {
-        let entries = found
-            .iter()
-            .map(|listed| output::entry_json(&listed.name, &listed.holder))
-            .collect();
+        let entries = found.iter().map(output::entry_json).collect();
         output::write_json(&mut out, &serde_json::Value::Array(entries))?;
     } else if found.is_empty() {
         if prefix.is_empty() {
@@ -118,49 +120,53 @@ pub async fn list(
             writeln!(out, "no live locks with names starting with {prefix:?}")?;
         }
     } else {
-        let rows: Vec<Row<'_>> = found
-            .iter()
-            .map(|listed| Row {
-                name: &listed.name,
-                holder: &listed.holder,
-            })
-            .collect();
+        let rows: Vec<Row<'_>> = found.iter().collect();
         output::table(&mut out, &rows)?;
     }
     out.flush()?;
     Ok(Outcome::Done)
 }
 
-/// `show`: the live holder of `name` as a one-row table or a JSON object;
-/// a free name says so (`null` in JSON) and is [`Outcome::Nothing`].
+/// `show`: the live grants of `name` — a lock's holder, or each live permit
+/// of a semaphore — as a table, or in JSON an object for a lock and an
+/// array for a semaphore; a free name says so (`null` in JSON) and is
+/// [`Outcome::Nothing`].
 pub async fn show(store: &dyn Store, name: &str, json: bool) -> Result<Outcome, BoxError> {
-    let holder = store.holder(name).await?;
+    let grants = store.holders(name).await?;
     let mut out = io::stdout().lock();
-    match (&holder, json) {
-        (Some(holder), true) => output::write_json(&mut out, &output::entry_json(name, holder))?,
-        (None, true) => output::write_json(&mut out, &serde_json::Value::Null)?,
-        (Some(holder), false) => output::table(&mut out, &[Row { name, holder }])?,
-        (None, false) => writeln!(out, "{} is free", printable(name))?,
+    match (grants.as_slice(), json) {
+        ([], true) => output::write_json(&mut out, &serde_json::Value::Null)?,
+        ([], false) => writeln!(out, "{} is free", printable(name))?,
+        ([lock], true) if lock.permit.is_none() => {
+            output::write_json(&mut out, &output::entry_json(lock))?
+        }
+        (permits, true) => {
+            let entries = permits.iter().map(output::entry_json).collect();
+            output::write_json(&mut out, &serde_json::Value::Array(entries))?
+        }
+        (grants, false) => output::table(&mut out, &grants.iter().collect::<Vec<_>>())?,
     }
     out.flush()?;
-    Ok(if holder.is_some() {
-        Outcome::Done
-    } else {
+    Ok(if grants.is_empty() {
         Outcome::Nothing
+    } else {
+        Outcome::Done
     })
 }
 
-/// `release --force`: removes the live grant of `name`. Unless `yes`, first
-/// shows the holder and asks on stderr; anything but `y`/`yes` on stdin is
-/// [`Outcome::Aborted`]. The answer removes exactly the grant shown
-/// ([`Store::force_release_grant`]): if another grant holds the name by
-/// then, nothing is removed and that is [`Outcome::Aborted`] too. With
-/// `yes`, whatever grant holds the name is removed
-/// ([`Store::force_release`]). A free name is [`Outcome::Nothing`] (and
-/// nothing is asked).
+/// `release --force`: removes the live grant of `name` — with `fence`, the
+/// live grant of that fence (one permit of a semaphore; a semaphore's name
+/// needs it). Unless `yes`, first shows the grant and asks on stderr;
+/// anything but `y`/`yes` on stdin is [`Outcome::Aborted`]. The answer
+/// removes exactly the grant shown ([`Store::force_release_grant`]): if
+/// another grant holds the name by then, nothing is removed and that is
+/// [`Outcome::Aborted`] too. With `yes` and no `fence`, whatever grant holds
+/// the lock is removed ([`Store::force_release`]). A free name, or no live
+/// grant of `fence`, is [`Outcome::Nothing`] (and nothing is asked).
 pub async fn release(
     store: &dyn Store,
     name: &str,
+    fence: Option<u64>,
     force: bool,
     yes: bool,
 ) -> Result<Outcome, BoxError> {
@@ -171,41 +177,62 @@ pub async fn release(
     let confirmed = if yes {
         None
     } else {
-        let Some(holder) = store.holder(name).await? else {
-            say_free(name)?;
+        let grants = store.holders(name).await?;
+        let chosen = match fence {
+            Some(fence) => grants.iter().find(|g| g.holder.fence == fence),
+            None => match grants.as_slice() {
+                [] => None,
+                [lock] if lock.permit.is_none() => Some(lock),
+                permits => return Err(semaphore_needs_a_fence(name, permits).into()),
+            },
+        };
+        let Some(chosen) = chosen else {
+            say_not_held(name, fence)?;
             return Ok(Outcome::Nothing);
         };
         let question = format!(
             "Release {} held by {}? [y/N] ",
             printable(name),
-            output::describe(&holder)
+            output::describe_grant(chosen)
         );
         if !confirm(question).await? {
             note(&format!("aborted; {} is still held", printable(name)));
             return Ok(Outcome::Aborted);
         }
-        Some(holder)
+        Some(chosen.clone())
     };
     // What was confirmed is what is removed: a grant that replaced it
     // after the question (the lease lapsed, another holder came) stays.
-    let released = match &confirmed {
-        Some(confirmed) => store.force_release_grant(name, confirmed.fence).await?,
-        None => store.force_release(name).await?,
+    let released = match (&confirmed, fence) {
+        (Some(confirmed), _) => {
+            store
+                .force_release_grant(name, confirmed.holder.fence)
+                .await?
+        }
+        (None, Some(fence)) => store.force_release_grant(name, fence).await?,
+        (None, None) => store.force_release(name).await?,
     };
     let Some(released) = released else {
-        match (&confirmed, store.holder(name).await?) {
-            (Some(confirmed), Some(now)) => {
+        match (&confirmed, store.holders(name).await?.first()) {
+            (Some(confirmed), Some(now)) if confirmed.permit.is_none() => {
                 note(&format!(
                     "the holder changed after the question: {} is now held by {}; nothing \
                      released (it was {})",
                     printable(name),
-                    output::describe(&now),
-                    output::describe(confirmed)
+                    output::describe_grant(now),
+                    output::describe_grant(confirmed)
+                ));
+                return Ok(Outcome::Aborted);
+            }
+            (Some(confirmed), _) if confirmed.permit.is_some() => {
+                note(&format!(
+                    "the permit {} ended after the question; nothing released",
+                    output::describe_grant(confirmed)
                 ));
                 return Ok(Outcome::Aborted);
             }
             _ => {
-                say_free(name)?;
+                say_not_held(name, fence)?;
                 return Ok(Outcome::Nothing);
             }
         }
@@ -255,27 +282,30 @@ pub async fn purge(store: &dyn Store, json: bool) -> Result<Outcome, BoxError> {
     Ok(Outcome::Done)
 }
 
-/// `watch`: asks for the holder of `name` every `interval` and prints a
-/// line (flushed) each time it changes — another owner or fence, or free —
+/// `watch`: asks for the grants of `name` every `interval` and prints a
+/// line (flushed) each time they change — another owner or fence, or free —
 /// the first answer included. Runs until Ctrl-C, then ends [`Outcome::Done`].
 pub async fn watch(store: &dyn Store, name: &str, interval: Duration) -> Result<Outcome, BoxError> {
     let ctrl_c = tokio::signal::ctrl_c();
     tokio::pin!(ctrl_c);
     // `biased`: Ctrl-C is polled first, so its handler is in place before
     // the first line tells anyone that the watch has started.
-    let mut last: Option<Option<(String, u64)>> = None;
+    let mut last: Option<Vec<(String, u64)>> = None;
     loop {
-        let holder = tokio::select! {
+        let grants = tokio::select! {
             biased;
             stop = &mut ctrl_c => {
                 stop?;
                 break;
             }
-            holder = store.holder(name) => holder?,
+            grants = store.holders(name) => grants?,
         };
-        let now = holder.as_ref().map(|h| (h.owner.clone(), h.fence));
+        let now: Vec<(String, u64)> = grants
+            .iter()
+            .map(|g| (g.holder.owner.clone(), g.holder.fence))
+            .collect();
         if last.as_ref() != Some(&now) {
-            output::watch_line(&mut io::stdout().lock(), SystemTime::now(), holder.as_ref())?;
+            output::watch_line(&mut io::stdout().lock(), SystemTime::now(), &grants)?;
             last = Some(now);
         }
         tokio::select! {
@@ -290,11 +320,31 @@ pub async fn watch(store: &dyn Store, name: &str, interval: Duration) -> Result<
     Ok(Outcome::Done)
 }
 
-/// Says on stdout that `name` is free and nothing was released.
-fn say_free(name: &str) -> io::Result<()> {
+/// Says on stdout that `name` (or its grant of `fence`) is not held and
+/// nothing was released.
+fn say_not_held(name: &str, fence: Option<u64>) -> io::Result<()> {
     let mut out = io::stdout().lock();
-    writeln!(out, "{} is free; nothing released", printable(name))?;
+    match fence {
+        None => writeln!(out, "{} is free; nothing released", printable(name))?,
+        Some(fence) => writeln!(
+            out,
+            "no live grant of {} has fence {fence}; nothing released",
+            printable(name)
+        )?,
+    }
     out.flush()
+}
+
+/// The refusal of `release --force NAME` without `--fence` when a
+/// semaphore's permits hold the name: which ones, and how to pick one.
+fn semaphore_needs_a_fence(name: &str, permits: &[Listed]) -> String {
+    let held: Vec<String> = permits.iter().map(output::describe_grant).collect();
+    format!(
+        "{} is a semaphore's: {} live permits ({}); release one with --fence F",
+        printable(name),
+        permits.len(),
+        held.join(", ")
+    )
 }
 
 /// A notice on stderr (nothing in it comes from the URL).

@@ -3,7 +3,7 @@
 //! ```text
 //! alkstore --url URL list [--prefix P] [--limit N] [--json]
 //! alkstore --url URL show NAME [--json]
-//! alkstore --url URL release --force NAME [--yes]
+//! alkstore --url URL release --force NAME [--fence F] [--yes]
 //! alkstore --url URL purge [--json]
 //! alkstore --url URL raise-fences [--by N] [--json]
 //! alkstore --url URL watch NAME [--interval MS]

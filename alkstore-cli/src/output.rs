@@ -4,30 +4,34 @@
 use std::io::{self, Write};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use alkstore::Holder;
 use alkstore::doctor::Report;
+use alkstore::{Holder, Listed, PermitSlot};
 use serde_json::{Value, json};
 
 /// The table's column headers.
-const HEADERS: [&str; 4] = ["NAME", "OWNER", "FENCE", "EXPIRES IN"];
+const HEADERS: [&str; 5] = ["NAME", "PERMIT", "OWNER", "FENCE", "EXPIRES IN"];
 
-/// One row of a table: a name and its live holder.
-#[derive(Debug, Clone, Copy)]
-pub struct Row<'a> {
-    /// The lock name.
-    pub name: &'a str,
-    /// Its live holder.
-    pub holder: &'a Holder,
+/// One row of a table: a live grant, a lock's or a semaphore's permit.
+pub type Row<'a> = &'a Listed;
+
+/// A permit as the table shows it: `1 of 3`; a lock's grant: `-`.
+fn permit_cell(permit: Option<PermitSlot>) -> String {
+    permit.map_or_else(
+        || "-".to_owned(),
+        |p| format!("{} of {}", p.slot, p.permits),
+    )
 }
 
-/// Writes `rows` as a table under the headers NAME, OWNER, FENCE and
-/// EXPIRES IN: text columns aligned left, numbers right, two spaces apart.
+/// Writes `rows` as a table under the headers NAME, PERMIT, OWNER, FENCE
+/// and EXPIRES IN: text columns aligned left, numbers right, two spaces
+/// apart.
 pub fn table(out: &mut impl Write, rows: &[Row<'_>]) -> io::Result<()> {
-    let cells: Vec<[String; 4]> = rows
+    let cells: Vec<[String; 5]> = rows
         .iter()
         .map(|row| {
             [
-                printable(row.name),
+                printable(&row.name),
+                permit_cell(row.permit),
                 printable(&row.holder.owner),
                 row.holder.fence.to_string(),
                 duration(row.holder.expires_in),
@@ -48,12 +52,13 @@ pub fn table(out: &mut impl Write, rows: &[Row<'_>]) -> io::Result<()> {
 }
 
 /// One line of a table (no trailing spaces: the last column is right-aligned).
-fn write_row(out: &mut impl Write, cells: [&str; 4], widths: [usize; 4]) -> io::Result<()> {
-    let [name, owner, fence, expires] = cells;
-    let [w_name, w_owner, w_fence, w_expires] = widths;
+fn write_row(out: &mut impl Write, cells: [&str; 5], widths: [usize; 5]) -> io::Result<()> {
+    let [name, permit, owner, fence, expires] = cells;
+    let [w_name, w_permit, w_owner, w_fence, w_expires] = widths;
     writeln!(
         out,
-        "{name:<w_name$}  {owner:<w_owner$}  {fence:>w_fence$}  {expires:>w_expires$}"
+        "{name:<w_name$}  {permit:<w_permit$}  {owner:<w_owner$}  {fence:>w_fence$}  \
+         {expires:>w_expires$}"
     )
 }
 
@@ -122,13 +127,17 @@ pub fn report_json(report: &Report) -> Value {
     })
 }
 
-/// The JSON object of one live grant: `{"name", "owner", "fence", "expires_in_ms"}`.
-pub fn entry_json(name: &str, holder: &Holder) -> Value {
+/// The JSON object of one live grant: `{"name", "owner", "fence",
+/// "expires_in_ms", "slot", "permits"}` (the last two `null` for a lock's).
+pub fn entry_json(listed: &Listed) -> Value {
+    let holder = &listed.holder;
     json!({
-        "name": name,
+        "name": listed.name,
         "owner": holder.owner,
         "fence": holder.fence,
         "expires_in_ms": millis(holder.expires_in),
+        "slot": listed.permit.map(|p| p.slot),
+        "permits": listed.permit.map(|p| p.permits),
     })
 }
 
@@ -143,19 +152,52 @@ pub fn describe(holder: &Holder) -> String {
     format!("{} (fence {})", printable(&holder.owner), holder.fence)
 }
 
+/// How a grant reads in a sentence: `OWNER (fence F)`, and for a permit
+/// `OWNER (fence F, permit S of N)`.
+pub fn describe_grant(listed: &Listed) -> String {
+    let holder = &listed.holder;
+    match listed.permit {
+        None => describe(holder),
+        Some(p) => format!(
+            "{} (fence {}, permit {} of {})",
+            printable(&holder.owner),
+            holder.fence,
+            p.slot,
+            p.permits
+        ),
+    }
+}
+
 /// Writes one line of `watch` — the UTC time `at`, then who holds the name
-/// (`held by OWNER (fence F, expires in D)`) or `free` — and flushes it.
-pub fn watch_line(out: &mut impl Write, at: SystemTime, holder: Option<&Holder>) -> io::Result<()> {
+/// (`held by OWNER (fence F, expires in D)`, or for a semaphore `K of N
+/// permits held: OWNER (fence F, expires in D), …`) or `free` — and
+/// flushes it.
+pub fn watch_line(out: &mut impl Write, at: SystemTime, grants: &[Listed]) -> io::Result<()> {
     let at = utc_timestamp(at);
-    match holder {
-        Some(holder) => writeln!(
-            out,
-            "{at}  held by {} (fence {}, expires in {})",
+    let held = |holder: &Holder| {
+        format!(
+            "{} (fence {}, expires in {})",
             printable(&holder.owner),
             holder.fence,
             duration(holder.expires_in)
-        )?,
-        None => writeln!(out, "{at}  free")?,
+        )
+    };
+    match grants {
+        [] => writeln!(out, "{at}  free")?,
+        [lock] if lock.permit.is_none() => writeln!(out, "{at}  held by {}", held(&lock.holder))?,
+        permits => {
+            let of = permits
+                .iter()
+                .find_map(|p| p.permit)
+                .map_or(0, |p| p.permits);
+            let holders: Vec<String> = permits.iter().map(|p| held(&p.holder)).collect();
+            writeln!(
+                out,
+                "{at}  {} of {of} permits held: {}",
+                permits.len(),
+                holders.join(", ")
+            )?
+        }
     }
     out.flush()
 }
@@ -239,6 +281,15 @@ mod tests {
         }
     }
 
+    /// A listed grant; `permit` is (slot, permits).
+    fn listed(name: &str, holder: Holder, permit: Option<(u32, u32)>) -> Listed {
+        Listed {
+            name: name.to_owned(),
+            holder,
+            permit: permit.map(|(slot, permits)| PermitSlot { slot, permits }),
+        }
+    }
+
     #[test]
     fn durations_read_like_an_operator_reads_them() {
         assert_eq!(duration(Duration::from_millis(29_876)), "29.8s");
@@ -271,28 +322,19 @@ mod tests {
         let a = holder("owner-a", 7, 29_876);
         let b = holder("o", 12_345, 1_000);
         let mut out = Vec::new();
-        table(
-            &mut out,
-            &[
-                Row {
-                    name: "jobs/a",
-                    holder: &a,
-                },
-                Row {
-                    name: "jobs/long-name",
-                    holder: &b,
-                },
-            ],
-        )
-        .unwrap();
+        let rows = [
+            listed("jobs/a", a, None),
+            listed("jobs/long-name", b, Some((2, 10))),
+        ];
+        table(&mut out, &rows.iter().collect::<Vec<_>>()).unwrap();
         let text = String::from_utf8(out).unwrap();
         let lines: Vec<&str> = text.lines().collect();
         assert_eq!(
             lines,
             [
-                "NAME            OWNER    FENCE  EXPIRES IN",
-                "jobs/a          owner-a      7       29.8s",
-                "jobs/long-name  o        12345        1.0s",
+                "NAME            PERMIT   OWNER    FENCE  EXPIRES IN",
+                "jobs/a          -        owner-a      7       29.8s",
+                "jobs/long-name  2 of 10  o        12345        1.0s",
             ]
         );
     }
@@ -305,22 +347,37 @@ mod tests {
 
     #[test]
     fn json_entries_have_the_pinned_fields() {
-        let value = entry_json("jobs/a", &holder("owner-a", 7, 1_500));
+        let value = entry_json(&listed("jobs/a", holder("owner-a", 7, 1_500), None));
         assert_eq!(
             value,
-            json!({"name": "jobs/a", "owner": "owner-a", "fence": 7, "expires_in_ms": 1500})
+            json!({"name": "jobs/a", "owner": "owner-a", "fence": 7, "expires_in_ms": 1500,
+                   "slot": null, "permits": null})
+        );
+        let value = entry_json(&listed("pool", holder("w", 9, 1_000), Some((1, 3))));
+        assert_eq!(
+            value,
+            json!({"name": "pool", "owner": "w", "fence": 9, "expires_in_ms": 1000,
+                   "slot": 1, "permits": 3})
         );
     }
 
     #[test]
     fn watch_lines_say_who_holds_or_free() {
         let mut out = Vec::new();
-        watch_line(&mut out, UNIX_EPOCH, Some(&holder("w1", 3, 2_000))).unwrap();
-        watch_line(&mut out, UNIX_EPOCH, None).unwrap();
+        let lock = [listed("n", holder("w1", 3, 2_000), None)];
+        watch_line(&mut out, UNIX_EPOCH, &lock).unwrap();
+        watch_line(&mut out, UNIX_EPOCH, &[]).unwrap();
+        let permits = [
+            listed("p", holder("a", 4, 1_000), Some((0, 3))),
+            listed("p", holder("b", 5, 3_000), Some((2, 3))),
+        ];
+        watch_line(&mut out, UNIX_EPOCH, &permits).unwrap();
         assert_eq!(
             String::from_utf8(out).unwrap(),
             "1970-01-01T00:00:00.000Z  held by w1 (fence 3, expires in 2.0s)\n\
-             1970-01-01T00:00:00.000Z  free\n"
+             1970-01-01T00:00:00.000Z  free\n\
+             1970-01-01T00:00:00.000Z  2 of 3 permits held: a (fence 4, expires in 1.0s), \
+             b (fence 5, expires in 3.0s)\n"
         );
     }
 }

@@ -213,7 +213,83 @@ async fn list_show_release(url: &str) {
     assert!(b.release().await.unwrap());
     assert!(!a.release().await.unwrap());
     assert!(!other.release().await.unwrap());
+    semaphores(url, store.as_ref()).await;
     store.close().await.unwrap();
+}
+
+/// list, show and release of a semaphore's permits: one row each, with its
+/// slot; `release --force` of the name is refused, one permit goes by
+/// `--fence`.
+async fn semaphores(url: &str, store: &dyn Store) {
+    let mut permits = Vec::new();
+    for owner in ["p0", "p1", "p2"] {
+        let permit = store.try_acquire_permit("pool", 3, owner, TTL).await;
+        permits.push(permit.unwrap().unwrap());
+    }
+    let slots = |json: &str| -> Vec<(String, u64, u64)> {
+        let value: Value = serde_json::from_str(json).unwrap_or_else(|e| panic!("{e}: {json}"));
+        let entries = value
+            .as_array()
+            .unwrap_or_else(|| panic!("an array: {json}"));
+        entries
+            .iter()
+            .map(|e| {
+                let (_, owner, _) = grant(e);
+                (
+                    owner,
+                    e["slot"].as_u64().unwrap(),
+                    e["permits"].as_u64().unwrap(),
+                )
+            })
+            .collect()
+    };
+    let expected = [0, 1, 2].map(|slot| (format!("p{slot}"), slot, 3));
+    let ran = run(url, &["list", "--prefix", "pool", "--json"], None);
+    assert_eq!(slots(&ran.stdout), expected, "{ran:?}");
+    let ran = run(url, &["show", "pool", "--json"], None);
+    assert_eq!(
+        (ran.code, slots(&ran.stdout)),
+        (0, expected.to_vec()),
+        "{ran:?}"
+    );
+    let ran = run(url, &["show", "pool"], None);
+    for text in ["PERMIT", "0 of 3", "1 of 3", "2 of 3", "p2"] {
+        assert!(ran.stdout.contains(text), "{text} missing: {ran:?}");
+    }
+
+    // The name: refused, with or without --yes; nothing removed.
+    for stdin in [None, Some("y\n")] {
+        let args: &[&str] = match stdin {
+            None => &["release", "--force", "pool", "--yes"],
+            Some(_) => &["release", "--force", "pool"],
+        };
+        let ran = run(url, args, stdin);
+        assert_eq!(ran.code, 3, "{ran:?}");
+        assert!(ran.stderr.contains("semaphore"), "{ran:?}");
+    }
+    assert_eq!(store.holders("pool").await.unwrap().len(), 3);
+
+    // One permit, by its fence, confirmed.
+    let fence = permits[1].fence().to_string();
+    let ran = run(
+        url,
+        &["release", "--force", "pool", "--fence", &fence],
+        Some("y\n"),
+    );
+    assert_eq!(ran.code, 0, "{ran:?}");
+    assert!(ran.stderr.contains("permit 1 of 3"), "{ran:?}");
+    assert!(!permits[1].renew(TTL).await.unwrap());
+    assert_eq!(store.holders("pool").await.unwrap().len(), 2);
+    // A fence no live grant has: nothing there.
+    let ran = run(
+        url,
+        &["release", "--force", "pool", "--fence", &fence, "--yes"],
+        None,
+    );
+    assert_eq!(ran.code, 1, "{ran:?}");
+    for permit in permits {
+        permit.release().await.unwrap();
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -29,19 +29,20 @@
 
 // What a lock user needs, at the root.
 pub use alkstore_core::{
-    BoxError, Closed, DurationError, Error, Field, Holder, KeepAlive, KeepAliveOptions,
+    BoxError, Closed, DurationError, Error, Field, HeldAs, Holder, KeepAlive, KeepAliveOptions,
     KeepAliveOptionsError, LeaseStatus, Listed, Lock, LostReason, MAX_LEASE_MILLIS, MAX_LIST_LIMIT,
-    MAX_NAME_BYTES, NameProblem, RESERVED_PREFIX, Result, Store, UrlError, doctor, schedule,
-    unique_owner, validate_listing, validate_name, validate_owner,
+    MAX_NAME_BYTES, MAX_PERMITS, NameProblem, PermitSlot, PermitsUnsupported, RESERVED_PREFIX,
+    Result, Store, UrlError, doctor, schedule, unique_owner, validate_listing, validate_name,
+    validate_owner, validate_permits,
 };
 
 /// For engine authors: what an engine implements and what the core gives
 /// it. A lock user needs none of this (see `docs/writing-an-engine.md`).
 pub mod engine {
     pub use alkstore_core::{
-        Attempt, Engine, EngineDescriptor, EngineStore, GrantKey, LeaseMillis, ReleaseBus,
-        SchemaVersionError, Subscription, check_text, clock, delegate_store, fence_from_sql,
-        fence_to_sql, holder_from_sql, lease_left, url, wait,
+        Attempt, Engine, EngineDescriptor, EngineStore, GrantKey, LeaseMillis, PermitAttempt,
+        ReleaseBus, SchemaVersionError, Subscription, check_text, clock, delegate_store,
+        fence_from_sql, fence_to_sql, holder_from_sql, lease_left, url, wait,
     };
 }
 

@@ -30,14 +30,19 @@ pub async fn fences_strictly_increase(store: Arc<dyn Store>) {
             lock.fence()
         );
         last = lock.fence();
-        let again = granted(store.try_lock("fenced", owner, long).await);
-        assert_eq!(
-            again.fence(),
-            last,
-            "rule: the same owner again gets the same grant, same fence; step {step}: re-acquire \
-             changed the fence"
-        );
-        drop(again);
+        // Only while the lease is certainly live for the engine: a short one
+        // may lapse before a re-acquire lands on a loaded machine, and is
+        // then rightly a new grant.
+        if step % 4 != 0 {
+            let again = granted(store.try_lock("fenced", owner, long).await);
+            assert_eq!(
+                again.fence(),
+                last,
+                "rule: the same owner again gets the same grant, same fence; step {step}: \
+                 re-acquire changed the fence"
+            );
+            drop(again);
+        }
         match step % 4 {
             // Lapse, then the next step takes it over (sometimes after a purge).
             0 => {
