@@ -4,7 +4,8 @@
 //! outcome — never a lock name or an owner. docs/metrics.md lists them.
 
 /// Acquires by outcome: `alkstore_acquire_total{engine, operation, outcome}`,
-/// `operation` `try_lock` or `lock`, `outcome` `granted`, `held` or `error`.
+/// `operation` `try_lock`, `lock`, `try_acquire_permit` or `acquire_permit`,
+/// `outcome` `granted`, `held` or `error`.
 pub(crate) const ACQUIRE_TOTAL: &str = "alkstore_acquire_total";
 /// How long `lock` waited, granted or not, in seconds:
 /// `alkstore_lock_wait_seconds{engine, outcome}`.
@@ -23,7 +24,8 @@ pub(crate) const RENEW_TOTAL: &str = "alkstore_renew_total";
 /// `released`, `lost` or `error`.
 pub(crate) const RELEASE_TOTAL: &str = "alkstore_release_total";
 /// Forced releases by outcome: `alkstore_force_release_total{engine,
-/// outcome}`, `outcome` `removed`, `free` or `error`.
+/// outcome}`, `outcome` `removed`, `free`, `not_that_grant`, `other_kind`
+/// or `error`.
 pub(crate) const FORCE_RELEASE_TOTAL: &str = "alkstore_force_release_total";
 /// Leases a keep-alive lost: `alkstore_keepalive_lost_total{reason}`,
 /// `reason` `revoked` or `not_renewed_in_time`.

@@ -113,6 +113,18 @@ async fn operations_are_counted_with_bounded_labels() {
     assert_eq!(kept.lost().await, LostReason::Revoked);
     assert!(!kept.release().await.unwrap());
     assert!(store.force_release("secret-name").await.unwrap().is_none());
+    // A semaphore's permits, under their own operations.
+    let permit = store.try_acquire_permit("secret-pool", 1, "secret-owner", TTL);
+    let permit = permit.await.unwrap().unwrap();
+    let refused = store.try_acquire_permit("secret-pool", 1, "b", TTL).await;
+    assert!(refused.unwrap().is_none());
+    let mismatch = store.try_acquire_permit("secret-pool", 2, "b", TTL).await;
+    assert!(mismatch.is_err());
+    let wait = Duration::from_millis(20);
+    let timed_out = store.acquire_permit("secret-pool", 1, "d", TTL, wait).await;
+    assert!(timed_out.unwrap().is_none());
+    assert!(store.force_release("secret-pool").await.is_err());
+    assert!(permit.release().await.unwrap());
     store.close().await.unwrap();
 
     recorded.take(&snapshotter);
@@ -156,7 +168,24 @@ async fn operations_are_counted_with_bounded_labels() {
         ),
         1
     );
-    assert!(counted("alkstore_lock_refused_attempts_total", &[sqlite]) >= 2);
+    for (outcome, count) in [("granted", 1), ("held", 1), ("error", 1)] {
+        let labels = [
+            sqlite,
+            ("operation", "try_acquire_permit"),
+            ("outcome", outcome),
+        ];
+        assert_eq!(counted(acquire, &labels), count, "{outcome}: {counters:#?}");
+    }
+    let labels = [sqlite, ("operation", "acquire_permit"), ("outcome", "held")];
+    assert_eq!(counted(acquire, &labels), 1);
+    assert!(counted("alkstore_lock_refused_attempts_total", &[sqlite]) >= 3);
+    assert_eq!(
+        counted(
+            "alkstore_force_release_total",
+            &[sqlite, ("outcome", "other_kind")]
+        ),
+        1
+    );
     assert_eq!(
         counted("alkstore_renew_total", &[sqlite, ("outcome", "renewed")]),
         2
@@ -167,7 +196,7 @@ async fn operations_are_counted_with_bounded_labels() {
     );
     assert_eq!(
         counted("alkstore_release_total", &[sqlite, ("outcome", "released")]),
-        1
+        2
     );
     assert_eq!(
         counted("alkstore_release_total", &[sqlite, ("outcome", "lost")]),
@@ -200,7 +229,11 @@ async fn operations_are_counted_with_bounded_labels() {
             .copied()
     };
     assert_eq!(waits("granted"), Some(1), "{histograms:#?}");
-    assert_eq!(waits("held"), Some(1));
+    assert_eq!(
+        waits("held"),
+        Some(2),
+        "a lock's and a permit's wait ran out"
+    );
     assert_eq!(
         histograms
             .get(&key("alkstore_handoff_seconds", &[sqlite]))
