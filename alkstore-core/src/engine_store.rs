@@ -120,9 +120,22 @@ impl<E: Engine> EngineStore<E> {
                     slot,
                     expires_in,
                 } if slot < permits => (fence, Some(PermitSlot { slot, permits }), expires_in),
-                PermitAttempt::Granted { slot, .. } => {
+                PermitAttempt::Granted { slot, fence, .. } => {
+                    // The engine's bug; its grant stays held until its TTL
+                    // unless an operator removes it by its fence.
+                    tracing::error!(
+                        name,
+                        fence,
+                        slot,
+                        permits,
+                        "the engine granted a slot outside the semaphore's permits"
+                    );
                     return Err(database(
-                        format!("the engine granted slot {slot} of {permits} permits").into(),
+                        format!(
+                            "the engine granted slot {slot} of {permits} permits (fence {fence}: \
+                             force_release_grant removes it)"
+                        )
+                        .into(),
                     ));
                 }
                 PermitAttempt::Held { expires_in } => return Ok((None, expires_in)),

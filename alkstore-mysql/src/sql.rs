@@ -326,6 +326,14 @@ BEGIN
                 SELECT FALSE, held_fence, held_until - now_ms, NULL;
                 LEAVE look;
             END IF;
+            -- A semaphore's live permits refuse by the same plain read.
+            SELECT MAX(permits) INTO semaphore FROM {permits}
+             WHERE name = p_name AND expires_at > now_ms;
+            IF semaphore IS NOT NULL THEN
+                {RESTORE_WAITS}
+                SELECT FALSE, 0, 0, semaphore;
+                LEAVE look;
+            END IF;
             SET TRANSACTION ISOLATION LEVEL READ COMMITTED;
             START TRANSACTION;
             {BOUND_WAITS}
@@ -352,7 +360,17 @@ BEGIN
             IF duplicate THEN
                 ROLLBACK;
             ELSE
-                -- The name's row lock is held: live permits refuse.
+                -- The name's row lock is held. Expired permits of the name
+                -- are fenced off (expiry 0), waiting for a renewal of one in
+                -- flight: it read its clock before the lease ran out and
+                -- would otherwise land after this grant, on a row the grant
+                -- never touched, bringing the permit back beside the lock;
+                -- every later renewal of it answers lost (its holder can
+                -- still release it; a purge removes it). Then live permits
+                -- refuse.
+                {BOUND_WAITS}
+                UPDATE {permits} SET expires_at = 0
+                 WHERE name = p_name AND expires_at <= now_ms AND expires_at > 0;
                 SELECT MAX(permits) INTO semaphore FROM {permits}
                  WHERE name = p_name AND expires_at > now_ms;
                 IF semaphore IS NOT NULL THEN
@@ -428,11 +446,22 @@ BEGIN
         END;
         look: LOOP
             {BOUND_WAITS}
-            SELECT COUNT(*), MIN(expires_at), COALESCE(SUM(permits <> p_permits), 0),
+            SELECT COUNT(*) INTO found FROM {locks} WHERE name = p_name AND expires_at > now_ms;
+            IF found > 0 THEN
+                {RESTORE_WAITS}
+                SELECT 'lock', 0, 0, 0, 0;
+                LEAVE look;
+            END IF;
+            SELECT COUNT(*), MIN(expires_at), MAX(IF(permits <> p_permits, permits, NULL)),
                    COALESCE(SUM(owner = p_owner), 0)
               INTO live, soonest, other, mine
               FROM {permits} WHERE name = p_name AND expires_at > now_ms;
-            IF live >= p_permits AND other = 0 AND mine = 0 THEN
+            IF other IS NOT NULL THEN
+                {RESTORE_WAITS}
+                SELECT 'mismatch', 0, 0, 0, other;
+                LEAVE look;
+            END IF;
+            IF live >= p_permits AND mine = 0 THEN
                 {RESTORE_WAITS}
                 SELECT 'held', 0, 0, soonest - now_ms, 0;
                 LEAVE look;
@@ -457,6 +486,14 @@ BEGIN
                 ROLLBACK;
                 ITERATE look;
             END IF;
+            -- Under the gate: the name's expired lock and permits are
+            -- fenced off (expiry 0), as the lock procedure does, before the
+            -- decisions below (they wait for a renewal in flight).
+            {BOUND_WAITS}
+            UPDATE {locks} SET expires_at = 0
+             WHERE name = p_name AND expires_at <= now_ms AND expires_at > 0;
+            UPDATE {permits} SET expires_at = 0
+             WHERE name = p_name AND expires_at <= now_ms AND expires_at > 0;
             SELECT COUNT(*), MIN(expires_at), MAX(IF(permits <> p_permits, permits, NULL))
               INTO live, soonest, other
               FROM {permits} WHERE name = p_name AND expires_at > now_ms;
@@ -498,6 +535,11 @@ BEGIN
             WHERE c.slot < p_permits AND NOT EXISTS (
                 SELECT 1 FROM {permits} q
                  WHERE q.name = p_name AND q.slot = c.slot AND q.expires_at > now_ms);
+            IF free_slot IS NULL THEN
+                -- Taken meanwhile: look again.
+                ROLLBACK;
+                ITERATE look;
+            END IF;
             {BOUND_WAITS}
             SELECT COUNT(*), MAX(expires_at) INTO found, held_until FROM {permits}
              WHERE name = p_name AND slot = free_slot FOR UPDATE;
@@ -681,7 +723,9 @@ END"
                 "DELETE FROM {permits} WHERE name = ? AND fence = ? AND expires_at > {NOW_MS}
                  RETURNING owner, fence, expires_at - {NOW_MS}"
             )),
-            // Gates (owner '') are not locks: not counted, purged last.
+            // Gates (owner '') are not locks: not counted, purged last, and
+            // only once their semaphore has no live permit (so that a lock
+            // asked of its name refuses by a plain read, writing nothing).
             purge: [
                 audited(format!(
                     "DELETE FROM {locks} WHERE expires_at <= {NOW_MS} AND owner <> ''"
@@ -690,7 +734,9 @@ END"
                     "DELETE FROM {permits} WHERE expires_at <= {NOW_MS}"
                 )),
                 audited(format!(
-                    "DELETE FROM {locks} WHERE expires_at <= {NOW_MS} AND owner = ''"
+                    "DELETE FROM {locks} WHERE expires_at <= {NOW_MS} AND owner = ''
+                       AND NOT EXISTS (SELECT 1 FROM {permits} p
+                                       WHERE p.name = {locks}.name AND p.expires_at > {NOW_MS})"
                 )),
             ],
             next_fence: audited(format!("SELECT NEXTVAL({fences})")),

@@ -6,7 +6,7 @@ mod common;
 
 use std::time::Duration;
 
-use alkstore_core::Store;
+use alkstore_core::{Error, Store};
 
 const TTL: Duration = Duration::from_secs(30);
 
@@ -28,7 +28,8 @@ async fn writes(pool: &sqlx::MySqlPool) -> Vec<(String, i64)> {
 
 /// 1000 refused acquires move no write counter (handler writes, updates and
 /// deletes, the redo log's sequence number, commits and rollbacks), nor do
-/// 1000 permits refused because every permit is held; 1000 grants, the
+/// 1000 refusals a semaphore brings (every permit held, another count, a
+/// permit of a lock's name, a lock of a semaphore's name); 1000 grants, the
 /// control, move them.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn refused_acquires_write_nothing() {
@@ -65,19 +66,32 @@ async fn refused_acquires_write_nothing() {
         let refused = store.try_acquire_permit("pool", 2, "c", TTL).await;
         assert!(refused.unwrap().is_none());
     }
+    // Every other refusal a semaphore brings, by a plain read too: another
+    // count, a permit of a lock's name, a lock of a semaphore's name.
+    let lock = store.try_lock("locked", "a", TTL).await.unwrap().unwrap();
     let before = writes(store.pool()).await;
-    for _ in 0..1000 {
+    for _ in 0..250 {
         let refused = store.try_acquire_permit("pool", 2, "c", TTL).await;
         assert!(refused.unwrap().is_none());
+        let mismatch = store.try_acquire_permit("pool", 3, "c", TTL).await;
+        assert!(matches!(mismatch, Err(Error::PermitsMismatch { .. })));
+        let on_a_lock = store.try_acquire_permit("locked", 2, "c", TTL).await;
+        assert!(matches!(on_a_lock, Err(Error::HeldAsOtherKind { .. })));
+        let as_a_lock = store.try_lock("pool", "c", TTL).await;
+        assert!(matches!(as_a_lock, Err(Error::HeldAsOtherKind { .. })));
     }
     let after = writes(store.pool()).await;
+    assert!(lock.release().await.unwrap());
     let moved: Vec<_> = before
         .iter()
         .zip(&after)
         .filter(|(b, a)| a.1 != b.1)
         .map(|(b, a)| (b.0.clone(), a.1 - b.1))
         .collect();
-    assert!(moved.is_empty(), "1000 refused permits wrote: {moved:?}");
+    assert!(
+        moved.is_empty(),
+        "1000 refusals of permits wrote: {moved:?}"
+    );
     for permit in permits {
         assert!(permit.release().await.unwrap());
     }

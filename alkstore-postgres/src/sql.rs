@@ -279,6 +279,21 @@ BEGIN
             RETURN QUERY SELECT false, 0::bigint, 0::bigint, semaphore;
             RETURN;
         END IF;
+        -- Expired permits of the name are fenced off (expiry 0) before the
+        -- grant: this waits for a renewal of one in flight, which read its
+        -- clock before the lease ran out and would otherwise land after the
+        -- grant, on a row the grant never touched, bringing the permit back
+        -- beside the lock; every later renewal of it answers lost. Its
+        -- holder can still release it; a purge removes it. Then look again.
+        {BOUND_LOCK_WAIT}
+        UPDATE {permits} p SET expires_at = 0
+         WHERE p.name = p_name AND p.expires_at <= now_ms AND p.expires_at > 0;
+        SELECT p.permits INTO semaphore FROM {permits} p
+         WHERE p.name = p_name AND p.expires_at > now_ms LIMIT 1;
+        IF FOUND THEN
+            RETURN QUERY SELECT false, 0::bigint, 0::bigint, semaphore;
+            RETURN;
+        END IF;
         IF timeline IS NULL THEN
             -- The WAL's timeline, raised by every promotion: a fence's high part.
             timeline := {TIMELINE};
@@ -336,6 +351,7 @@ DECLARE
     ends bigint;
     drawn bigint;
     timeline bigint;
+    fenced_off boolean := false;
 BEGIN
     IF current_setting('transaction_isolation') <> 'read committed' THEN
         RAISE EXCEPTION 'alkstore needs READ COMMITTED, the transaction runs %',
@@ -378,6 +394,19 @@ BEGIN
              WHERE p.name = p_name AND p.expires_at > now_ms;
             RETURN QUERY SELECT 'held'::text, 0::bigint, 0, coalesce(ends - now_ms, 0), 0;
             RETURN;
+        END IF;
+        IF NOT fenced_off THEN
+            -- About to grant: the name's expired lock and permits are fenced
+            -- off first (expiry 0; see the lock function), waiting for a
+            -- renewal of one in flight, and the decisions above (no live
+            -- lock, no other count, not the owner's) are made again.
+            {BOUND_LOCK_WAIT}
+            UPDATE {locks} l SET expires_at = 0
+             WHERE l.name = p_name AND l.expires_at <= now_ms AND l.expires_at > 0;
+            UPDATE {permits} p SET expires_at = 0
+             WHERE p.name = p_name AND p.expires_at <= now_ms AND p.expires_at > 0;
+            fenced_off := true;
+            CONTINUE;
         END IF;
         IF timeline IS NULL THEN
             timeline := {TIMELINE};

@@ -292,19 +292,24 @@ pub(crate) fn release(conn: &Connection, grant: &GrantKey) -> rusqlite::Result<b
     Ok(deleted == 1)
 }
 
-/// Renews the grant's row if it is still live; true if it was.
-fn renew(conn: &Connection, grant: &GrantKey, ttl: i64) -> rusqlite::Result<bool> {
+/// Renews the grant's row if it is still live; true if it was. The clock
+/// is read under the write lock: a renewal that waited for it behind a
+/// grant must judge the lease by the time it lands, or it could bring back
+/// a lease that grant saw expired (a grant of the other kind never touches
+/// this row, so nothing else would stop it).
+fn renew(conn: &mut Connection, grant: &GrantKey, ttl: i64) -> rusqlite::Result<bool> {
     commit_mode(conn, Commit::Synced)?;
+    let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
     let (fence, now) = (fence_to_sql(grant.fence), system_millis());
     let changed = match grant.permit {
-        None => conn.prepare_cached(sql::RENEW)?.execute(params![
+        None => tx.prepare_cached(sql::RENEW)?.execute(params![
             grant.name,
             grant.owner,
             fence,
             ttl,
             now
         ])?,
-        Some(permit) => conn.prepare_cached(sql::RENEW_PERMIT)?.execute(params![
+        Some(permit) => tx.prepare_cached(sql::RENEW_PERMIT)?.execute(params![
             grant.name,
             permit.slot,
             grant.owner,
@@ -313,6 +318,7 @@ fn renew(conn: &Connection, grant: &GrantKey, ttl: i64) -> rusqlite::Result<bool
             now
         ])?,
     };
+    tx.commit()?;
     Ok(changed == 1)
 }
 
@@ -515,7 +521,7 @@ mod tests {
         };
         release(&conn, &key).unwrap();
         assert_eq!(synchronous(&conn), 1, "a release commits with NORMAL");
-        assert!(renew(&conn, &key, 60_000).is_ok());
+        assert!(renew(&mut conn, &key, 60_000).is_ok());
         assert_eq!(synchronous(&conn), 2, "a renewal commits with FULL");
         purge(&conn).unwrap();
         assert_eq!(synchronous(&conn), 1, "a purge commits with NORMAL");

@@ -255,10 +255,15 @@ impl Flaw {
                 release_false_second_time
             ),
             Flaw::RenewAddsToTheOldWindow => cases!(
+                a_lapsed_lease_stays_lost_once_the_other_kind_holds_the_name,
                 renew_is_a_full_window_from_now,
                 sub_millisecond_ttl_rounds_up
             ),
-            Flaw::RenewsALapsedRow => cases!(renew_false_after_lapse),
+            Flaw::RenewsALapsedRow => cases!(
+                a_lapsed_lease_stays_lost_once_the_other_kind_holds_the_name,
+                permit_renew_is_a_full_window_and_false_when_lost,
+                renew_false_after_lapse
+            ),
             Flaw::KeepsStaleRowsOnRelease => cases!(
                 expired_rows_stay_until_purged,
                 force_release_ends_the_grant,
@@ -299,7 +304,10 @@ impl Flaw {
                 fences_strictly_increase,
                 purge_removes_only_expired_rows
             ),
-            Flaw::ListsExpiredRows => cases!(list_pages_live_holders_by_prefix),
+            Flaw::ListsExpiredRows => cases!(
+                a_lapsed_lease_stays_lost_once_the_other_kind_holds_the_name,
+                list_pages_live_holders_by_prefix
+            ),
             Flaw::ForcedReleaseRewindsTheFence => cases!(
                 force_release_ends_the_grant,
                 permits_are_listed_and_released_by_force_one_at_a_time
@@ -527,7 +535,18 @@ impl Engine for Broken {
 
     async fn renew(&self, grant: &GrantKey, ttl: LeaseMillis) -> Result<bool, BoxError> {
         if grant.permit.is_some() {
-            return self.inner.renew(grant, ttl).await;
+            if self.flaw != Flaw::RenewsALapsedRow {
+                return self.inner.renew(grant, ttl).await;
+            }
+            // A permit's lapsed row too, whoever holds the name now.
+            let until = Instant::now() + ttl.as_duration();
+            return Ok(self.with_rows(|rows| match rows.row_of(grant) {
+                Some(row) if row.owner == grant.owner && row.fence == grant.fence => {
+                    row.expires_at = until;
+                    true
+                }
+                _ => false,
+            }));
         }
         let now = Instant::now();
         let ttl = ttl.as_duration();

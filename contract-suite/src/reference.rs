@@ -297,15 +297,21 @@ impl Engine for MemoryEngine {
     }
 
     async fn renew(&self, grant: &GrantKey, ttl: LeaseMillis) -> Result<bool, BoxError> {
-        let now = Instant::now();
-        Ok(self.with_rows(|rows| match rows.row_of(grant) {
-            Some(row)
-                if row.owner == grant.owner && row.fence == grant.fence && row.expires_at > now =>
-            {
-                row.expires_at = now + ttl.as_duration();
-                true
+        Ok(self.with_rows(|rows| {
+            // Under the rows' lock: a renewal judges the lease by the time
+            // it lands, never by a clock read before it waited.
+            let now = Instant::now();
+            match rows.row_of(grant) {
+                Some(row)
+                    if row.owner == grant.owner
+                        && row.fence == grant.fence
+                        && row.expires_at > now =>
+                {
+                    row.expires_at = now + ttl.as_duration();
+                    true
+                }
+                _ => false,
             }
-            _ => false,
         }))
     }
 

@@ -163,6 +163,38 @@ pub async fn permit_renew_is_a_full_window_and_false_when_lost(store: Arc<dyn St
     drop(a);
 }
 
+/// Once a lease lapsed and the other kind took the name — a lock after a
+/// permit, a permit after a lock — renewing the lapsed lease answers
+/// `false` and leaves the name to the new holder: never both kinds at once.
+pub async fn a_lapsed_lease_stays_lost_once_the_other_kind_holds_the_name(store: Arc<dyn Store>) {
+    let short = Duration::from_millis(200);
+    let permit = granted(store.try_acquire_permit("switched", 2, "a", short).await);
+    outlive(short).await;
+    let lock = granted(store.try_lock("switched", "b", LONG).await);
+    assert!(
+        !permit.renew(LONG).await.unwrap(),
+        "rule: a lapsed permit stays lost once a lock holds its name; renew answered true"
+    );
+    let held: Vec<_> = store.holders("switched").await.unwrap();
+    assert!(
+        held.len() == 1 && held[0].permit.is_none(),
+        "rule: a name is a lock or a semaphore, never both; saw {held:?}"
+    );
+    assert!(lock.renew(short).await.unwrap());
+    outlive(short).await;
+    let permit = granted(store.try_acquire_permit("switched", 2, "c", LONG).await);
+    assert!(
+        !lock.renew(LONG).await.unwrap(),
+        "rule: a lapsed lock stays lost once a permit holds its name; renew answered true"
+    );
+    let held: Vec<_> = store.holders("switched").await.unwrap();
+    assert!(
+        held.len() == 1 && held[0].permit.is_some(),
+        "rule: a name is a lock or a semaphore, never both; saw {held:?}"
+    );
+    assert!(permit.release().await.unwrap());
+}
+
 /// Release of a permit: `true` for its own grant, live or lapsed; `false`
 /// the second time; the other permits stay held.
 pub async fn permit_release_ends_its_grant_only(store: Arc<dyn Store>) {

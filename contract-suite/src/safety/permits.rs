@@ -1,6 +1,7 @@
 //! Semaphores under contention: a race of independent stores for the
 //! permits of one name, and the checker of its record.
 
+use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -24,7 +25,9 @@ pub struct PermitInterval {
 /// Checks a semaphore's history of `permits` permits for the rules a client
 /// can see from outside:
 ///
-/// - at no instant more than `permits` non-empty intervals;
+/// - at no instant more than `permits` non-empty intervals (two of one
+///   grant, a same-owner re-acquire's handles, count once);
+/// - a fence names one grant: one owner, one slot;
 /// - the non-empty intervals of one slot never overlap;
 /// - **commit order**: a grant requested after another came back carries a
 ///   higher fence; and so does a grant of a slot that came back (non-empty)
@@ -39,26 +42,40 @@ pub fn check_permits(history: &[PermitInterval], permits: u32) -> Result<(), Vio
         .filter(|p| p.interval.start < p.interval.end)
         .collect();
     // Ends sort before starts at one instant: the intervals are half-open.
-    let mut events: Vec<(Instant, bool, u64)> = live
+    // Two handles of one grant (a same-owner re-acquire) hold one permit.
+    let mut events: Vec<(Instant, bool, &PermitInterval)> = live
         .iter()
-        .flat_map(|p| {
-            let i = &p.interval;
-            [(i.start, true, i.fence), (i.end, false, i.fence)]
-        })
+        .flat_map(|p| [(p.interval.start, true, *p), (p.interval.end, false, *p)])
         .collect();
-    events.sort();
-    let mut holding = Vec::new();
-    for (_, starts, fence) in events {
+    events.sort_by_key(|(at, starts, _)| (*at, *starts));
+    let mut holding: HashMap<(&str, u64, u32), usize> = HashMap::new();
+    for (_, starts, p) in events {
+        let grant = (p.interval.owner.as_str(), p.interval.fence, p.slot);
         if starts {
-            holding.push(fence);
+            *holding.entry(grant).or_default() += 1;
             if holding.len() > permits as usize {
+                let first = holding.keys().map(|g| g.1).min().unwrap_or(0);
                 return Err(Violation::Overlap {
-                    first: holding[0],
-                    second: fence,
+                    first,
+                    second: p.interval.fence,
                 });
             }
-        } else if let Some(at) = holding.iter().position(|f| *f == fence) {
-            holding.swap_remove(at);
+        } else if let Some(handles) = holding.get_mut(&grant) {
+            *handles -= 1;
+            if *handles == 0 {
+                holding.remove(&grant);
+            }
+        }
+    }
+    // A fence names one grant: never two owners, never two slots.
+    let mut owners: HashMap<u64, (&str, u32)> = HashMap::new();
+    for p in history {
+        let held = (p.interval.owner.as_str(), p.slot);
+        if *owners.entry(p.interval.fence).or_insert(held) != held {
+            return Err(Violation::FenceOrder {
+                earlier: p.interval.fence,
+                later: p.interval.fence,
+            });
         }
     }
     let same_grant = |a: &Interval, b: &Interval| a.fence == b.fence && a.owner == b.owner;
@@ -199,6 +216,19 @@ mod tests {
         let three = [at(t, 0, 10, 1, 0), at(t, 2, 15, 2, 1), at(t, 4, 20, 3, 2)];
         assert!(check_permits(&three, 3).is_ok());
         assert!(check_permits(&three, 2).is_err());
+    }
+
+    #[test]
+    fn one_fence_is_one_grant() {
+        let t = Instant::now();
+        // Two owners with one fence, on two slots, at once.
+        let mut twice = [at(t, 0, 10, 7, 0), at(t, 2, 12, 7, 1)];
+        twice[1].interval.owner = "other".into();
+        assert!(check_permits(&twice, 3).is_err());
+        // Two handles of one grant (same owner, fence and slot) hold one
+        // permit, not two.
+        let handles = [at(t, 0, 10, 7, 0), at(t, 2, 12, 7, 0), at(t, 3, 9, 8, 1)];
+        assert_eq!(check_permits(&handles, 2), Ok(()));
     }
 
     #[test]
