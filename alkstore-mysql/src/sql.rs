@@ -368,9 +368,12 @@ BEGIN
                 -- every later renewal of it answers lost (its holder can
                 -- still release it; a purge removes it). Then live permits
                 -- refuse.
-                {BOUND_WAITS}
-                UPDATE {permits} SET expires_at = 0
-                 WHERE name = p_name AND expires_at <= now_ms AND expires_at > 0;
+                IF EXISTS (SELECT 1 FROM {permits}
+                            WHERE name = p_name AND expires_at <= now_ms AND expires_at > 0) THEN
+                    {BOUND_WAITS}
+                    UPDATE {permits} SET expires_at = 0
+                     WHERE name = p_name AND expires_at <= now_ms AND expires_at > 0;
+                END IF;
                 SELECT MAX(permits) INTO semaphore FROM {permits}
                  WHERE name = p_name AND expires_at > now_ms;
                 IF semaphore IS NOT NULL THEN
@@ -486,16 +489,25 @@ BEGIN
                 ROLLBACK;
                 ITERATE look;
             END IF;
-            -- Under the gate: the name's expired lock and permits are
-            -- fenced off (expiry 0), as the lock procedure does, before the
-            -- decisions below (they wait for a renewal in flight).
-            {BOUND_WAITS}
-            UPDATE {locks} SET expires_at = 0
-             WHERE name = p_name AND expires_at <= now_ms AND expires_at > 0;
-            UPDATE {permits} SET expires_at = 0
-             WHERE name = p_name AND expires_at <= now_ms AND expires_at > 0;
-            SELECT COUNT(*), MIN(expires_at), MAX(IF(permits <> p_permits, permits, NULL))
-              INTO live, soonest, other
+            -- Under the gate: the name's expired lock and permits, when
+            -- there are any, are fenced off (expiry 0), as the lock
+            -- procedure does, before the decisions below (this waits for a
+            -- renewal in flight). Then the live permits at once.
+            IF EXISTS (SELECT 1 FROM {locks}
+                        WHERE name = p_name AND expires_at <= now_ms AND expires_at > 0)
+               OR EXISTS (SELECT 1 FROM {permits}
+                           WHERE name = p_name AND expires_at <= now_ms AND expires_at > 0)
+            THEN
+                {BOUND_WAITS}
+                UPDATE {locks} SET expires_at = 0
+                 WHERE name = p_name AND expires_at <= now_ms AND expires_at > 0;
+                UPDATE {permits} SET expires_at = 0
+                 WHERE name = p_name AND expires_at <= now_ms AND expires_at > 0;
+            END IF;
+            SELECT COUNT(*), MIN(expires_at), MAX(IF(permits <> p_permits, permits, NULL)),
+                   COUNT(IF(owner = p_owner, 1, NULL)), MAX(IF(owner = p_owner, slot, NULL)),
+                   MAX(IF(owner = p_owner, fence, NULL))
+              INTO live, soonest, other, mine, mine_slot, mine_fence
               FROM {permits} WHERE name = p_name AND expires_at > now_ms;
             IF other IS NOT NULL THEN
                 ROLLBACK;
@@ -503,8 +515,6 @@ BEGIN
                 SELECT 'mismatch', 0, 0, 0, other;
                 LEAVE look;
             END IF;
-            SELECT COUNT(*), MAX(slot), MAX(fence) INTO mine, mine_slot, mine_fence
-              FROM {permits} WHERE name = p_name AND owner = p_owner AND expires_at > now_ms;
             IF mine = 1 THEN
                 {BOUND_WAITS}
                 SELECT COUNT(*), MAX(expires_at) INTO found, held_until FROM {permits}

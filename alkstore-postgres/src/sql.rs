@@ -285,14 +285,17 @@ BEGIN
         -- grant, on a row the grant never touched, bringing the permit back
         -- beside the lock; every later renewal of it answers lost. Its
         -- holder can still release it; a purge removes it. Then look again.
-        {BOUND_LOCK_WAIT}
-        UPDATE {permits} p SET expires_at = 0
-         WHERE p.name = p_name AND p.expires_at <= now_ms AND p.expires_at > 0;
-        SELECT p.permits INTO semaphore FROM {permits} p
-         WHERE p.name = p_name AND p.expires_at > now_ms LIMIT 1;
-        IF FOUND THEN
-            RETURN QUERY SELECT false, 0::bigint, 0::bigint, semaphore;
-            RETURN;
+        IF EXISTS (SELECT 1 FROM {permits} p
+                    WHERE p.name = p_name AND p.expires_at <= now_ms AND p.expires_at > 0) THEN
+            {BOUND_LOCK_WAIT}
+            UPDATE {permits} p SET expires_at = 0
+             WHERE p.name = p_name AND p.expires_at <= now_ms AND p.expires_at > 0;
+            SELECT p.permits INTO semaphore FROM {permits} p
+             WHERE p.name = p_name AND p.expires_at > now_ms LIMIT 1;
+            IF FOUND THEN
+                RETURN QUERY SELECT false, 0::bigint, 0::bigint, semaphore;
+                RETURN;
+            END IF;
         END IF;
         IF timeline IS NULL THEN
             -- The WAL's timeline, raised by every promotion: a fence's high part.
@@ -346,7 +349,9 @@ DECLARE
     now_ms bigint := {NOW_MS};
     wait_until timestamptz := clock_timestamp() + p_wait_ms * interval '1 millisecond';
     other integer;
-    mine record;
+    live bigint;
+    mine_slot integer;
+    mine_fence bigint;
     free_slot integer;
     ends bigint;
     drawn bigint;
@@ -364,57 +369,78 @@ BEGIN
             RETURN QUERY SELECT 'lock'::text, 0::bigint, 0, 0::bigint, 0;
             RETURN;
         END IF;
-        SELECT p.permits INTO other FROM {permits} p
-         WHERE p.name = p_name AND p.expires_at > now_ms AND p.permits <> p_permits LIMIT 1;
-        IF FOUND THEN
+        -- The name's live permits at once: how many, the soonest end,
+        -- another count if any, the owner's own.
+        SELECT count(*), min(p.expires_at),
+               max(p.permits) FILTER (WHERE p.permits <> p_permits),
+               max(p.slot) FILTER (WHERE p.owner = p_owner),
+               max(p.fence) FILTER (WHERE p.owner = p_owner)
+          INTO live, ends, other, mine_slot, mine_fence
+          FROM {permits} p WHERE p.name = p_name AND p.expires_at > now_ms;
+        IF other IS NOT NULL THEN
             RETURN QUERY SELECT 'mismatch'::text, 0::bigint, 0, 0::bigint, other;
             RETURN;
         END IF;
-        SELECT p.slot, p.fence INTO mine FROM {permits} p
-         WHERE p.name = p_name AND p.owner = p_owner AND p.expires_at > now_ms;
-        IF FOUND THEN
+        IF mine_fence IS NOT NULL THEN
             {BOUND_LOCK_WAIT}
             UPDATE {permits} p SET owner = p.owner
-             WHERE p.name = p_name AND p.slot = mine.slot AND p.fence = mine.fence
+             WHERE p.name = p_name AND p.slot = mine_slot AND p.fence = mine_fence
                AND p.expires_at > now_ms
             RETURNING p.expires_at INTO ends;
             IF FOUND THEN
-                RETURN QUERY SELECT 'granted'::text, mine.fence, mine.slot, ends - now_ms, p_permits;
+                RETURN QUERY SELECT 'granted'::text, mine_fence, mine_slot, ends - now_ms, p_permits;
                 RETURN;
             END IF;
             -- Released or expired meanwhile: look again.
             CONTINUE;
         END IF;
-        SELECT s.slot INTO free_slot FROM generate_series(0, p_permits - 1) AS s(slot)
-         WHERE NOT EXISTS (SELECT 1 FROM {permits} p
-                            WHERE p.name = p_name AND p.slot = s.slot AND p.expires_at > now_ms)
-         ORDER BY s.slot LIMIT 1;
-        IF NOT FOUND THEN
-            SELECT min(p.expires_at) INTO ends FROM {permits} p
-             WHERE p.name = p_name AND p.expires_at > now_ms;
-            RETURN QUERY SELECT 'held'::text, 0::bigint, 0, coalesce(ends - now_ms, 0), 0;
+        IF live >= p_permits THEN
+            RETURN QUERY SELECT 'held'::text, 0::bigint, 0, ends - now_ms, 0;
             RETURN;
         END IF;
         IF NOT fenced_off THEN
+            fenced_off := true;
             -- About to grant: the name's expired lock and permits are fenced
             -- off first (expiry 0; see the lock function), waiting for a
             -- renewal of one in flight, and the decisions above (no live
             -- lock, no other count, not the owner's) are made again.
-            {BOUND_LOCK_WAIT}
-            UPDATE {locks} l SET expires_at = 0
-             WHERE l.name = p_name AND l.expires_at <= now_ms AND l.expires_at > 0;
-            UPDATE {permits} p SET expires_at = 0
-             WHERE p.name = p_name AND p.expires_at <= now_ms AND p.expires_at > 0;
-            fenced_off := true;
-            CONTINUE;
+            IF EXISTS (SELECT 1 FROM {locks} l
+                        WHERE l.name = p_name AND l.expires_at <= now_ms AND l.expires_at > 0)
+               OR EXISTS (SELECT 1 FROM {permits} p
+                           WHERE p.name = p_name AND p.expires_at <= now_ms AND p.expires_at > 0)
+            THEN
+                {BOUND_LOCK_WAIT}
+                UPDATE {locks} l SET expires_at = 0
+                 WHERE l.name = p_name AND l.expires_at <= now_ms AND l.expires_at > 0;
+                UPDATE {permits} p SET expires_at = 0
+                 WHERE p.name = p_name AND p.expires_at <= now_ms AND p.expires_at > 0;
+                CONTINUE;
+            END IF;
+        END IF;
+        -- Fewer live permits than the count, all of it, all below it: a
+        -- slot is free, and the lowest is 0 or one past a live slot.
+        SELECT min(c.slot) INTO free_slot
+          FROM (SELECT 0 AS slot
+                UNION ALL
+                SELECT p.slot + 1 FROM {permits} p
+                 WHERE p.name = p_name AND p.expires_at > now_ms) c
+         WHERE c.slot < p_permits
+           AND NOT EXISTS (SELECT 1 FROM {permits} q
+                            WHERE q.name = p_name AND q.slot = c.slot AND q.expires_at > now_ms);
+        IF free_slot IS NULL THEN
+            RETURN QUERY SELECT 'held'::text, 0::bigint, 0, coalesce(ends - now_ms, 0), 0;
+            RETURN;
         END IF;
         IF timeline IS NULL THEN
             timeline := {TIMELINE};
         END IF;
+        -- The slot's row, if any, locked (waiting for a renewal, release or
+        -- purge in flight) before a fence is drawn: taken over when still
+        -- expired, inserted when gone.
         {BOUND_LOCK_WAIT}
-        PERFORM 1 FROM {permits} p
-         WHERE p.name = p_name AND p.slot = free_slot AND p.expires_at <= now_ms FOR UPDATE;
-        IF FOUND THEN
+        SELECT p.expires_at INTO ends FROM {permits} p
+         WHERE p.name = p_name AND p.slot = free_slot FOR UPDATE;
+        IF FOUND AND ends <= now_ms THEN
             UPDATE {permits} p
                SET owner = p_owner,
                    fence = nextval({fences_regclass}::regclass) + timeline * {TIMELINE_STEP},
@@ -422,7 +448,7 @@ BEGIN
                    permits = p_permits
              WHERE p.name = p_name AND p.slot = free_slot
             RETURNING p.fence INTO drawn;
-        ELSIF NOT EXISTS (SELECT 1 FROM {permits} p WHERE p.name = p_name AND p.slot = free_slot) THEN
+        ELSIF NOT FOUND THEN
             -- Every insert of a permit runs under the name's advisory lock.
             INSERT INTO {permits} AS p (name, slot, owner, fence, expires_at, permits)
             VALUES (p_name, free_slot, p_owner,

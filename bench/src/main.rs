@@ -5,6 +5,7 @@ mod contention;
 mod measure;
 mod mysql;
 mod ops;
+mod permits;
 mod pg;
 mod report;
 mod sqlite;
@@ -35,8 +36,10 @@ async fn main() {
     let mut contended = Vec::new();
     let dir = tempfile::tempdir().unwrap();
     let mut curves = Vec::new();
+    let mut semaphores = Vec::new();
     if wanted("sqlite") {
-        let sqlite_curve = sqlite::run(dir.path(), &mut rows, &mut contended).await;
+        let sqlite_curve =
+            sqlite::run(dir.path(), &mut rows, &mut contended, &mut semaphores).await;
         curves.push(("sqlite", sqlite_curve));
     }
     match wanted("postgres")
@@ -45,7 +48,7 @@ async fn main() {
     {
         Some(server) => curves.push((
             "postgres",
-            pg::run(&server.url, &mut rows, &mut contended).await,
+            pg::run(&server.url, &mut rows, &mut contended, &mut semaphores).await,
         )),
         None => eprintln!("bench: PostgreSQL figures skipped (no server)"),
     }
@@ -55,16 +58,31 @@ async fn main() {
     {
         Some(server) => curves.push((
             "mysql",
-            mysql::run(&server.url, &mut rows, &mut contended).await,
+            mysql::run(&server.url, &mut rows, &mut contended, &mut semaphores).await,
         )),
         None => eprintln!("bench: MariaDB/MySQL figures skipped (no server)"),
     }
     report::print_table(&rows);
     report::write_json(&out.join("results.json"), &rows, &contended).unwrap();
     report::plot_handoffs(&out.join("handoff-latency.svg"), &contended).unwrap();
-    report::plot_contention(&out.join("contention.svg"), &curves).unwrap();
+    report::plot_contention(
+        &out.join("contention.svg"),
+        "grants per second on one name, by contending tasks",
+        &curves,
+    )
+    .unwrap();
+    report::plot_contention(
+        &out.join("semaphore.svg"),
+        &format!(
+            "grants per second of a semaphore of {} permits, by contending tasks",
+            permits::PERMITS
+        ),
+        &semaphores,
+    )
+    .unwrap();
     println!(
-        "\nwrote {0}/results.json, {0}/handoff-latency.svg, {0}/contention.svg",
+        "\nwrote {0}/results.json, {0}/handoff-latency.svg, {0}/contention.svg, \
+         {0}/semaphore.svg",
         out.display()
     );
 }

@@ -10,6 +10,7 @@ use sqlx::mysql::MySqlConnection;
 
 use crate::contention::{self, Contended};
 use crate::measure::{RUNS, Rounds, once, percentile};
+use crate::permits;
 use crate::report::Row;
 
 const ENGINE: &str = "mysql";
@@ -97,6 +98,7 @@ pub async fn run(
     url: &str,
     rows: &mut Vec<Row>,
     contended: &mut Vec<(&'static str, Contended)>,
+    semaphores: &mut Vec<(&'static str, Vec<(usize, f64)>)>,
 ) -> Vec<(usize, f64)> {
     let database = format!("bench_{}", std::process::id());
     let store = Arc::new(MySqlStore::connect(url, &database).await.unwrap());
@@ -236,6 +238,8 @@ pub async fn run(
     rows.push(p99);
     curve.push((16, run.grants_per_sec));
     contended.push((ENGINE, run));
+    let semaphore = permits::run(ENGINE, dyn_store.clone(), ITERATIONS, &pair, rows).await;
+    semaphores.push((ENGINE, semaphore));
 
     other.close().await.unwrap();
     flat.drop_database().await.unwrap();

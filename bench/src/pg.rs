@@ -12,6 +12,7 @@ use sqlx::{Connection, Either, PgPool};
 use crate::contention::{self, Contended};
 use crate::measure::{RUNS, Rounds, once};
 use crate::ops;
+use crate::permits;
 use crate::report::Row;
 
 const ENGINE: &str = "postgres";
@@ -164,6 +165,7 @@ pub async fn run(
     url: &str,
     rows: &mut Vec<Row>,
     contended: &mut Vec<(&'static str, Contended)>,
+    semaphores: &mut Vec<(&'static str, Vec<(usize, f64)>)>,
 ) -> Vec<(usize, f64)> {
     let schema = format!("bench_{}", std::process::id());
     eprintln!("bench: postgres floors and operations, alternating");
@@ -432,6 +434,8 @@ pub async fn run(
         curve.push((tasks, run.grants_per_sec));
         contended.push((ENGINE, run));
     }
+    let semaphore = permits::run(ENGINE, dyn_store.clone(), ITERATIONS, &pair_bare, rows).await;
+    semaphores.push((ENGINE, semaphore));
     let many = contention::many_names(dyn_store.clone(), "many", 64, Duration::from_secs(3)).await;
     rows.push(Row::rate(ENGINE, "64 tasks on 64 names: cycles", many));
     store.drop_schema().await.unwrap();

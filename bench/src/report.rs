@@ -209,6 +209,7 @@ pub fn plot_handoffs(
 /// Grants per second against the number of tasks on one name, per engine.
 pub fn plot_contention(
     path: &Path,
+    caption: &str,
     curves: &[(&'static str, Vec<(usize, f64)>)],
 ) -> Result<(), Box<dyn std::error::Error>> {
     let max_rate = curves
@@ -224,10 +225,7 @@ pub fn plot_contention(
     let root = SVGBackend::new(path, (900, 560)).into_drawing_area();
     root.fill(&WHITE)?;
     let mut chart = ChartBuilder::on(&root)
-        .caption(
-            "grants per second on one name, by contending tasks",
-            ("sans-serif", 22),
-        )
+        .caption(caption, ("sans-serif", 22))
         .margin(15)
         .x_label_area_size(45)
         .y_label_area_size(70)

@@ -12,6 +12,7 @@ use rusqlite::Connection;
 use crate::contention::{self, Contended};
 use crate::measure::{RUNS, Rounds, longest_poll, once, percentile};
 use crate::ops;
+use crate::permits;
 use crate::report::Row;
 
 const ENGINE: &str = "sqlite";
@@ -62,6 +63,7 @@ pub async fn run(
     dir: &Path,
     rows: &mut Vec<Row>,
     contended: &mut Vec<(&'static str, Contended)>,
+    semaphores: &mut Vec<(&'static str, Vec<(usize, f64)>)>,
 ) -> Vec<(usize, f64)> {
     eprintln!("bench: sqlite floors and operations, alternating");
     let raw = raw_connection(&dir.join("raw.db"));
@@ -149,6 +151,8 @@ pub async fn run(
         Row::time(ENGINE, "renew", renew).against(&pair, None),
         Row::time(ENGINE, "holder", holder).against(&read, None),
     ]);
+    let semaphore = permits::run(ENGINE, store.clone(), ITERATIONS, &pair, rows).await;
+    semaphores.push((ENGINE, semaphore));
     let mut holds = Vec::with_capacity(3 * ITERATIONS as usize);
     for _ in 0..ITERATIONS {
         let (lock, took) = longest_poll(store.try_lock("cycle", "me", TTL)).await;
