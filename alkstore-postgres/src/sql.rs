@@ -196,7 +196,7 @@ pub(crate) struct Statements {
     pub(crate) holder: SqlStr,
     pub(crate) list: SqlStr,
     pub(crate) force_release: SqlStr,
-    pub(crate) purge: SqlStr,
+    pub(crate) purge: [SqlStr; 2],
     pub(crate) raise_fences: SqlStr,
     /// The channel releases notify on ([`channel`]; set once the schema's
     /// OID is known).
@@ -236,6 +236,7 @@ DECLARE
     held record;
     was_there boolean;
     semaphore integer;
+    stale boolean;
     drawn bigint;
     timeline bigint;
 BEGIN
@@ -272,27 +273,46 @@ BEGIN
             CONTINUE;
         END IF;
         -- A name is a lock or a semaphore: live permits (granted under
-        -- this same advisory lock) refuse it, writing nothing.
-        SELECT p.permits INTO semaphore FROM {permits} p
-         WHERE p.name = p_name AND p.expires_at > now_ms LIMIT 1;
-        IF FOUND THEN
+        -- this same advisory lock) refuse it, writing nothing. From the same
+        -- read: whether some expired permit of the name is not fenced off
+        -- yet (expiry 0, below).
+        SELECT max(p.permits) FILTER (WHERE p.expires_at > now_ms),
+               coalesce(bool_or(p.expires_at <= now_ms AND p.expires_at > 0), false)
+          INTO semaphore, stale
+          FROM {permits} p WHERE p.name = p_name;
+        IF semaphore IS NOT NULL THEN
             RETURN QUERY SELECT false, 0::bigint, 0::bigint, semaphore;
             RETURN;
         END IF;
-        -- Expired permits of the name are fenced off (expiry 0) before the
-        -- grant: this waits for a renewal of one in flight, which read its
-        -- clock before the lease ran out and would otherwise land after the
-        -- grant, on a row the grant never touched, bringing the permit back
-        -- beside the lock; every later renewal of it answers lost. Its
-        -- holder can still release it; a purge removes it. Then look again.
-        IF EXISTS (SELECT 1 FROM {permits} p
-                    WHERE p.name = p_name AND p.expires_at <= now_ms AND p.expires_at > 0) THEN
+        IF was_there THEN
+            -- Expired: lock the row before drawing a fence (waiting for a
+            -- renewal, release or purge in flight), so that a fence is drawn
+            -- only for a row this transaction certainly takes over.
+            {BOUND_LOCK_WAIT}
+            PERFORM 1 FROM {locks} l
+             WHERE l.name = p_name AND l.expires_at <= now_ms FOR UPDATE;
+            IF NOT FOUND THEN
+                -- Renewed, released or purged meanwhile: look again.
+                CONTINUE;
+            END IF;
+        END IF;
+        IF stale THEN
+            -- The expired permits are fenced off (expiry 0) before the
+            -- grant: this waits for a renewal of one in flight, which read
+            -- its clock before the lease ran out and would otherwise land
+            -- after the grant, on a row the grant never touched, bringing
+            -- the permit back beside the lock; every later renewal of it
+            -- answers lost. Its holder can still release it; a purge
+            -- removes it. Then live permits are looked for again. (The
+            -- name's row in `locks` first, then `permits`: every path
+            -- takes them in that order, so none waits for another in a
+            -- circle.)
             {BOUND_LOCK_WAIT}
             UPDATE {permits} p SET expires_at = 0
              WHERE p.name = p_name AND p.expires_at <= now_ms AND p.expires_at > 0;
-            SELECT p.permits INTO semaphore FROM {permits} p
-             WHERE p.name = p_name AND p.expires_at > now_ms LIMIT 1;
-            IF FOUND THEN
+            SELECT max(p.permits) INTO semaphore FROM {permits} p
+             WHERE p.name = p_name AND p.expires_at > now_ms;
+            IF semaphore IS NOT NULL THEN
                 RETURN QUERY SELECT false, 0::bigint, 0::bigint, semaphore;
                 RETURN;
             END IF;
@@ -302,20 +322,12 @@ BEGIN
             timeline := {TIMELINE};
         END IF;
         IF was_there THEN
-            -- Expired: lock the row before drawing a fence (waiting for a
-            -- renewal, release or purge in flight), so that a fence is drawn
-            -- only for a row this transaction certainly takes over.
-            {BOUND_LOCK_WAIT}
-            PERFORM 1 FROM {locks} l
-             WHERE l.name = p_name AND l.expires_at <= now_ms FOR UPDATE;
-            IF FOUND THEN
-                UPDATE {locks} l
-                   SET owner = p_owner,
-                       fence = nextval({fences_regclass}::regclass) + timeline * {TIMELINE_STEP},
-                       expires_at = now_ms + p_ttl
-                 WHERE l.name = p_name
-                RETURNING l.fence INTO drawn;
-            END IF;
+            UPDATE {locks} l
+               SET owner = p_owner,
+                   fence = nextval({fences_regclass}::regclass) + timeline * {TIMELINE_STEP},
+                   expires_at = now_ms + p_ttl
+             WHERE l.name = p_name
+            RETURNING l.fence INTO drawn;
         ELSE
             -- Every insert of a name runs under its advisory lock: no
             -- conflict can come up here but from outside alkstore.
@@ -356,7 +368,9 @@ DECLARE
     ends bigint;
     drawn bigint;
     timeline bigint;
-    fenced_off boolean := false;
+    lock_live boolean;
+    lock_stale boolean;
+    permits_stale boolean;
 BEGIN
     IF current_setting('transaction_isolation') <> 'read committed' THEN
         RAISE EXCEPTION 'alkstore needs READ COMMITTED, the transaction runs %',
@@ -365,18 +379,26 @@ BEGIN
     {BOUND_LOCK_WAIT}
     PERFORM pg_advisory_xact_lock({fence_lock_class}, hashtext(p_name));
     LOOP
-        IF EXISTS (SELECT 1 FROM {locks} l WHERE l.name = p_name AND l.expires_at > now_ms) THEN
+        -- Each table read once per look: what is live, and whether some
+        -- expired grant of the name is not fenced off yet (expiry 0).
+        SELECT bool_or(l.expires_at > now_ms),
+               coalesce(bool_or(l.expires_at <= now_ms AND l.expires_at > 0), false)
+          INTO lock_live, lock_stale
+          FROM {locks} l WHERE l.name = p_name;
+        IF lock_live THEN
             RETURN QUERY SELECT 'lock'::text, 0::bigint, 0, 0::bigint, 0;
             RETURN;
         END IF;
         -- The name's live permits at once: how many, the soonest end,
         -- another count if any, the owner's own.
-        SELECT count(*), min(p.expires_at),
-               max(p.permits) FILTER (WHERE p.permits <> p_permits),
-               max(p.slot) FILTER (WHERE p.owner = p_owner),
-               max(p.fence) FILTER (WHERE p.owner = p_owner)
-          INTO live, ends, other, mine_slot, mine_fence
-          FROM {permits} p WHERE p.name = p_name AND p.expires_at > now_ms;
+        SELECT count(*) FILTER (WHERE p.expires_at > now_ms),
+               min(p.expires_at) FILTER (WHERE p.expires_at > now_ms),
+               max(p.permits) FILTER (WHERE p.expires_at > now_ms AND p.permits <> p_permits),
+               max(p.slot) FILTER (WHERE p.expires_at > now_ms AND p.owner = p_owner),
+               max(p.fence) FILTER (WHERE p.expires_at > now_ms AND p.owner = p_owner),
+               coalesce(bool_or(p.expires_at <= now_ms AND p.expires_at > 0), false)
+          INTO live, ends, other, mine_slot, mine_fence, permits_stale
+          FROM {permits} p WHERE p.name = p_name;
         IF other IS NOT NULL THEN
             RETURN QUERY SELECT 'mismatch'::text, 0::bigint, 0, 0::bigint, other;
             RETURN;
@@ -398,24 +420,17 @@ BEGIN
             RETURN QUERY SELECT 'held'::text, 0::bigint, 0, ends - now_ms, 0;
             RETURN;
         END IF;
-        IF NOT fenced_off THEN
-            fenced_off := true;
+        IF lock_stale OR permits_stale THEN
             -- About to grant: the name's expired lock and permits are fenced
             -- off first (expiry 0; see the lock function), waiting for a
-            -- renewal of one in flight, and the decisions above (no live
-            -- lock, no other count, not the owner's) are made again.
-            IF EXISTS (SELECT 1 FROM {locks} l
-                        WHERE l.name = p_name AND l.expires_at <= now_ms AND l.expires_at > 0)
-               OR EXISTS (SELECT 1 FROM {permits} p
-                           WHERE p.name = p_name AND p.expires_at <= now_ms AND p.expires_at > 0)
-            THEN
-                {BOUND_LOCK_WAIT}
-                UPDATE {locks} l SET expires_at = 0
-                 WHERE l.name = p_name AND l.expires_at <= now_ms AND l.expires_at > 0;
-                UPDATE {permits} p SET expires_at = 0
-                 WHERE p.name = p_name AND p.expires_at <= now_ms AND p.expires_at > 0;
-                CONTINUE;
-            END IF;
+            -- renewal of one in flight, and everything is looked at again.
+            -- `locks` first, then `permits`, as everywhere.
+            {BOUND_LOCK_WAIT}
+            UPDATE {locks} l SET expires_at = 0
+             WHERE l.name = p_name AND l.expires_at <= now_ms AND l.expires_at > 0;
+            UPDATE {permits} p SET expires_at = 0
+             WHERE p.name = p_name AND p.expires_at <= now_ms AND p.expires_at > 0;
+            CONTINUE;
         END IF;
         -- Fewer live permits than the count, all of it, all below it: a
         -- slot is free, and the lowest is 0 or one past a live slot.
@@ -713,22 +728,17 @@ END"
                         + {TIMELINE} * {TIMELINE_STEP}
                  FROM durable_commit"
             )),
-            // Both tables' expired rows; answers how many. Commits without
-            // waiting for the WAL flush, as a release does.
-            purge: audited(format!(
-                "WITH {ASYNC_COMMIT_CTE},
-                 locks_gone AS (
-                     DELETE FROM {locks}
-                     WHERE expires_at <= {NOW_MS} AND EXISTS (SELECT 1 FROM async_commit)
-                     RETURNING 1
-                 ),
-                 permits_gone AS (
-                     DELETE FROM {permits}
-                     WHERE expires_at <= {NOW_MS} AND EXISTS (SELECT 1 FROM async_commit)
-                     RETURNING 1
-                 )
-                 SELECT (SELECT count(*) FROM locks_gone) + (SELECT count(*) FROM permits_gone)"
-            )),
+            // Each table's expired rows, one statement (and transaction)
+            // each, so that a purge never holds rows of both tables (grants
+            // lock a name's row in `locks` before its rows in `permits`).
+            // Commits without waiting for the WAL flush, as a release does.
+            purge: [locks.as_str(), permits.as_str()].map(|table| {
+                audited(format!(
+                    "WITH {ASYNC_COMMIT_CTE}
+                     DELETE FROM {table}
+                     WHERE expires_at <= {NOW_MS} AND EXISTS (SELECT 1 FROM async_commit)"
+                ))
+            }),
         }
     }
 }
@@ -903,9 +913,13 @@ impl alkstore_sqlx::Statements for Statements {
         )
     }
 
+    /// Two statements on the one connection: `locks`, then `permits`.
     fn purge<'c>(&self, conn: &'c mut PgConnection) -> StatementFuture<'c, u64> {
-        let purge = sqlx::query(self.purge.clone()).try_map(row_as::<_, (i64,)>);
-        Box::pin(async move { Ok(purge.fetch_one(conn).await?.0.unsigned_abs()) })
+        let [locks, permits] = self.purge.clone().map(sqlx::query);
+        Box::pin(async move {
+            Ok(locks.execute(&mut *conn).await?.rows_affected()
+                + permits.execute(conn).await?.rows_affected())
+        })
     }
 
     fn raise_fences<'c>(&self, conn: &'c mut PgConnection, by: i64) -> StatementFuture<'c, i64> {

@@ -325,13 +325,16 @@ fn renew(conn: &mut Connection, grant: &GrantKey, ttl: i64) -> rusqlite::Result<
 /// Deletes the live row of `name` (of that fence, when one is given) and
 /// answers it.
 fn force_release(
-    conn: &Connection,
+    conn: &mut Connection,
     name: &str,
     fence: Option<u64>,
 ) -> rusqlite::Result<Option<Holder>> {
     commit_mode(conn, Commit::Synced)?;
+    // The clock under the write lock, as a renewal's: a row judged live is
+    // live when it is removed.
+    let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
     let now = system_millis();
-    let removed = conn
+    let removed = tx
         .prepare_cached(sql::FORCE_RELEASE)?
         .query_row(params![name, now, fence.map(fence_to_sql)], |r| {
             holder_of(r, 0)
@@ -339,13 +342,15 @@ fn force_release(
         .optional()?;
     // A semaphore's permit goes only by its fence. (Fences are unique in
     // the file: at most one of the two statements removes a row.)
-    match (removed, fence) {
-        (None, Some(fence)) => conn
+    let removed = match (removed, fence) {
+        (None, Some(fence)) => tx
             .prepare_cached(sql::FORCE_RELEASE_PERMIT)?
             .query_row(params![name, now, fence_to_sql(fence)], |r| holder_of(r, 0))
-            .optional(),
-        (removed, _) => Ok(removed),
-    }
+            .optional()?,
+        (removed, _) => removed,
+    };
+    tx.commit()?;
+    Ok(removed)
 }
 
 /// Raises the fence counter by `by`, synced; the lowest fence a later grant
@@ -525,7 +530,7 @@ mod tests {
         assert_eq!(synchronous(&conn), 2, "a renewal commits with FULL");
         purge(&conn).unwrap();
         assert_eq!(synchronous(&conn), 1, "a purge commits with NORMAL");
-        force_release(&conn, "n", None).unwrap();
+        force_release(&mut conn, "n", None).unwrap();
         assert_eq!(synchronous(&conn), 2, "a forced release commits with FULL");
     }
 }

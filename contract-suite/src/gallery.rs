@@ -321,6 +321,7 @@ impl Flaw {
             Flaw::IgnoresTheFenceRaise => cases!(raise_fences_lifts_every_later_fence),
             Flaw::GrantsOneMorePermit => cases!(
                 acquire_permit_woken_by_release,
+                keepalive_holds_a_permit_past_its_ttl,
                 permit_expiry_lets_another_owner_in,
                 semaphore_admits_at_most_its_permits
             ),

@@ -124,6 +124,7 @@ macro_rules! __with_cases {
             permit_count_mismatch_is_refused,
             lock_and_semaphore_names_never_mix,
             a_lapsed_lease_stays_lost_once_the_other_kind_holds_the_name,
+            keepalive_holds_a_permit_past_its_ttl,
             permit_bad_input_is_refused_and_writes_nothing,
             permit_calls_on_a_closed_store_fail_closed,
             acquire_permit_woken_by_release,

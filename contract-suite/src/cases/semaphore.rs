@@ -4,7 +4,7 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use alkstore_core::{Error, HeldAs, Lock, MAX_PERMITS, PermitSlot, Store};
+use alkstore_core::{Error, HeldAs, KeepAlive, LeaseStatus, Lock, MAX_PERMITS, PermitSlot, Store};
 
 use crate::safety::Rng;
 use crate::safety::permits::{check_permits, race_permits};
@@ -193,6 +193,33 @@ pub async fn a_lapsed_lease_stays_lost_once_the_other_kind_holds_the_name(store:
         "rule: a name is a lock or a semaphore, never both; saw {held:?}"
     );
     assert!(permit.release().await.unwrap());
+}
+
+/// A permit is a `Lock` like any other: a [`KeepAlive`] holds it past its
+/// ttl (same slot, same fence), and its release frees the slot.
+pub async fn keepalive_holds_a_permit_past_its_ttl(store: Arc<dyn Store>) {
+    let ttl = Duration::from_secs(1);
+    let permit = granted(store.try_acquire_permit("kept-pool", 1, "a", ttl).await);
+    let fence = permit.fence();
+    let kept = KeepAlive::start(permit, ttl).unwrap();
+    tokio::time::sleep(ttl * 3).await;
+    assert!(
+        matches!(kept.status(), LeaseStatus::Held { .. }),
+        "rule: a keep-alive holds a permit past its ttl; saw {:?} after three ttls",
+        kept.status()
+    );
+    assert_eq!(
+        live_permits(&store, "kept-pool").await,
+        [(0, fence)],
+        "rule: a keep-alive renews the same permit, same fence"
+    );
+    refused(store.try_acquire_permit("kept-pool", 1, "b", ttl).await);
+    assert!(
+        kept.release().await.unwrap(),
+        "rule: a keep-alive's release releases its live permit"
+    );
+    let next = granted(store.try_acquire_permit("kept-pool", 1, "b", LONG).await);
+    assert!(next.release().await.unwrap());
 }
 
 /// Release of a permit: `true` for its own grant, live or lapsed; `false`
