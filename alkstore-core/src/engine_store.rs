@@ -178,17 +178,19 @@ impl<E: Engine> EngineStore<E> {
         }
         .instrument(span.clone())
         .await;
-        let outcome = record_outcome(&span, &result);
-        let engine = self.shared.engine.name();
-        metrics::count(
-            ACQUIRE_TOTAL,
-            &[
-                ("engine", engine),
-                ("operation", operation),
-                ("outcome", outcome),
-            ],
-        );
+        self.count_acquire(operation, record_outcome(&span, &result));
         result
+    }
+
+    /// Counts an acquire call's outcome (`ACQUIRE_TOTAL`).
+    fn count_acquire(&self, operation: &'static str, outcome: &'static str) {
+        let engine = self.shared.engine.name();
+        let labels = [
+            ("engine", engine),
+            ("operation", operation),
+            ("outcome", outcome),
+        ];
+        metrics::count(ACQUIRE_TOTAL, &labels);
     }
 
     /// `lock` and `acquire_permit`: attempts until granted or `wait` runs
@@ -237,15 +239,8 @@ impl<E: Engine> EngineStore<E> {
         .instrument(span.clone())
         .await;
         let outcome = record_outcome(&span, &result);
+        self.count_acquire(operation, outcome);
         let engine = self.shared.engine.name();
-        metrics::count(
-            ACQUIRE_TOTAL,
-            &[
-                ("engine", engine),
-                ("operation", operation),
-                ("outcome", outcome),
-            ],
-        );
         metrics::observe(
             LOCK_WAIT_SECONDS,
             &[("engine", engine), ("outcome", outcome)],

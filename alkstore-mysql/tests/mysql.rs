@@ -7,8 +7,8 @@ mod common;
 use std::sync::Arc;
 use std::time::Duration;
 
-use alkstore_contract_suite::opening;
 use alkstore_contract_suite::support::{assert_refused_within_wait, permit_round_trips};
+use alkstore_contract_suite::{faults, opening};
 use alkstore_core::{Error, Field, Store};
 use alkstore_mysql::MySqlStore;
 use alkstore_testkit::mysql;
@@ -698,92 +698,80 @@ async fn role(
     (user, format!("mysql://{name}:{password}@{host}"))
 }
 
-/// A renewal that read the server's clock before its lease ran out, and
-/// commits after it (here: a session whose clock is set back with `SET
-/// timestamp`, in a transaction left open), must not bring a permit back
-/// beside a lock granted meanwhile, nor a lock beside a permit: the grant
-/// waits for the renewal's row lock, sees the lease live again, and
-/// refuses. Both directions.
+/// A late renewal on MariaDB: a session whose clock is set back, with `SET
+/// timestamp`, to before the lease's end, renewing in a transaction left
+/// open.
+struct LateRenewal {
+    conn: sqlx::MySqlConnection,
+    database: String,
+    expires_at: i64,
+}
+
+#[async_trait::async_trait]
+impl faults::LateRenewal for LateRenewal {
+    async fn before_expiry(&mut self, name: &str, permit: bool) {
+        let table = if permit { "permits" } else { "locks" };
+        let q = &self.database;
+        let (expires_at,): (i64,) = sqlx::query_as(sqlx::AssertSqlSafe(format!(
+            "SELECT expires_at FROM {q}.{table} WHERE name = ?"
+        )))
+        .bind(name.as_bytes())
+        .fetch_one(&mut self.conn)
+        .await
+        .unwrap();
+        self.expires_at = expires_at;
+    }
+
+    async fn renew(&mut self, name: &str, permit: bool, fence: u64) -> u64 {
+        const NOW: &str =
+            "(TIMESTAMPDIFF(MICROSECOND, '1970-01-01 00:00:00', UTC_TIMESTAMP(3)) DIV 1000)";
+        let table = if permit { "permits" } else { "locks" };
+        let (q, before) = (&self.database, (self.expires_at - 50) as f64 / 1000.0);
+        sqlx::raw_sql(sqlx::AssertSqlSafe(format!(
+            "SET timestamp = {before}; START TRANSACTION"
+        )))
+        .execute(&mut self.conn)
+        .await
+        .unwrap();
+        sqlx::query(sqlx::AssertSqlSafe(format!(
+            "UPDATE {q}.{table} SET expires_at = {NOW} + 60000
+             WHERE name = ? AND owner = 'a' AND fence = ? AND expires_at > {NOW}"
+        )))
+        .bind(name.as_bytes())
+        .bind(fence as i64)
+        .execute(&mut self.conn)
+        .await
+        .unwrap()
+        .rows_affected()
+    }
+
+    async fn commit(&mut self) {
+        sqlx::raw_sql("COMMIT")
+            .execute(&mut self.conn)
+            .await
+            .unwrap();
+    }
+}
+
+/// A renewal that read the server's clock before its lease ran out and
+/// commits after it never brings the other kind back
+/// (`faults::a_late_renewal_never_brings_the_other_kind_back`).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_late_renewal_never_brings_the_other_kind_back() {
     use sqlx::Connection;
     let Some((store, db)) = common::store("laterenew").await else {
         return;
     };
-    let store = Arc::new(store);
-    let q = db.quoted();
-    let short = Duration::from_millis(300);
-    const NOW: &str =
-        "(TIMESTAMPDIFF(MICROSECOND, '1970-01-01 00:00:00', UTC_TIMESTAMP(3)) DIV 1000)";
-    for permit_first in [true, false] {
-        let name = if permit_first {
-            "renewed-permit"
-        } else {
-            "renewed-lock"
-        };
-        let held = if permit_first {
-            store.try_acquire_permit(name, 1, "a", short).await
-        } else {
-            store.try_lock(name, "a", short).await
-        };
-        let held = held.unwrap().unwrap();
-        let table = if permit_first { "permits" } else { "locks" };
-        let (expires_at,): (i64,) = sqlx::query_as(sqlx::AssertSqlSafe(format!(
-            "SELECT expires_at FROM {q}.{table} WHERE name = ?"
-        )))
-        .bind(name.as_bytes())
-        .fetch_one(store.pool())
-        .await
-        .unwrap();
-        tokio::time::sleep(short + Duration::from_millis(100)).await;
-        // The renewal, on a clock from before the expiry, left uncommitted.
-        let mut late = sqlx::MySqlConnection::connect(&db.url).await.unwrap();
-        let before = (expires_at - 50) as f64 / 1000.0;
-        sqlx::raw_sql(sqlx::AssertSqlSafe(format!(
-            "SET timestamp = {before}; START TRANSACTION"
-        )))
-        .execute(&mut late)
-        .await
-        .unwrap();
-        let renewed = sqlx::query(sqlx::AssertSqlSafe(format!(
-            "UPDATE {q}.{table} SET expires_at = {NOW} + 60000
-             WHERE name = ? AND owner = 'a' AND fence = ? AND expires_at > {NOW}"
-        )))
-        .bind(name.as_bytes())
-        .bind(held.fence() as i64)
-        .execute(&mut late)
-        .await
-        .unwrap()
-        .rows_affected();
-        assert_eq!(
-            renewed, 1,
-            "the renewal matched: its clock is from before the expiry"
-        );
-        let other = {
-            let store = store.clone();
-            tokio::spawn(async move {
-                if permit_first {
-                    store.try_lock(name, "b", TTL).await
-                } else {
-                    store.try_acquire_permit(name, 2, "b", TTL).await
-                }
-            })
-        };
-        tokio::time::sleep(Duration::from_millis(300)).await;
-        assert!(
-            !other.is_finished(),
-            "the grant of the other kind waits for the renewal in flight"
-        );
-        sqlx::raw_sql("COMMIT").execute(&mut late).await.unwrap();
-        let other = other.await.unwrap();
-        assert!(
-            matches!(other, Err(Error::HeldAsOtherKind { .. })),
-            "a lease renewed in time is live: the other kind is refused; saw {other:?}"
-        );
-        assert_eq!(store.holders(name).await.unwrap().len(), 1);
-        held.let_lapse();
-        late.close().await.unwrap();
-    }
+    let store: Arc<dyn Store> = Arc::new(store);
+    let (url, quoted) = (db.url.clone(), db.quoted());
+    faults::a_late_renewal_never_brings_the_other_kind_back(store.clone(), || async {
+        LateRenewal {
+            conn: sqlx::MySqlConnection::connect(&url).await.unwrap(),
+            database: quoted.clone(),
+            expires_at: 0,
+        }
+    })
+    .await;
     store.close().await.unwrap();
     db.drop().await;
 }

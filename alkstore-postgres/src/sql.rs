@@ -754,6 +754,21 @@ fn store_tag() -> String {
     format!("{}.{n}.{nanos}", std::process::id())
 }
 
+/// An acquire's statement and its bound on lock waits: a waiting acquire
+/// (`bound`) runs `waiting`, which bounds every lock wait, the table's
+/// included, by the wait left in ms — truncated, as every dialect's; the
+/// function bounds each lock wait by at least 1 ms (0 is still a bound;
+/// NULL is none) — and `try_` runs `plain`.
+fn by_bound(bound: Option<Instant>, plain: &SqlStr, waiting: &SqlStr) -> (SqlStr, Option<i32>) {
+    match bound {
+        Some(bound) => (
+            waiting.clone(),
+            Some(i32::try_from(lock_wait_ms(bound)).unwrap_or(i32::MAX)),
+        ),
+        None => (plain.clone(), None),
+    }
+}
+
 /// A permit's slot as the `permits` table stores it (`integer`); slots are
 /// below `MAX_PERMITS`, so it fits.
 fn slot_to_sql(permit: PermitSlot) -> i32 {
@@ -772,16 +787,9 @@ impl alkstore_sqlx::Statements for Statements {
         ttl: LeaseMillis,
         bound: Option<Instant>,
     ) -> StatementFuture<'c, Option<AcquireRow>> {
-        // A waiting acquire bounds every lock wait, the table's included.
-        let statement = match bound {
-            Some(_) => &self.acquire_waiting,
-            None => &self.acquire,
-        };
-        // Truncated, as every dialect's: the function bounds each lock wait
-        // by at least 1 ms (0 is still a bound; NULL is none).
-        let wait_ms = bound.map(|b| i32::try_from(lock_wait_ms(b)).unwrap_or(i32::MAX));
+        let (statement, wait_ms) = by_bound(bound, &self.acquire, &self.acquire_waiting);
         Box::pin(
-            sqlx::query(statement.clone())
+            sqlx::query(statement)
                 .bind(name)
                 .bind(owner)
                 .bind(ttl.as_i64())
@@ -800,13 +808,10 @@ impl alkstore_sqlx::Statements for Statements {
         ttl: LeaseMillis,
         bound: Option<Instant>,
     ) -> StatementFuture<'c, Option<PermitRow>> {
-        let statement = match bound {
-            Some(_) => &self.acquire_permit_waiting,
-            None => &self.acquire_permit,
-        };
-        let wait_ms = bound.map(|b| i32::try_from(lock_wait_ms(b)).unwrap_or(i32::MAX));
+        let (statement, wait_ms) =
+            by_bound(bound, &self.acquire_permit, &self.acquire_permit_waiting);
         Box::pin(
-            sqlx::query(statement.clone())
+            sqlx::query(statement)
                 .bind(name)
                 // At most MAX_PERMITS (validated by the core), so it fits.
                 .bind(i32::try_from(permits).unwrap_or(i32::MAX))

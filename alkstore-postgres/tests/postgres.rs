@@ -7,10 +7,10 @@ mod common;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use alkstore_contract_suite::opening;
 use alkstore_contract_suite::support::{
     assert_waits_out_a_table_lock, error_chain, permit_round_trips,
 };
+use alkstore_contract_suite::{faults, opening};
 use alkstore_core::{Error, Field, Store};
 use alkstore_postgres::PgStore;
 use sqlx::Row;
@@ -592,81 +592,65 @@ fn with_layout_3_lock_class(definition: &str) -> String {
     format!("{}1634495334{}", &definition[..start], &definition[end..])
 }
 
-/// A renewal that read the server's clock before its lease ran out, and
-/// commits after it (here: a transaction begun before the expiry, which
-/// `now()` keeps, renews after it), must not bring a permit back beside a
-/// lock granted meanwhile, nor a lock beside a permit: the grant waits for
-/// the renewal's row lock, sees the lease live again, and refuses. Both
-/// directions.
+/// A late renewal on PostgreSQL: a transaction begun before the expiry,
+/// whose `now()` stays put, renews after it.
+struct LateRenewal {
+    conn: sqlx::PgConnection,
+    schema: String,
+}
+
+#[async_trait::async_trait]
+impl faults::LateRenewal for LateRenewal {
+    async fn before_expiry(&mut self, _: &str, _: bool) {
+        sqlx::raw_sql("BEGIN; SELECT now()")
+            .execute(&mut self.conn)
+            .await
+            .unwrap();
+    }
+
+    async fn renew(&mut self, name: &str, permit: bool, fence: u64) -> u64 {
+        const NOW: &str = "floor(extract(epoch FROM now()) * 1000)::bigint";
+        let table = if permit { "permits" } else { "locks" };
+        let s = &self.schema;
+        sqlx::query(sqlx::AssertSqlSafe(format!(
+            "UPDATE {s}.{table} SET expires_at = {NOW} + 60000
+             WHERE name = $1 AND owner = 'a' AND fence = $2 AND expires_at > {NOW}"
+        )))
+        .bind(name)
+        .bind(fence as i64)
+        .execute(&mut self.conn)
+        .await
+        .unwrap()
+        .rows_affected()
+    }
+
+    async fn commit(&mut self) {
+        sqlx::raw_sql("COMMIT")
+            .execute(&mut self.conn)
+            .await
+            .unwrap();
+    }
+}
+
+/// A renewal that read the server's clock before its lease ran out and
+/// commits after it never brings the other kind back
+/// (`faults::a_late_renewal_never_brings_the_other_kind_back`).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_late_renewal_never_brings_the_other_kind_back() {
     use sqlx::Connection;
     let Some((store, schema)) = common::store("laterenew").await else {
         return;
     };
-    let store = Arc::new(store);
-    let s = common::quoted_schema(&store);
-    let short = Duration::from_millis(300);
-    const NOW: &str = "floor(extract(epoch FROM now()) * 1000)::bigint";
-    for permit_first in [true, false] {
-        let name = if permit_first {
-            "renewed-permit"
-        } else {
-            "renewed-lock"
-        };
-        let held = if permit_first {
-            store.try_acquire_permit(name, 1, "a", short).await
-        } else {
-            store.try_lock(name, "a", short).await
-        };
-        let held = held.unwrap().unwrap();
-        let table = if permit_first { "permits" } else { "locks" };
-        let mut late = sqlx::PgConnection::connect(&schema.url).await.unwrap();
-        sqlx::raw_sql("BEGIN; SELECT now()")
-            .execute(&mut late)
-            .await
-            .unwrap();
-        tokio::time::sleep(short + Duration::from_millis(100)).await;
-        // The renewal, in the transaction begun while the lease was live.
-        let renewed = sqlx::query(sqlx::AssertSqlSafe(format!(
-            "UPDATE {s}.{table} SET expires_at = {NOW} + 60000
-             WHERE name = $1 AND owner = 'a' AND fence = $2 AND expires_at > {NOW}"
-        )))
-        .bind(name)
-        .bind(held.fence() as i64)
-        .execute(&mut late)
-        .await
-        .unwrap()
-        .rows_affected();
-        assert_eq!(
-            renewed, 1,
-            "the renewal matched: its clock is from before the expiry"
-        );
-        let other = {
-            let store = store.clone();
-            tokio::spawn(async move {
-                if permit_first {
-                    store.try_lock(name, "b", TTL).await
-                } else {
-                    store.try_acquire_permit(name, 2, "b", TTL).await
-                }
-            })
-        };
-        tokio::time::sleep(Duration::from_millis(300)).await;
-        assert!(
-            !other.is_finished(),
-            "the grant of the other kind waits for the renewal in flight"
-        );
-        sqlx::raw_sql("COMMIT").execute(&mut late).await.unwrap();
-        let other = other.await.unwrap();
-        assert!(
-            matches!(other, Err(Error::HeldAsOtherKind { .. })),
-            "a lease renewed in time is live: the other kind is refused; saw {other:?}"
-        );
-        assert_eq!(store.holders(name).await.unwrap().len(), 1);
-        held.let_lapse();
-        late.close().await.unwrap();
-    }
+    let quoted = common::quoted_schema(&store);
+    let store: Arc<dyn Store> = Arc::new(store);
+    let url = schema.url.clone();
+    faults::a_late_renewal_never_brings_the_other_kind_back(store.clone(), || async {
+        LateRenewal {
+            conn: sqlx::PgConnection::connect(&url).await.unwrap(),
+            schema: quoted.clone(),
+        }
+    })
+    .await;
     store.close().await.unwrap();
     schema.drop().await;
 }

@@ -196,3 +196,87 @@ pub async fn cancelled_futures_leak_no_connection(
         "cancellation: {during} sessions held after 300 dropped-or-finished operations (at most {most})"
     );
 }
+
+/// A renewal made by hand, on a connection of the test's own, that read
+/// the server's clock before its lease ran out and commits after it (what a
+/// renewal delayed between its clock and its commit does).
+#[async_trait]
+pub trait LateRenewal: Send {
+    /// While the lease of `name` (a permit's when `permit`, else a lock's)
+    /// is still live: fix the renewal's clock (PostgreSQL: begin the
+    /// transaction, whose `now()` stays put).
+    async fn before_expiry(&mut self, name: &str, permit: bool);
+
+    /// After the lease ran out: renew owner `a`'s grant of `name` with
+    /// `fence` on the clock fixed before, in a transaction left open;
+    /// answers the rows it matched.
+    async fn renew(&mut self, name: &str, permit: bool, fence: u64) -> u64;
+
+    /// Commits the renewal.
+    async fn commit(&mut self);
+}
+
+/// A late renewal ([`LateRenewal`], made by `open`) never brings a lease
+/// back beside a grant of the other kind: a lock asked after a permit's
+/// lease ran out, with the permit's renewal in flight (and a permit after
+/// a lock's), waits for the renewal, sees the lease live, and is refused.
+pub async fn a_late_renewal_never_brings_the_other_kind_back<R, F, Fut>(
+    store: Arc<dyn Store>,
+    open: F,
+) where
+    R: LateRenewal,
+    F: Fn() -> Fut,
+    Fut: Future<Output = R>,
+{
+    let short = Duration::from_millis(300);
+    let long = Duration::from_secs(30);
+    for permit in [true, false] {
+        let name = if permit {
+            "renewed-permit"
+        } else {
+            "renewed-lock"
+        };
+        let held = if permit {
+            store.try_acquire_permit(name, 1, "a", short).await
+        } else {
+            store.try_lock(name, "a", short).await
+        };
+        let held = held.unwrap().expect("a free name");
+        let mut late = open().await;
+        late.before_expiry(name, permit).await;
+        tokio::time::sleep(short + Duration::from_millis(100)).await;
+        assert_eq!(
+            late.renew(name, permit, held.fence()).await,
+            1,
+            "precondition: the renewal matched, its clock from before the expiry"
+        );
+        let other = {
+            let store = store.clone();
+            tokio::spawn(async move {
+                if permit {
+                    store.try_lock(name, "b", long).await
+                } else {
+                    store.try_acquire_permit(name, 2, "b", long).await
+                }
+            })
+        };
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        assert!(
+            !other.is_finished(),
+            "rule: a grant of the other kind waits for a renewal in flight; it answered {:?}",
+            other.await
+        );
+        late.commit().await;
+        let other = other.await.unwrap();
+        assert!(
+            matches!(other, Err(alkstore_core::Error::HeldAsOtherKind { .. })),
+            "rule: a lease renewed in time is live, and the other kind is refused; saw {other:?}"
+        );
+        assert_eq!(
+            store.holders(name).await.unwrap().len(),
+            1,
+            "rule: a name is a lock or a semaphore, never both"
+        );
+        held.let_lapse();
+    }
+}

@@ -249,6 +249,8 @@ impl Flaw {
                 force_release_ends_the_grant,
                 handle_never_touches_later_grant,
                 handles_of_one_grant_are_one_grant,
+                permit_handle_never_touches_a_later_grant_of_its_slot,
+                permit_release_ends_its_grant_only,
                 purge_removes_only_expired_rows,
                 reacquire_same_owner_keeps_grant,
                 release_false_after_takeover,
@@ -573,6 +575,10 @@ impl Engine for Broken {
 
     async fn release(&self, grant: &GrantKey) -> Result<bool, BoxError> {
         if let Some(permit) = grant.permit {
+            if self.flaw == Flaw::ReleaseAlwaysAnswersTrue {
+                self.inner.release(grant).await?;
+                return Ok(true);
+            }
             if self.flaw != Flaw::PermitReleaseIgnoresTheFence {
                 return self.inner.release(grant).await;
             }
