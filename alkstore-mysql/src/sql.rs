@@ -93,6 +93,44 @@ const RESTORE_WAITS: &str = "IF wait_until IS NOT NULL THEN
                 SESSION lock_wait_timeout = saved_metadata_wait;
         END IF;";
 
+/// How both acquire procedures begin (`procedure` names the refusal): a
+/// call inside an open transaction is refused — outside the block with the
+/// handlers, so that refusing does not roll the caller's transaction back —
+/// then the clock and the wait bound are fixed, and the session's own wait
+/// settings kept to be put back ([`RESTORE_WAITS`]).
+fn procedure_opening(procedure: &str) -> String {
+    format!(
+        "MODIFIES SQL DATA
+BEGIN
+    IF @@in_transaction THEN
+        SIGNAL SQLSTATE '25000'
+            SET MESSAGE_TEXT = 'alkstore: {procedure} called inside an open transaction';
+    END IF;
+    BEGIN
+        DECLARE now_ms BIGINT DEFAULT {NOW_MS};
+        DECLARE wait_until DATETIME(6) DEFAULT SYSDATE(6) + INTERVAL p_wait_ms * 1000 MICROSECOND;
+        DECLARE saved_row_wait BIGINT DEFAULT @@SESSION.innodb_lock_wait_timeout;
+        DECLARE saved_metadata_wait BIGINT DEFAULT @@SESSION.lock_wait_timeout;
+"
+    )
+}
+
+/// Both acquire procedures' handlers (after their declarations): a
+/// duplicate key is noted (`duplicate`, the insert that met another's), and
+/// any other error rolls back, puts the session's waits back, and is raised
+/// again.
+fn procedure_handlers() -> String {
+    format!(
+        "DECLARE CONTINUE HANDLER FOR 1062 SET duplicate = TRUE;
+        DECLARE EXIT HANDLER FOR SQLEXCEPTION
+        BEGIN
+            ROLLBACK;
+            {RESTORE_WAITS}
+            RESIGNAL;
+        END;"
+    )
+}
+
 /// Quotes an identifier: wrapped in backticks, inner backticks doubled. Safe
 /// for any text without NUL (validated before).
 pub(crate) fn quote_ident(ident: &str) -> String {
@@ -286,36 +324,18 @@ impl Statements {
         // back, and a waiting acquire reports "held" having drawn no fence.
         // The procedure refuses to run inside an open transaction, whose
         // COMMIT would be the caller's.
+        let (opening, handlers) = (procedure_opening("acquire"), procedure_handlers());
         let create_acquire = format!(
             "CREATE OR REPLACE PROCEDURE {acquire_proc}(p_name VARBINARY({TEXT_BYTES}), \
                  p_owner VARBINARY({TEXT_BYTES}), p_ttl BIGINT, p_wait_ms BIGINT)
-MODIFIES SQL DATA
-BEGIN
-    -- Outside the block with the handlers: refusing here must not roll
-    -- back the caller's transaction.
-    IF @@in_transaction THEN
-        SIGNAL SQLSTATE '25000'
-            SET MESSAGE_TEXT = 'alkstore: acquire called inside an open transaction';
-    END IF;
-    BEGIN
-        DECLARE now_ms BIGINT DEFAULT {NOW_MS};
-        DECLARE wait_until DATETIME(6) DEFAULT SYSDATE(6) + INTERVAL p_wait_ms * 1000 MICROSECOND;
-        DECLARE saved_row_wait BIGINT DEFAULT @@SESSION.innodb_lock_wait_timeout;
-        DECLARE saved_metadata_wait BIGINT DEFAULT @@SESSION.lock_wait_timeout;
-        DECLARE found INT;
+{opening}        DECLARE found INT;
         DECLARE held_owner VARBINARY({TEXT_BYTES});
         DECLARE held_fence BIGINT;
         DECLARE held_until BIGINT;
         DECLARE duplicate BOOL DEFAULT FALSE;
         DECLARE drawn_by BIGINT;
         DECLARE semaphore INT;
-        DECLARE CONTINUE HANDLER FOR 1062 SET duplicate = TRUE;
-        DECLARE EXIT HANDLER FOR SQLEXCEPTION
-        BEGIN
-            ROLLBACK;
-            {RESTORE_WAITS}
-            RESIGNAL;
-        END;
+        {handlers}
         look: LOOP
             {BOUND_WAITS}
             SELECT COUNT(*), MAX(owner), MAX(fence), MAX(expires_at)
@@ -415,21 +435,11 @@ END"
         // Refusals roll back: nothing written, no fence drawn. Waits are
         // bounded as the lock procedure's are. A gate row (owner '', fence
         // 0, expired) is never a holder, is never listed, and is purged.
+        let opening = procedure_opening("acquire_permit");
         let create_acquire_permit = format!(
             "CREATE OR REPLACE PROCEDURE {acquire_permit_proc}(p_name VARBINARY({TEXT_BYTES}), \
                  p_permits INT, p_owner VARBINARY({TEXT_BYTES}), p_ttl BIGINT, p_wait_ms BIGINT)
-MODIFIES SQL DATA
-BEGIN
-    IF @@in_transaction THEN
-        SIGNAL SQLSTATE '25000'
-            SET MESSAGE_TEXT = 'alkstore: acquire_permit called inside an open transaction';
-    END IF;
-    BEGIN
-        DECLARE now_ms BIGINT DEFAULT {NOW_MS};
-        DECLARE wait_until DATETIME(6) DEFAULT SYSDATE(6) + INTERVAL p_wait_ms * 1000 MICROSECOND;
-        DECLARE saved_row_wait BIGINT DEFAULT @@SESSION.innodb_lock_wait_timeout;
-        DECLARE saved_metadata_wait BIGINT DEFAULT @@SESSION.lock_wait_timeout;
-        DECLARE found INT;
+{opening}        DECLARE found INT;
         DECLARE held_until BIGINT;
         DECLARE live INT;
         DECLARE soonest BIGINT;
@@ -440,13 +450,7 @@ BEGIN
         DECLARE free_slot INT;
         DECLARE duplicate BOOL DEFAULT FALSE;
         DECLARE drawn_by BIGINT;
-        DECLARE CONTINUE HANDLER FOR 1062 SET duplicate = TRUE;
-        DECLARE EXIT HANDLER FOR SQLEXCEPTION
-        BEGIN
-            ROLLBACK;
-            {RESTORE_WAITS}
-            RESIGNAL;
-        END;
+        {handlers}
         look: LOOP
             {BOUND_WAITS}
             SELECT COUNT(*) INTO found FROM {locks} WHERE name = p_name AND expires_at > now_ms;

@@ -228,6 +228,19 @@ impl Statements {
         // the expired row's lock, each to what is left of it): past it the
         // server raises 55P03 and rolls back, and a waiting acquire reports
         // "held", having drawn no fence.
+        // Both functions begin alike: READ COMMITTED required, then the
+        // name's advisory lock taken (its wait bounded), under which every
+        // grant of the name, a lock's or a permit's, decides and draws.
+        let serialise_the_name = format!(
+            "BEGIN
+    IF current_setting('transaction_isolation') <> 'read committed' THEN
+        RAISE EXCEPTION 'alkstore needs READ COMMITTED, the transaction runs %',
+            current_setting('transaction_isolation') USING ERRCODE = '0A000';
+    END IF;
+    {BOUND_LOCK_WAIT}
+    PERFORM pg_advisory_xact_lock({fence_lock_class}, hashtext(p_name));
+"
+        );
         let body = format!(
             "
 DECLARE
@@ -239,14 +252,7 @@ DECLARE
     stale boolean;
     drawn bigint;
     timeline bigint;
-BEGIN
-    IF current_setting('transaction_isolation') <> 'read committed' THEN
-        RAISE EXCEPTION 'alkstore needs READ COMMITTED, the transaction runs %',
-            current_setting('transaction_isolation') USING ERRCODE = '0A000';
-    END IF;
-    {BOUND_LOCK_WAIT}
-    PERFORM pg_advisory_xact_lock({fence_lock_class}, hashtext(p_name));
-    LOOP
+{serialise_the_name}    LOOP
         SELECT l.owner, l.fence, l.expires_at INTO held FROM {locks} l WHERE l.name = p_name;
         was_there := FOUND;
         IF was_there AND held.expires_at > now_ms AND held.owner <> p_owner THEN
@@ -371,14 +377,7 @@ DECLARE
     lock_live boolean;
     lock_stale boolean;
     permits_stale boolean;
-BEGIN
-    IF current_setting('transaction_isolation') <> 'read committed' THEN
-        RAISE EXCEPTION 'alkstore needs READ COMMITTED, the transaction runs %',
-            current_setting('transaction_isolation') USING ERRCODE = '0A000';
-    END IF;
-    {BOUND_LOCK_WAIT}
-    PERFORM pg_advisory_xact_lock({fence_lock_class}, hashtext(p_name));
-    LOOP
+{serialise_the_name}    LOOP
         -- Each table read once per look: what is live, and whether some
         -- expired grant of the name is not fenced off yet (expiry 0).
         SELECT bool_or(l.expires_at > now_ms),

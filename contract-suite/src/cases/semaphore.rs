@@ -484,12 +484,13 @@ pub async fn acquire_permit_woken_by_release(store: Arc<dyn Store>) {
         let waiter = {
             let (store, name) = (store.clone(), name.clone());
             tokio::spawn(async move {
-                let wait = Duration::from_secs(20);
+                let (wait, asked_at) = (Duration::from_secs(20), Instant::now());
                 let permit = granted(store.acquire_permit(&name, 2, "w", LONG, wait).await);
-                (Instant::now(), permit)
+                (asked_at, Instant::now(), permit)
             })
         };
-        // Long enough for the waiter's back-off to reach its ceiling.
+        // Long enough for the waiter's back-off to reach its ceiling
+        // (checked below, not hoped).
         tokio::time::sleep(Duration::from_millis(600)).await;
         assert!(
             !waiter.is_finished(),
@@ -500,7 +501,13 @@ pub async fn acquire_permit_woken_by_release(store: Arc<dyn Store>) {
         let let_go_slot = slot(let_go.as_ref());
         let released_at = Instant::now();
         assert!(let_go.release().await.unwrap());
-        let (granted_at, permit) = waiter.await.unwrap();
+        let (asked_at, granted_at, permit) = waiter.await.unwrap();
+        assert!(
+            released_at >= asked_at + Duration::from_millis(400),
+            "precondition: the waiter was waiting before the release; round {round}: saw {:?} \
+             from its ask to it, expected at least 400 ms (the waiter started late)",
+            released_at.saturating_duration_since(asked_at)
+        );
         assert_eq!(slot(permit.as_ref()), let_go_slot, "the slot let go");
         handoffs.push(granted_at - released_at);
         assert!(permit.release().await.unwrap());
