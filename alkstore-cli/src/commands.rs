@@ -137,7 +137,7 @@ pub async fn show(store: &dyn Store, name: &str, json: bool) -> Result<Outcome, 
     match (grants.as_slice(), json) {
         ([], true) => output::write_json(&mut out, &serde_json::Value::Null)?,
         ([], false) => writeln!(out, "{} is free", printable(name))?,
-        ([lock], true) if lock.permit.is_none() => {
+        ([lock], true) if output::is_lock(lock) => {
             output::write_json(&mut out, &output::entry_json(lock))?
         }
         (permits, true) => {
@@ -182,8 +182,8 @@ pub async fn release(
             Some(fence) => grants.iter().find(|g| g.holder.fence == fence),
             None => match grants.as_slice() {
                 [] => None,
-                [lock] if lock.permit.is_none() => Some(lock),
-                permits => return Err(semaphore_needs_a_fence(name, permits).into()),
+                [lock] if output::is_lock(lock) => Some(lock),
+                grants => return Err(grants_need_a_fence(name, grants).into()),
             },
         };
         let Some(chosen) = chosen else {
@@ -214,7 +214,7 @@ pub async fn release(
     };
     let Some(released) = released else {
         match (&confirmed, store.holders(name).await?.first()) {
-            (Some(confirmed), Some(now)) if confirmed.permit.is_none() => {
+            (Some(confirmed), Some(now)) if output::is_lock(confirmed) => {
                 note(&format!(
                     "the holder changed after the question: {} is now held by {}; nothing \
                      released (it was {})",
@@ -224,9 +224,9 @@ pub async fn release(
                 ));
                 return Ok(Outcome::Aborted);
             }
-            (Some(confirmed), _) if confirmed.permit.is_some() => {
+            (Some(confirmed), _) if !output::is_lock(confirmed) => {
                 note(&format!(
-                    "the permit {} ended after the question; nothing released",
+                    "the grant {} ended after the question; nothing released",
                     output::describe_grant(confirmed)
                 ));
                 return Ok(Outcome::Aborted);
@@ -336,13 +336,19 @@ fn say_not_held(name: &str, fence: Option<u64>) -> io::Result<()> {
 }
 
 /// The refusal of `release --force NAME` without `--fence` when a
-/// semaphore's permits hold the name: which ones, and how to pick one.
-fn semaphore_needs_a_fence(name: &str, permits: &[Listed]) -> String {
-    let held: Vec<String> = permits.iter().map(output::describe_grant).collect();
+/// semaphore's permits or a reader-writer lock's grants hold the name:
+/// which ones, and how to pick one.
+fn grants_need_a_fence(name: &str, grants: &[Listed]) -> String {
+    let held: Vec<String> = grants.iter().map(output::describe_grant).collect();
+    let kind = if grants.iter().any(|g| g.access.is_some()) {
+        "a reader-writer lock's: live grants:"
+    } else {
+        "a semaphore's: live permits:"
+    };
     format!(
-        "{} is a semaphore's: {} live permits ({}); release one with --fence F",
+        "{} is {kind} {} ({}); release one with --fence F",
         printable(name),
-        permits.len(),
+        grants.len(),
         held.join(", ")
     )
 }

@@ -5,24 +5,32 @@ use std::io::{self, Write};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use alkstore::doctor::Report;
-use alkstore::{Holder, Listed, PermitSlot};
+use alkstore::{Access, Holder, Listed};
 use serde_json::{Value, json};
 
 /// The table's column headers.
-const HEADERS: [&str; 5] = ["NAME", "PERMIT", "OWNER", "FENCE", "EXPIRES IN"];
+const HEADERS: [&str; 5] = ["NAME", "GRANT", "OWNER", "FENCE", "EXPIRES IN"];
 
-/// One row of a table: a live grant, a lock's or a semaphore's permit.
+/// One row of a table: a live grant, a lock's, a semaphore's permit, or a
+/// reader-writer lock's reader or writer.
 pub type Row<'a> = &'a Listed;
 
-/// A permit as the table shows it: `1 of 3`; a lock's grant: `-`.
-fn permit_cell(permit: Option<PermitSlot>) -> String {
-    permit.map_or_else(
-        || "-".to_owned(),
-        |p| format!("{} of {}", p.slot, p.permits),
-    )
+/// True for a plain lock's grant (not a permit, not a reader or writer).
+pub fn is_lock(listed: &Listed) -> bool {
+    listed.permit.is_none() && listed.access.is_none()
 }
 
-/// Writes `rows` as a table under the headers NAME, PERMIT, OWNER, FENCE
+/// What a grant is, as the table shows it: a permit `1 of 3`, `read` or
+/// `write`; a lock's grant: `-`.
+fn grant_cell(listed: &Listed) -> String {
+    match (listed.permit, listed.access) {
+        (Some(p), _) => format!("{} of {}", p.slot, p.permits),
+        (None, Some(access)) => access.to_string(),
+        (None, None) => "-".to_owned(),
+    }
+}
+
+/// Writes `rows` as a table under the headers NAME, GRANT, OWNER, FENCE
 /// and EXPIRES IN: text columns aligned left, numbers right, two spaces
 /// apart.
 pub fn table(out: &mut impl Write, rows: &[Row<'_>]) -> io::Result<()> {
@@ -31,7 +39,7 @@ pub fn table(out: &mut impl Write, rows: &[Row<'_>]) -> io::Result<()> {
         .map(|row| {
             [
                 printable(&row.name),
-                permit_cell(row.permit),
+                grant_cell(row),
                 printable(&row.holder.owner),
                 row.holder.fence.to_string(),
                 duration(row.holder.expires_in),
@@ -128,7 +136,9 @@ pub fn report_json(report: &Report) -> Value {
 }
 
 /// The JSON object of one live grant: `{"name", "owner", "fence",
-/// "expires_in_ms", "slot", "permits"}` (the last two `null` for a lock's).
+/// "expires_in_ms", "slot", "permits", "access"}`: `slot` a permit's or a
+/// reader's, `permits` a permit's, `access` `"read"` or `"write"` for a
+/// reader-writer lock's grant (`null` where they do not apply).
 pub fn entry_json(listed: &Listed) -> Value {
     let holder = &listed.holder;
     json!({
@@ -136,8 +146,13 @@ pub fn entry_json(listed: &Listed) -> Value {
         "owner": holder.owner,
         "fence": holder.fence,
         "expires_in_ms": millis(holder.expires_in),
-        "slot": listed.permit.map(|p| p.slot),
+        "slot": match (listed.permit, listed.access) {
+            (Some(p), _) => Some(p.slot),
+            (None, Some(Access::Read { slot })) => Some(slot),
+            _ => None,
+        },
         "permits": listed.permit.map(|p| p.permits),
+        "access": listed.access.map(|a| a.to_string()),
     })
 }
 
@@ -152,26 +167,33 @@ pub fn describe(holder: &Holder) -> String {
     format!("{} (fence {})", printable(&holder.owner), holder.fence)
 }
 
-/// How a grant reads in a sentence: `OWNER (fence F)`, and for a permit
-/// `OWNER (fence F, permit S of N)`.
+/// How a grant reads in a sentence: `OWNER (fence F)`, for a permit
+/// `OWNER (fence F, permit S of N)`, for a reader-writer lock's `OWNER
+/// (fence F, read)` or `(fence F, write)`.
 pub fn describe_grant(listed: &Listed) -> String {
     let holder = &listed.holder;
-    match listed.permit {
-        None => describe(holder),
-        Some(p) => format!(
+    match (listed.permit, listed.access) {
+        (Some(p), _) => format!(
             "{} (fence {}, permit {} of {})",
             printable(&holder.owner),
             holder.fence,
             p.slot,
             p.permits
         ),
+        (None, Some(access)) => format!(
+            "{} (fence {}, {access})",
+            printable(&holder.owner),
+            holder.fence
+        ),
+        (None, None) => describe(holder),
     }
 }
 
 /// Writes one line of `watch` — the UTC time `at`, then who holds the name
-/// (`held by OWNER (fence F, expires in D)`, or for a semaphore `K of N
-/// permits held: OWNER (fence F, expires in D), …`) or `free` — and
-/// flushes it.
+/// (`held by OWNER (fence F, expires in D)`; for a semaphore `K of N
+/// permits held: OWNER (fence F, expires in D), …`; for a reader-writer
+/// lock `written by OWNER (…)` or `read by K: OWNER (…), …`) or `free` —
+/// and flushes it.
 pub fn watch_line(out: &mut impl Write, at: SystemTime, grants: &[Listed]) -> io::Result<()> {
     let at = utc_timestamp(at);
     let held = |holder: &Holder| {
@@ -184,7 +206,19 @@ pub fn watch_line(out: &mut impl Write, at: SystemTime, grants: &[Listed]) -> io
     };
     match grants {
         [] => writeln!(out, "{at}  free")?,
-        [lock] if lock.permit.is_none() => writeln!(out, "{at}  held by {}", held(&lock.holder))?,
+        [lock] if is_lock(lock) => writeln!(out, "{at}  held by {}", held(&lock.holder))?,
+        [writer] if writer.access == Some(Access::Write) => {
+            writeln!(out, "{at}  written by {}", held(&writer.holder))?
+        }
+        readers if readers.iter().any(|r| r.access.is_some()) => {
+            let holders: Vec<String> = readers.iter().map(|r| held(&r.holder)).collect();
+            writeln!(
+                out,
+                "{at}  read by {}: {}",
+                readers.len(),
+                holders.join(", ")
+            )?
+        }
         permits => {
             let of = permits
                 .iter()
@@ -286,7 +320,8 @@ mod tests {
         Listed {
             name: name.to_owned(),
             holder,
-            permit: permit.map(|(slot, permits)| PermitSlot { slot, permits }),
+            permit: permit.map(|(slot, permits)| alkstore::PermitSlot { slot, permits }),
+            access: None,
         }
     }
 
@@ -332,7 +367,7 @@ mod tests {
         assert_eq!(
             lines,
             [
-                "NAME            PERMIT   OWNER    FENCE  EXPIRES IN",
+                "NAME            GRANT    OWNER    FENCE  EXPIRES IN",
                 "jobs/a          -        owner-a      7       29.8s",
                 "jobs/long-name  2 of 10  o        12345        1.0s",
             ]
@@ -351,13 +386,20 @@ mod tests {
         assert_eq!(
             value,
             json!({"name": "jobs/a", "owner": "owner-a", "fence": 7, "expires_in_ms": 1500,
-                   "slot": null, "permits": null})
+                   "slot": null, "permits": null, "access": null})
         );
         let value = entry_json(&listed("pool", holder("w", 9, 1_000), Some((1, 3))));
         assert_eq!(
             value,
             json!({"name": "pool", "owner": "w", "fence": 9, "expires_in_ms": 1000,
-                   "slot": 1, "permits": 3})
+                   "slot": 1, "permits": 3, "access": null})
+        );
+        let mut reader = listed("shared", holder("r", 11, 1_000), None);
+        reader.access = Some(Access::Read { slot: 2 });
+        assert_eq!(
+            entry_json(&reader),
+            json!({"name": "shared", "owner": "r", "fence": 11, "expires_in_ms": 1000,
+                   "slot": 2, "permits": null, "access": "read"})
         );
     }
 

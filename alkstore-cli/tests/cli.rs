@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 
 use alkstore::Store;
 use assert_cmd::Command;
-use serde_json::Value;
+use serde_json::{Value, json};
 
 /// The binary under test.
 const BIN: &str = env!("CARGO_BIN_EXE_alkstore");
@@ -214,7 +214,73 @@ async fn list_show_release(url: &str) {
     assert!(!a.release().await.unwrap());
     assert!(!other.release().await.unwrap());
     semaphores(url, store.as_ref()).await;
+    reader_writer_locks(url, store.as_ref()).await;
     store.close().await.unwrap();
+}
+
+/// list, show and release of a reader-writer lock's grants: its readers
+/// in slot order with their access, then its writer; `release --force` of
+/// the name is refused, one grant goes by `--fence`.
+async fn reader_writer_locks(url: &str, store: &dyn Store) {
+    let r0 = store
+        .try_read_lock("shared", "r0", TTL)
+        .await
+        .unwrap()
+        .unwrap();
+    let r1 = store
+        .try_read_lock("shared", "r1", TTL)
+        .await
+        .unwrap()
+        .unwrap();
+    let w = store
+        .try_write_lock("sole", "w", TTL)
+        .await
+        .unwrap()
+        .unwrap();
+    let ran = run(url, &["list", "--prefix", "s", "--json"], None);
+    let value: Value = serde_json::from_str(&ran.stdout).unwrap_or_else(|e| panic!("{e}: {ran:?}"));
+    let seen: Vec<(String, String, Value, Value)> = value
+        .as_array()
+        .unwrap_or_else(|| panic!("an array: {ran:?}"))
+        .iter()
+        .map(|e| {
+            let (name, owner, _) = grant(e);
+            (name, owner, e["access"].clone(), e["slot"].clone())
+        })
+        .collect();
+    let expected = [
+        ("shared", "r0", json!("read"), json!(0)),
+        ("shared", "r1", json!("read"), json!(1)),
+        ("sole", "w", json!("write"), Value::Null),
+    ]
+    .map(|(n, o, a, s)| (n.to_owned(), o.to_owned(), a, s));
+    assert_eq!(seen, expected, "{ran:?}");
+    let ran = run(url, &["show", "shared"], None);
+    for text in ["GRANT", "read", "r0", "r1"] {
+        assert!(ran.stdout.contains(text), "{text} missing: {ran:?}");
+    }
+    let ran = run(url, &["release", "--force", "shared", "--yes"], None);
+    assert_eq!(ran.code, 3, "{ran:?}");
+    assert!(ran.stderr.contains("reader-writer"), "{ran:?}");
+    assert_eq!(store.holders("shared").await.unwrap().len(), 2);
+    let fence = r1.fence().to_string();
+    let ran = run(
+        url,
+        &["release", "--force", "shared", "--fence", &fence],
+        Some("y\n"),
+    );
+    assert_eq!(ran.code, 0, "{ran:?}");
+    assert!(ran.stderr.contains("read)"), "{ran:?}");
+    assert!(!r1.renew(TTL).await.unwrap());
+    let fence = w.fence().to_string();
+    let ran = run(
+        url,
+        &["release", "--force", "sole", "--fence", &fence, "--yes"],
+        None,
+    );
+    assert_eq!(ran.code, 0, "{ran:?}");
+    assert!(!w.renew(TTL).await.unwrap());
+    assert!(r0.release().await.unwrap());
 }
 
 /// list, show and release of a semaphore's permits: one row each, with its
@@ -253,7 +319,7 @@ async fn semaphores(url: &str, store: &dyn Store) {
         "{ran:?}"
     );
     let ran = run(url, &["show", "pool"], None);
-    for text in ["PERMIT", "0 of 3", "1 of 3", "2 of 3", "p2"] {
+    for text in ["GRANT", "0 of 3", "1 of 3", "2 of 3", "p2"] {
         assert!(ran.stdout.contains(text), "{text} missing: {ran:?}");
     }
 

@@ -61,6 +61,24 @@ impl LeaseMillis {
     pub fn as_duration(self) -> Duration {
         Duration::from_millis(self.0)
     }
+
+    /// This lease cut to `bound` (whole milliseconds, rounded up; at least
+    /// 1); unchanged when `bound` is `None` (no bound).
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use alkstore_core::LeaseMillis;
+    /// let ttl = LeaseMillis::new(Duration::from_secs(5)).unwrap();
+    /// assert_eq!(ttl.at_most(Some(Duration::from_micros(2500))).get(), 3);
+    /// assert_eq!(ttl.at_most(Some(Duration::ZERO)).get(), 1);
+    /// assert_eq!(ttl.at_most(None), ttl);
+    /// ```
+    pub fn at_most(self, bound: Option<Duration>) -> LeaseMillis {
+        let Some(bound) = bound else { return self };
+        let whole = bound.as_millis() + u128::from(bound.subsec_nanos() % 1_000_000 != 0);
+        let bound = u64::try_from(whole).unwrap_or(u64::MAX).max(1);
+        LeaseMillis(self.0.min(bound))
+    }
 }
 
 #[cfg(test)]

@@ -11,7 +11,8 @@ use async_trait::async_trait;
 
 use crate::duration::LeaseMillis;
 use crate::error::BoxError;
-use crate::permit::PermitSlot;
+use crate::permit::{HeldAs, PermitSlot};
+use crate::rw::{Access, RwMode};
 use crate::store::{Holder, Listed};
 use crate::wake::ReleaseBus;
 
@@ -24,8 +25,23 @@ pub struct GrantKey {
     pub owner: String,
     /// The grant's fencing token.
     pub fence: u64,
-    /// The permit, for a semaphore's grant; `None` for a lock's.
+    /// The permit, for a semaphore's grant; `None` otherwise.
     pub permit: Option<PermitSlot>,
+    /// The access, for a reader-writer lock's grant; `None` otherwise.
+    pub access: Option<Access>,
+}
+
+impl GrantKey {
+    /// The slot of the grant's row in a permits table: a permit's slot, a
+    /// reader's slot, or [`WRITER_SLOT`](crate::WRITER_SLOT); `None` for a
+    /// plain lock (whose row is the name's own).
+    pub fn row_slot(&self) -> Option<i64> {
+        match (self.permit, self.access) {
+            (Some(permit), _) => Some(i64::from(permit.slot)),
+            (None, Some(access)) => Some(access.row_slot()),
+            (None, None) => None,
+        }
+    }
 }
 
 /// What one acquire attempt found.
@@ -55,6 +71,9 @@ pub enum Attempt {
         /// The semaphore's permits, as its live grants say.
         permits: u32,
     },
+    /// Live grants of a reader-writer lock, or a waiting writer's intent,
+    /// hold `name`. Nothing was written.
+    HeldAsReadWrite,
 }
 
 /// What one permit acquire attempt found.
@@ -85,6 +104,34 @@ pub enum PermitAttempt {
     },
     /// A live plain lock holds the name. Nothing was written.
     HeldAsLock,
+    /// Live grants of a reader-writer lock, or a waiting writer's intent,
+    /// hold the name. Nothing was written.
+    HeldAsReadWrite,
+}
+
+/// What one reader-writer acquire attempt found.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RwAttempt {
+    /// Granted: a new grant with the next fence, or the same owner's live
+    /// grant of the same mode (then its access, fence and time left,
+    /// unchanged).
+    Granted {
+        /// The grant's fencing token.
+        fence: u64,
+        /// How the grant holds the name (a reader's slot, or the writer).
+        access: Access,
+        /// Lease time left by the engine's clock when it decided.
+        expires_in: Duration,
+    },
+    /// A writer (or a waiting writer's intent, for a reader) or readers (for
+    /// a writer) hold the name; `expires_in` is the soonest any of them
+    /// ends (`None` when unknown, as for [`Attempt::Held`]).
+    Held {
+        /// Lease time left of the grant (or intent) that ends first, if known.
+        expires_in: Option<Duration>,
+    },
+    /// A lock or a semaphore holds the name. Nothing was written.
+    HeldAsOther(HeldAs),
 }
 
 /// The row operations of one storage engine.
@@ -140,9 +187,46 @@ pub trait Engine: Send + Sync + 'static {
         Err(crate::PermitsUnsupported.into())
     }
 
+    /// A reader-writer lock's grant of `name` for `owner`, in one atomic
+    /// step (docs/contract.md, "Reader-writer locks"):
+    /// - a live lock or live permits of a semaphore:
+    ///   [`RwAttempt::HeldAsOther`], nothing written;
+    /// - `owner`'s own live grant of the same mode: granted again, unchanged;
+    /// - [`RwMode::Read`]: granted on the lowest free reader slot with the
+    ///   next fence when no writer is live, no waiting writer's intent is
+    ///   live, and fewer than [`MAX_READERS`](crate::MAX_READERS) readers
+    ///   are; else [`RwAttempt::Held`];
+    /// - [`RwMode::Write`]: granted with the next fence when no writer and
+    ///   no reader is live (whoever's intent is live), removing `owner`'s
+    ///   own intent. Else [`RwAttempt::Held`]; and with `intent` (a waiting
+    ///   writer's), `owner`'s intent is recorded to last `intent` from now
+    ///   unless another writer's intent is live. That is the only write a
+    ///   refusal may make; without `intent`, a refusal writes nothing.
+    ///
+    /// Every grant's fence is above every fence of the store that committed
+    /// before it. `deadline` is as for [`Engine::acquire`]. And
+    /// [`Engine::acquire`] and [`Engine::acquire_permit`] must answer
+    /// `HeldAsReadWrite` for a name a reader-writer lock's grants or intent
+    /// hold. The default: not supported
+    /// ([`RwUnsupported`](crate::RwUnsupported)).
+    #[allow(clippy::too_many_arguments)]
+    async fn acquire_rw(
+        &self,
+        name: &str,
+        mode: RwMode,
+        owner: &str,
+        ttl: LeaseMillis,
+        intent: Option<LeaseMillis>,
+        deadline: Option<Instant>,
+    ) -> Result<RwAttempt, BoxError> {
+        let _ = (name, mode, owner, ttl, intent, deadline);
+        Err(crate::RwUnsupported.into())
+    }
+
     /// Set the grant's expiry to now + `ttl` if its row is still there, still
     /// this grant's, and not expired. `Ok(false)` otherwise. A grant with a
-    /// [`GrantKey::permit`] is a semaphore's: its row is that slot's.
+    /// [`GrantKey::row_slot`] is a semaphore's or a reader-writer lock's:
+    /// its row is that slot's in the permits table.
     async fn renew(&self, grant: &GrantKey, ttl: LeaseMillis) -> Result<bool, BoxError>;
 
     /// Delete the grant's row, expired or not; `Ok(true)` if it was there.
@@ -163,7 +247,9 @@ pub trait Engine: Send + Sync + 'static {
     /// `str`'s `Ord` does), read in one statement.
     ///
     /// A semaphore's name lists each live permit, in slot order, with its
-    /// [`Listed::permit`]. A page ends with a whole name: when the
+    /// [`Listed::permit`]; a reader-writer lock's its writer or each
+    /// reader, in slot order, with its [`Listed::access`] (a waiting
+    /// writer's intent is not a grant and is not listed). A page ends with a whole name: when the
     /// `limit`-th row is a permit, every live permit of its name is on the
     /// page too (so a page holds up to
     /// [`MAX_PERMITS`](crate::MAX_PERMITS)` - 1` rows more than `limit`).

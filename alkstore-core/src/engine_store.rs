@@ -9,7 +9,7 @@ use tracing::{Instrument, field};
 
 use crate::clock::valid_until;
 use crate::duration::LeaseMillis;
-use crate::engine::{Attempt, Engine, GrantKey, PermitAttempt};
+use crate::engine::{Attempt, Engine, GrantKey, PermitAttempt, RwAttempt};
 use crate::error::{Error, Result};
 use crate::grant::Grants;
 use crate::handle::EngineLock;
@@ -18,6 +18,7 @@ use crate::metrics::{
 };
 use crate::name::{validate_listing, validate_name, validate_owner};
 use crate::permit::{HeldAs, PermitSlot, validate_permits};
+use crate::rw::{Access, MAX_INTENT, RwMode};
 use crate::store::{Holder, Listed, Lock, MAX_LIST_LIMIT, Store};
 use crate::wait::Waiting;
 
@@ -98,17 +99,42 @@ impl<E: Engine> EngineStore<E> {
             name: name.to_owned(),
             held_as,
         };
-        let (fence, permit, expires_in) = match ask {
+        let (fence, permit, access, expires_in) = match ask {
             Ask::Lock => match engine
                 .acquire(name, owner, ttl, deadline)
                 .await
                 .map_err(database)?
             {
-                Attempt::Granted { fence, expires_in } => (fence, None, expires_in),
+                Attempt::Granted { fence, expires_in } => (fence, None, None, expires_in),
                 Attempt::Held { expires_in } => return Ok((None, expires_in)),
                 Attempt::HeldAsSemaphore { permits } => {
                     return Err(clash(HeldAs::Semaphore { permits }));
                 }
+                Attempt::HeldAsReadWrite => return Err(clash(HeldAs::ReadWrite)),
+            },
+            Ask::Rw { mode, intent } => match engine
+                .acquire_rw(name, mode, owner, ttl, intent, deadline)
+                .await
+                .map_err(database)?
+            {
+                RwAttempt::Granted {
+                    fence,
+                    access,
+                    expires_in,
+                } if access.mode() == mode => (fence, None, Some(access), expires_in),
+                RwAttempt::Granted { fence, access, .. } => {
+                    // The engine's bug, as a slot outside the permits is.
+                    tracing::error!(name, fence, %access, ?mode, "the engine granted another mode");
+                    return Err(database(
+                        format!(
+                            "the engine granted {access} access to a {mode:?} request (fence \
+                             {fence}: force_release_grant removes it)"
+                        )
+                        .into(),
+                    ));
+                }
+                RwAttempt::Held { expires_in } => return Ok((None, expires_in)),
+                RwAttempt::HeldAsOther(held_as) => return Err(clash(held_as)),
             },
             Ask::Permit(permits) => match engine
                 .acquire_permit(name, permits, owner, ttl, deadline)
@@ -119,7 +145,9 @@ impl<E: Engine> EngineStore<E> {
                     fence,
                     slot,
                     expires_in,
-                } if slot < permits => (fence, Some(PermitSlot { slot, permits }), expires_in),
+                } if slot < permits => {
+                    (fence, Some(PermitSlot { slot, permits }), None, expires_in)
+                }
                 PermitAttempt::Granted { slot, fence, .. } => {
                     // The engine's bug; its grant stays held until its TTL
                     // unless an operator removes it by its fence.
@@ -147,6 +175,7 @@ impl<E: Engine> EngineStore<E> {
                     });
                 }
                 PermitAttempt::HeldAsLock => return Err(clash(HeldAs::Lock)),
+                PermitAttempt::HeldAsReadWrite => return Err(clash(HeldAs::ReadWrite)),
             },
         };
         let key = GrantKey {
@@ -154,6 +183,7 @@ impl<E: Engine> EngineStore<E> {
             owner: owner.to_owned(),
             fence,
             permit,
+            access,
         };
         let handle = EngineLock::new(self.shared.clone(), key, valid_until(sent, expires_in));
         Ok((Some(Box::new(handle)), None))
@@ -222,6 +252,20 @@ impl<E: Engine> EngineStore<E> {
 
                 attempts += 1;
                 tracing::Span::current().record("attempts", attempts);
+                // A waiting writer's intent lasts no longer than its lease
+                // nor than its wait; the writer renews it before it lapses.
+                let sent = Instant::now();
+                let (ask, intent) = match ask {
+                    Ask::Rw {
+                        mode: RwMode::Write,
+                        ..
+                    } => {
+                        let intent = writers_intent(ttl, waiting.left_for());
+                        let mode = RwMode::Write;
+                        (Ask::Rw { mode, intent }, intent)
+                    }
+                    ask => (ask, None),
+                };
                 // Every step of the attempt is bounded by the wait left.
                 let (granted, expires_in) = self
                     .attempt(operation, ask, name, owner, ttl, waiting.deadline())
@@ -230,8 +274,14 @@ impl<E: Engine> EngineStore<E> {
                     waiting.granted();
                     return Ok(granted);
                 }
+                // The intent's lease counts from no earlier than the send:
+                // the next attempt renews it by half of it from then.
+                let attempt_by = intent.map(|intent| sent + intent.as_duration() / 2);
                 metrics::count(LOCK_REFUSED_ATTEMPTS_TOTAL, &[("engine", engine.name())]);
-                if !waiting.after_refusal(released, expires_in).await {
+                if !waiting
+                    .after_refusal(released, expires_in, attempt_by)
+                    .await
+                {
                     return Ok(None);
                 }
             }
@@ -263,28 +313,37 @@ impl<E: Engine> EngineStore<E> {
         async {
             validate_name(name)?;
             self.shared.check_open("force_release")?;
-            // No grant has a fence the stores cannot hold (above i64::MAX).
-            let mut removed = if fence.is_some_and(|fence| i64::try_from(fence).is_err()) {
+            // No grant has fence 0 (a waiting writer's intent has: it is
+            // not a grant) or a fence the stores cannot hold (above i64::MAX).
+            let no_grant = |fence: u64| fence == 0 || i64::try_from(fence).is_err();
+            let mut removed = if fence.is_some_and(no_grant) {
                 Ok(None)
             } else {
                 self.shared.engine.force_release(name, fence).await
             };
-            // A name no lock holds may be a semaphore's, whose permits go
-            // one at a time, by fence: say so rather than "free".
-            let mut semaphore = None;
+            // A name no lock holds may be a semaphore's or a reader-writer
+            // lock's, whose grants go one at a time, by fence: say so
+            // rather than "free".
+            let mut other_kind = None;
             if let (Ok(None), None) = (&removed, fence) {
                 match self.shared.engine.list(name, None, 1).await {
                     Ok(page) => {
-                        semaphore = page
+                        other_kind = page
                             .first()
                             .filter(|listed| listed.name == name)
-                            .and_then(|listed| listed.permit)
+                            .and_then(|listed| match (listed.permit, listed.access) {
+                                (Some(permit), _) => Some(HeldAs::Semaphore {
+                                    permits: permit.permits,
+                                }),
+                                (None, Some(_)) => Some(HeldAs::ReadWrite),
+                                (None, None) => None,
+                            })
                     }
                     Err(e) => removed = Err(e),
                 }
             }
             let outcome = match (&removed, fence) {
-                _ if semaphore.is_some() => "other_kind",
+                _ if other_kind.is_some() => "other_kind",
                 (Ok(Some(_)), _) => "removed",
                 (Ok(None), None) => "free",
                 (Ok(None), Some(_)) => "not_that_grant",
@@ -294,13 +353,11 @@ impl<E: Engine> EngineStore<E> {
             metrics::count(FORCE_RELEASE_TOTAL, &[("engine", engine), ("outcome", outcome)]);
             let removed = removed.map_err(|e| Error::database("force_release", e))?;
             let span = tracing::Span::current();
-            if let Some(permit) = semaphore {
+            if let Some(held_as) = other_kind {
                 span.record("outcome", outcome);
                 return Err(Error::HeldAsOtherKind {
                     name: name.to_owned(),
-                    held_as: HeldAs::Semaphore {
-                        permits: permit.permits,
-                    },
+                    held_as,
                 });
             }
             match &removed {
@@ -321,6 +378,14 @@ impl<E: Engine> EngineStore<E> {
         .instrument(span)
         .await
     }
+}
+
+/// A waiting writer's intent for its next attempt: its ttl, cut to the wait
+/// left and to [`MAX_INTENT`]; none once the wait is over (a last attempt
+/// with no time left writes nothing when refused).
+fn writers_intent(ttl: LeaseMillis, wait_left: Option<Duration>) -> Option<LeaseMillis> {
+    let bound = wait_left.map_or(MAX_INTENT, |left| left.min(MAX_INTENT));
+    (!bound.is_zero()).then(|| ttl.at_most(Some(bound)))
 }
 
 /// An acquire in flight, for [`Grants`]' memory of releases.
@@ -351,6 +416,12 @@ enum Ask {
     Lock,
     /// A permit of a semaphore of this many permits.
     Permit(u32),
+    /// A reader-writer lock's grant; with `intent`, a waiting writer's
+    /// (its intent to last that long from the attempt).
+    Rw {
+        mode: RwMode,
+        intent: Option<LeaseMillis>,
+    },
 }
 
 /// Validates a name, a semaphore's permits, an owner and a ttl, in that
@@ -378,6 +449,9 @@ fn record_outcome(span: &tracing::Span, result: &Result<Option<Box<dyn Lock>>>) 
             span.record("fence", lock.fence());
             if let Some(permit) = lock.permit() {
                 span.record("slot", permit.slot);
+            }
+            if let Some(Access::Read { slot }) = lock.access() {
+                span.record("slot", slot);
             }
             "granted"
         }
@@ -471,6 +545,96 @@ impl<E: Engine> Store for EngineStore<E> {
         );
         let ask = Ask::Permit(permits);
         self.acquire_waiting(span, "acquire_permit", ask, name, owner, ttl, wait)
+            .await
+    }
+
+    async fn try_read_lock(
+        &self,
+        name: &str,
+        owner: &str,
+        ttl: Duration,
+    ) -> Result<Option<Box<dyn Lock>>> {
+        let span = tracing::debug_span!(
+            "alkstore.try_read_lock",
+            name,
+            owner,
+            outcome = field::Empty,
+            fence = field::Empty,
+            slot = field::Empty
+        );
+        let ask = Ask::Rw {
+            mode: RwMode::Read,
+            intent: None,
+        };
+        self.try_acquire(span, "try_read_lock", ask, name, owner, ttl)
+            .await
+    }
+
+    async fn read_lock(
+        &self,
+        name: &str,
+        owner: &str,
+        ttl: Duration,
+        wait: Duration,
+    ) -> Result<Option<Box<dyn Lock>>> {
+        let span = tracing::debug_span!(
+            "alkstore.read_lock",
+            name,
+            owner,
+            outcome = field::Empty,
+            fence = field::Empty,
+            slot = field::Empty,
+            attempts = field::Empty
+        );
+        let ask = Ask::Rw {
+            mode: RwMode::Read,
+            intent: None,
+        };
+        self.acquire_waiting(span, "read_lock", ask, name, owner, ttl, wait)
+            .await
+    }
+
+    async fn try_write_lock(
+        &self,
+        name: &str,
+        owner: &str,
+        ttl: Duration,
+    ) -> Result<Option<Box<dyn Lock>>> {
+        let span = tracing::debug_span!(
+            "alkstore.try_write_lock",
+            name,
+            owner,
+            outcome = field::Empty,
+            fence = field::Empty
+        );
+        let ask = Ask::Rw {
+            mode: RwMode::Write,
+            intent: None,
+        };
+        self.try_acquire(span, "try_write_lock", ask, name, owner, ttl)
+            .await
+    }
+
+    async fn write_lock(
+        &self,
+        name: &str,
+        owner: &str,
+        ttl: Duration,
+        wait: Duration,
+    ) -> Result<Option<Box<dyn Lock>>> {
+        let span = tracing::debug_span!(
+            "alkstore.write_lock",
+            name,
+            owner,
+            outcome = field::Empty,
+            fence = field::Empty,
+            attempts = field::Empty
+        );
+        let ask = Ask::Rw {
+            mode: RwMode::Write,
+            intent: None,
+        };
+        self.acquire_waiting(span, "write_lock", ask, name, owner, ttl, wait)
             .await
     }
 
@@ -638,6 +802,44 @@ macro_rules! delegate_store {
                     .await
             }
 
+            async fn try_read_lock(
+                &self,
+                name: &str,
+                owner: &str,
+                ttl: ::std::time::Duration,
+            ) -> $crate::Result<::std::option::Option<::std::boxed::Box<dyn $crate::Lock>>> {
+                self.$field.try_read_lock(name, owner, ttl).await
+            }
+
+            async fn read_lock(
+                &self,
+                name: &str,
+                owner: &str,
+                ttl: ::std::time::Duration,
+                wait: ::std::time::Duration,
+            ) -> $crate::Result<::std::option::Option<::std::boxed::Box<dyn $crate::Lock>>> {
+                self.$field.read_lock(name, owner, ttl, wait).await
+            }
+
+            async fn try_write_lock(
+                &self,
+                name: &str,
+                owner: &str,
+                ttl: ::std::time::Duration,
+            ) -> $crate::Result<::std::option::Option<::std::boxed::Box<dyn $crate::Lock>>> {
+                self.$field.try_write_lock(name, owner, ttl).await
+            }
+
+            async fn write_lock(
+                &self,
+                name: &str,
+                owner: &str,
+                ttl: ::std::time::Duration,
+                wait: ::std::time::Duration,
+            ) -> $crate::Result<::std::option::Option<::std::boxed::Box<dyn $crate::Lock>>> {
+                self.$field.write_lock(name, owner, ttl, wait).await
+            }
+
             async fn holder(
                 &self,
                 name: &str,
@@ -694,6 +896,27 @@ mod tests {
     use crate::engine::GrantKey;
     use crate::error::BoxError;
     use crate::wake::ReleaseBus;
+
+    #[test]
+    fn a_writers_intent_is_cut_to_its_wait_and_to_the_bound() {
+        let ttl = LeaseMillis::new(Duration::from_secs(60)).unwrap();
+        let ms = |ms| Some(Duration::from_millis(ms));
+        let millis = |intent: Option<LeaseMillis>| intent.map(LeaseMillis::get);
+        assert_eq!(millis(writers_intent(ttl, ms(1500))), Some(1500));
+        assert_eq!(millis(writers_intent(ttl, None)), Some(5000));
+        assert_eq!(millis(writers_intent(ttl, ms(60_000))), Some(5000));
+        assert_eq!(
+            millis(writers_intent(ttl, Some(Duration::from_micros(10)))),
+            Some(1)
+        );
+        let short = LeaseMillis::new(Duration::from_millis(300)).unwrap();
+        assert_eq!(millis(writers_intent(short, None)), Some(300));
+        assert_eq!(
+            writers_intent(ttl, Some(Duration::ZERO)),
+            None,
+            "no time left: no intent"
+        );
+    }
 
     /// How the test engine answers acquires.
     #[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]

@@ -284,6 +284,7 @@ mod tests {
             owner: "o".into(),
             fence,
             permit: None,
+            access: None,
         }
     }
 

@@ -16,6 +16,7 @@ use crate::finish::run_to_end;
 use crate::grant::{self, Renewal, SharedGrant};
 use crate::metrics::{self, RELEASE_TOTAL, RENEW_TOTAL};
 use crate::permit::PermitSlot;
+use crate::rw::Access;
 use crate::store::Lock;
 
 /// One grant: renew and release act on exactly this name + owner + fence.
@@ -72,6 +73,7 @@ impl<E: Engine> std::fmt::Debug for EngineLock<E> {
             .field("owner", &self.key.owner)
             .field("fence", &self.key.fence)
             .field("permit", &self.key.permit)
+            .field("access", &self.key.access)
             .field("valid_until", &self.deadline())
             .finish()
     }
@@ -102,6 +104,10 @@ impl<E: Engine> Lock for EngineLock<E> {
 
     fn permit(&self) -> Option<PermitSlot> {
         self.key.permit
+    }
+
+    fn access(&self) -> Option<Access> {
+        self.key.access
     }
 
     fn valid_until(&self) -> Instant {

@@ -28,6 +28,7 @@ mod metrics;
 mod name;
 mod owner;
 mod permit;
+mod rw;
 pub mod schedule;
 mod store;
 pub mod url;
@@ -36,8 +37,8 @@ mod wake;
 
 pub use duration::{LeaseMillis, MAX_LEASE_MILLIS};
 pub use engine::{
-    Attempt, Engine, GrantKey, PermitAttempt, SchemaVersionError, fence_from_sql, fence_to_sql,
-    holder_from_sql, lease_left,
+    Attempt, Engine, GrantKey, PermitAttempt, RwAttempt, SchemaVersionError, fence_from_sql,
+    fence_to_sql, holder_from_sql, lease_left,
 };
 pub use engine_store::EngineStore;
 pub use error::{
@@ -50,6 +51,10 @@ pub use name::{
 };
 pub use owner::unique_owner;
 pub use permit::{HeldAs, MAX_PERMITS, PermitSlot, PermitsUnsupported, validate_permits};
+pub use rw::{
+    Access, INTENT_SLOT, MAX_INTENT, MAX_READERS, READ_WRITE_PERMITS, RwMode, RwUnsupported,
+    WRITER_SLOT, permits_row_kind,
+};
 pub use store::{Holder, Listed, Lock, MAX_FENCE_RAISE, MAX_LIST_LIMIT, MIN_FENCE_RAISE, Store};
 pub use url::{EngineDescriptor, UrlError};
 pub use wake::{ReleaseBus, Subscription};

@@ -4,7 +4,8 @@
 //! outcome — never a lock name or an owner. docs/metrics.md lists them.
 
 /// Acquires by outcome: `alkstore_acquire_total{engine, operation, outcome}`,
-/// `operation` `try_lock`, `lock`, `try_acquire_permit` or `acquire_permit`,
+/// `operation` `try_lock`, `lock`, `try_acquire_permit`, `acquire_permit`,
+/// `try_read_lock`, `read_lock`, `try_write_lock` or `write_lock`,
 /// `outcome` `granted`, `held` or `error`.
 pub(crate) const ACQUIRE_TOTAL: &str = "alkstore_acquire_total";
 /// How long `lock` waited, granted or not, in seconds:

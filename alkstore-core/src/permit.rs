@@ -30,6 +30,22 @@ pub enum HeldAs {
         /// The semaphore's permits.
         permits: u32,
     },
+    /// Live grants of a reader-writer lock (readers or its writer) hold the
+    /// name, or a waiting writer's intent does.
+    ReadWrite,
+}
+
+impl HeldAs {
+    /// What the live rows of a permits table hold a name as, by their
+    /// permits column: a reader-writer lock's rows carry
+    /// [`READ_WRITE_PERMITS`](crate::READ_WRITE_PERMITS), a semaphore's its
+    /// permits.
+    pub fn of_permits_column(permits: u32) -> HeldAs {
+        match permits {
+            crate::READ_WRITE_PERMITS => HeldAs::ReadWrite,
+            permits => HeldAs::Semaphore { permits },
+        }
+    }
 }
 
 impl std::fmt::Display for HeldAs {
@@ -37,6 +53,7 @@ impl std::fmt::Display for HeldAs {
         match self {
             HeldAs::Lock => f.write_str("a lock"),
             HeldAs::Semaphore { permits } => write!(f, "a semaphore of {permits} permits"),
+            HeldAs::ReadWrite => f.write_str("a reader-writer lock"),
         }
     }
 }
@@ -83,6 +100,12 @@ mod tests {
         assert_eq!(
             HeldAs::Semaphore { permits: 3 }.to_string(),
             "a semaphore of 3 permits"
+        );
+        assert_eq!(HeldAs::ReadWrite.to_string(), "a reader-writer lock");
+        assert_eq!(HeldAs::of_permits_column(0), HeldAs::ReadWrite);
+        assert_eq!(
+            HeldAs::of_permits_column(2),
+            HeldAs::Semaphore { permits: 2 }
         );
     }
 }

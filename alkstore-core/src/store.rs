@@ -6,6 +6,7 @@ use async_trait::async_trait;
 
 use crate::error::{Error, Result};
 use crate::permit::PermitSlot;
+use crate::rw::Access;
 
 /// A place where named locks live: one database, file or schema.
 ///
@@ -100,13 +101,94 @@ pub trait Store: Send + Sync {
         Err(Error::database("acquire_permit", crate::PermitsUnsupported))
     }
 
+    /// Tries once to take the reader-writer lock `name` as a reader for
+    /// `owner` with a lease of `ttl`: readers share the name, a writer holds
+    /// it alone ([`Lock::access`]).
+    ///
+    /// `Ok(None)`: a writer holds the name, or a writer waits for it
+    /// ([`Store::write_lock`]): once a writer waits, new readers wait behind
+    /// it. Also when [`MAX_READERS`](crate::MAX_READERS) readers hold it.
+    /// The same owner asking again while its read grant is live gets that
+    /// grant back (same fence, expiry not refreshed). A grant's fence is
+    /// above every earlier writer's fence of the name.
+    ///
+    /// Errors, with nothing written: `name` held by a lock or a semaphore
+    /// ([`Error::HeldAsOtherKind`](crate::Error::HeldAsOtherKind)); a lock
+    /// or a permit asked of a name a reader-writer lock holds fails the
+    /// same way.
+    ///
+    /// The default: not supported ([`RwUnsupported`](crate::RwUnsupported)
+    /// in the source).
+    async fn try_read_lock(
+        &self,
+        name: &str,
+        owner: &str,
+        ttl: Duration,
+    ) -> Result<Option<Box<dyn Lock>>> {
+        let _ = (name, owner, ttl);
+        Err(Error::database("try_read_lock", crate::RwUnsupported))
+    }
+
+    /// Waits up to `wait` to take `name` as a reader, as [`Store::lock`]
+    /// waits for a lock: woken by releases of the name, `Ok(None)` when the
+    /// wait runs out. The rules and errors of [`Store::try_read_lock`] hold.
+    async fn read_lock(
+        &self,
+        name: &str,
+        owner: &str,
+        ttl: Duration,
+        wait: Duration,
+    ) -> Result<Option<Box<dyn Lock>>> {
+        let _ = (name, owner, ttl, wait);
+        Err(Error::database("read_lock", crate::RwUnsupported))
+    }
+
+    /// Tries once to take the reader-writer lock `name` as its writer for
+    /// `owner` with a lease of `ttl`: granted only when no reader and no
+    /// writer holds it, with a fence above every earlier grant's of the
+    /// name. `Ok(None)` otherwise, with nothing written (no intent: only a
+    /// waiting writer holds readers back). The same owner asking again
+    /// while its write grant is live gets it back unchanged.
+    ///
+    /// Errors as for [`Store::try_read_lock`].
+    async fn try_write_lock(
+        &self,
+        name: &str,
+        owner: &str,
+        ttl: Duration,
+    ) -> Result<Option<Box<dyn Lock>>> {
+        let _ = (name, owner, ttl);
+        Err(Error::database("try_write_lock", crate::RwUnsupported))
+    }
+
+    /// Waits up to `wait` to take `name` as its writer. While it waits, its
+    /// intent holds new readers back (writer preference): the readers that
+    /// hold the name finish, and the writer is granted when the last one
+    /// releases or lapses. The intent lasts no longer than the wait, nor
+    /// than `ttl` or [`MAX_INTENT`](crate::MAX_INTENT) (5 s) past the
+    /// writer's last attempt: a writer that gives up, or whose future is
+    /// dropped, holds readers back no longer than that.
+    /// `Ok(None)` when the wait runs out. Errors as for
+    /// [`Store::try_read_lock`].
+    async fn write_lock(
+        &self,
+        name: &str,
+        owner: &str,
+        ttl: Duration,
+        wait: Duration,
+    ) -> Result<Option<Box<dyn Lock>>> {
+        let _ = (name, owner, ttl, wait);
+        Err(Error::database("write_lock", crate::RwUnsupported))
+    }
+
     /// The current unexpired holder of the lock `name`, if any. A
     /// semaphore's permits are not a lock's holder (`None`): see
     /// [`Store::holders`].
     async fn holder(&self, name: &str) -> Result<Option<Holder>>;
 
-    /// Every live grant of `name`: the lock's holder, or each live permit
-    /// of a semaphore in slot order ([`Listed::permit`]); empty when the
+    /// Every live grant of `name`: the lock's holder, each live permit of
+    /// a semaphore in slot order ([`Listed::permit`]), or a reader-writer
+    /// lock's writer or readers ([`Listed::access`]); empty when the
     /// name is free. One read (a [`Store::list`] page).
     async fn holders(&self, name: &str) -> Result<Vec<Listed>> {
         crate::validate_name(name)?;
@@ -125,9 +207,11 @@ pub trait Store: Send + Sync {
     /// of this one; a page shorter than `limit` is the last.
     ///
     /// A semaphore's name is listed once per live permit, in slot order
-    /// ([`Listed::permit`]), and a page never splits a name: when the
-    /// `limit`-th row is a permit, the page holds every live permit of its
-    /// name (up to [`MAX_PERMITS`](crate::MAX_PERMITS)` - 1` rows more).
+    /// ([`Listed::permit`]), a reader-writer lock's once per reader, or
+    /// once for its writer ([`Listed::access`]), and a page never splits a
+    /// name: when the `limit`-th row is a permit or a reader, the page holds
+    /// every live grant of its name (up to
+    /// [`MAX_PERMITS`](crate::MAX_PERMITS)` - 1` rows more).
     ///
     /// Expired rows are never listed. Each page is one read: a page shows
     /// each name as it was when that read ran, and names granted or released
@@ -144,9 +228,9 @@ pub trait Store: Send + Sync {
     /// the old holder writes with its fence afterwards can be refused by
     /// whatever checks fences. Waiters for the name are woken as by a release.
     ///
-    /// A semaphore's permits are removed one at a time, with
-    /// [`Store::force_release_grant`]: for a name live permits hold, this
-    /// fails with [`Error::HeldAsOtherKind`](crate::Error::HeldAsOtherKind)
+    /// A semaphore's permits and a reader-writer lock's grants are removed
+    /// one at a time, with [`Store::force_release_grant`]: for a name they
+    /// hold, this fails with [`Error::HeldAsOtherKind`](crate::Error::HeldAsOtherKind)
     /// and removes nothing.
     async fn force_release(&self, name: &str) -> Result<Option<Holder>>;
 
@@ -197,6 +281,12 @@ pub trait Lock: Send + Sync + std::fmt::Debug {
     /// The permit this grant holds, for a semaphore's; `None` for a lock's.
     /// Provided (as `None`) for implementations written before semaphores.
     fn permit(&self) -> Option<PermitSlot> {
+        None
+    }
+    /// How this grant holds a reader-writer lock (a reader, or the writer);
+    /// `None` for a lock's or a permit's. Provided (as `None`) for
+    /// implementations written before reader-writer locks.
+    fn access(&self) -> Option<Access> {
         None
     }
     /// A local deadline before which the lease is certainly still valid
@@ -252,8 +342,10 @@ pub struct Listed {
     pub name: String,
     /// Its live holder.
     pub holder: Holder,
-    /// The permit held, for a semaphore's grant; `None` for a lock's.
+    /// The permit held, for a semaphore's grant; `None` otherwise.
     pub permit: Option<PermitSlot>,
+    /// The access held, for a reader-writer lock's grant; `None` otherwise.
+    pub access: Option<Access>,
 }
 
 /// The current holder of a name, as [`Store::holder`] reports it.

@@ -87,6 +87,15 @@ impl<'e, E: Engine> Waiting<'e, E> {
         self.deadline
     }
 
+    /// The wait left (zero when it is over); `None` when it has no end.
+    pub(crate) fn left_for(&self) -> Option<Duration> {
+        match self.left() {
+            Left::Over => Some(Duration::ZERO),
+            Left::For(left) => Some(left),
+            Left::Unbounded => None,
+        }
+    }
+
     fn left(&self) -> Left {
         match self.deadline {
             None => Left::Unbounded,
@@ -109,19 +118,23 @@ impl<'e, E: Engine> Waiting<'e, E> {
     /// After a refused attempt: waits for a release (`released`, enabled
     /// before the attempt, so that one landing while it ran still counts)
     /// or for the next nap, whichever comes first. `false` when the wait is
-    /// over: no attempt follows.
+    /// over: no attempt follows. With `attempt_by` (a waiting writer's, to
+    /// renew its intent before it lapses), the next attempt starts no later
+    /// than then: the nap, and the one-time start of wake-ups, end by it.
     pub(crate) async fn after_refusal(
         &mut self,
         released: Pin<&mut Notified<'_>>,
         holder_expires_in: Option<Duration>,
+        attempt_by: Option<Instant>,
     ) -> bool {
+        let until_due = || attempt_by.map(|by| by.saturating_duration_since(Instant::now()));
         let mut left = self.left();
         if !self.prepared {
             self.prepared = true;
             if let Left::Over = left {
                 return false;
             }
-            self.prepare(&left).await;
+            self.prepare(&left, until_due()).await;
             left = self.left();
         }
         let wait_left = match left {
@@ -129,7 +142,10 @@ impl<'e, E: Engine> Waiting<'e, E> {
             Left::For(left) => Some(left),
             Left::Unbounded => None,
         };
-        let nap = self.backoff.next_nap(holder_expires_in, wait_left);
+        let mut nap = self.backoff.next_nap(holder_expires_in, wait_left);
+        if let Some(due) = until_due() {
+            nap = nap.min(due);
+        }
         tokio::select! {
             // Woken by a release; if another contender wins it, keep the
             // back-off growing: the next release wakes us again.
@@ -139,14 +155,19 @@ impl<'e, E: Engine> Waiting<'e, E> {
         true
     }
 
-    /// Starts the engine's wake-ups, bounded by the wait left: a listener
-    /// that cannot connect in time must not hold the caller past its wait.
-    /// A failure only means polling.
-    async fn prepare(&self, left: &Left) {
+    /// Starts the engine's wake-ups, bounded by the wait left (and by
+    /// `due`, when the next attempt is due sooner): a listener that cannot
+    /// connect in time must not hold the caller past either. A failure only
+    /// means polling.
+    async fn prepare(&self, left: &Left, due: Option<Duration>) {
         let prepare = self.engine.prepare_wait();
-        let outcome = match left {
-            Left::For(left) => tokio::time::timeout(*left, prepare).await.ok(),
-            _ => Some(prepare.await),
+        let bound = match (left, due) {
+            (Left::For(left), due) => Some(due.map_or(*left, |due| due.min(*left))),
+            (_, due) => due,
+        };
+        let outcome = match bound {
+            Some(bound) => tokio::time::timeout(bound, prepare).await.ok(),
+            None => Some(prepare.await),
         };
         match outcome {
             Some(Ok(())) => {}

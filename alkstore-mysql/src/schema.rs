@@ -131,7 +131,7 @@ impl Lifecycle for Database<'_> {
     async fn inspect(&self, conn: &mut MySqlConnection) -> Result<Option<Objects>, sqlx::Error> {
         let name = self.name();
         let mut inspect = sqlx::query_as(sql::INSPECT);
-        for _ in 0..7 {
+        for _ in 0..8 {
             inspect = inspect.bind(name);
         }
         let (exists, meta, locks, fences, acquire, permits): (i64, i64, i64, i64, i64, i64) =
@@ -244,6 +244,7 @@ impl Lifecycle for Database<'_> {
                 &[
                     &statements.create_acquire,
                     &statements.create_acquire_permit,
+                    &statements.create_acquire_rw,
                 ],
             )
             .await?;

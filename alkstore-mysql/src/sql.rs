@@ -5,9 +5,12 @@
 
 use std::time::Instant;
 
-use alkstore_core::{GrantKey, LeaseMillis, fence_to_sql};
+use alkstore_core::{
+    GrantKey, INTENT_SLOT, LeaseMillis, MAX_READERS, READ_WRITE_PERMITS, RwMode, WRITER_SLOT,
+    fence_to_sql,
+};
 use alkstore_sqlx::{
-    AcquireRow, HolderRow, ListedRow, MARKER_KEY, PermitRow, StatementFuture, audited,
+    AcquireRow, HolderRow, ListedRow, MARKER_KEY, PermitRow, RwRow, StatementFuture, audited,
     lock_wait_ms, row_as, text,
 };
 use sqlx::{MySqlConnection, SqlStr};
@@ -23,12 +26,14 @@ use sqlx::{MySqlConnection, SqlStr};
 /// (its connection killed) is too, on the primary only: upgraded in place.
 /// 4 had no semaphores (`permits`, `acquire_permit`, and an acquire
 /// procedure that refuses a name live permits hold): upgraded in place.
-pub const SCHEMA_VERSION: i64 = 5;
+/// 5 had no reader-writer locks (`acquire_rw`; their rows live in
+/// `permits`, marked with permits 0): upgraded in place.
+pub const SCHEMA_VERSION: i64 = 6;
 
 /// Older layouts an opener upgrades in place, under the creation lock: the
 /// procedures replaced (`CREATE OR REPLACE`), what is missing created, the
 /// version recorded.
-pub(crate) const UPGRADABLE: std::ops::RangeInclusive<i64> = 1..=4;
+pub(crate) const UPGRADABLE: std::ops::RangeInclusive<i64> = 1..=5;
 
 /// The `meta` key the acquire procedure counts up to confirm the same
 /// owner's grant with a write of its own: a change that goes into the binary
@@ -53,6 +58,10 @@ pub(crate) const CREATED_DATABASE_KEY: &str = "created_database";
 /// The `meta` key recorded once the `fences` sequence exists: from then on,
 /// a missing sequence was dropped after fences were handed out.
 pub(crate) const FENCES_CREATED_KEY: &str = "fences_created";
+
+/// An expiry no row has: what `LEAST` is given for a grant that is not
+/// there (MariaDB's `LEAST` answers NULL when any argument is NULL).
+const NEVER: i64 = i64::MAX;
 
 /// The widest name or owner, in bytes (`alkstore_core::MAX_NAME_BYTES`).
 const TEXT_BYTES: usize = alkstore_core::MAX_NAME_BYTES;
@@ -138,7 +147,7 @@ pub(crate) fn quote_ident(ident: &str) -> String {
 }
 
 /// Whether the database exists and which of alkstore's objects it holds
-/// (bind the database name to each of the seven `?`).
+/// (bind the database name to each of the eight `?`).
 pub(crate) const INSPECT: &str = "
 SELECT EXISTS (SELECT 1 FROM information_schema.SCHEMATA WHERE SCHEMA_NAME = ?),
        EXISTS (SELECT 1 FROM information_schema.TABLES
@@ -151,6 +160,9 @@ SELECT EXISTS (SELECT 1 FROM information_schema.SCHEMATA WHERE SCHEMA_NAME = ?),
                WHERE ROUTINE_SCHEMA = ? AND ROUTINE_NAME = 'acquire' AND ROUTINE_TYPE = 'PROCEDURE')
          AND EXISTS (SELECT 1 FROM information_schema.ROUTINES
                WHERE ROUTINE_SCHEMA = ? AND ROUTINE_NAME = 'acquire_permit'
+                 AND ROUTINE_TYPE = 'PROCEDURE')
+         AND EXISTS (SELECT 1 FROM information_schema.ROUTINES
+               WHERE ROUTINE_SCHEMA = ? AND ROUTINE_NAME = 'acquire_rw'
                  AND ROUTINE_TYPE = 'PROCEDURE'),
        EXISTS (SELECT 1 FROM information_schema.TABLES
                WHERE TABLE_SCHEMA = ? AND TABLE_NAME = 'permits' AND TABLE_TYPE = 'BASE TABLE')";
@@ -226,15 +238,17 @@ pub(crate) struct Statements {
     pub(crate) create_permits: SqlStr,
     pub(crate) create_acquire: SqlStr,
     pub(crate) create_acquire_permit: SqlStr,
+    pub(crate) create_acquire_rw: SqlStr,
     pub(crate) record_fences: SqlStr,
     pub(crate) record_version: SqlStr,
     pub(crate) record_drawn_by: SqlStr,
     pub(crate) read_meta: SqlStr,
     pub(crate) fences_created: SqlStr,
-    pub(crate) drop_objects: [SqlStr; 6],
+    pub(crate) drop_objects: [SqlStr; 7],
     pub(crate) drop_database: SqlStr,
     pub(crate) acquire: SqlStr,
     pub(crate) acquire_permit: SqlStr,
+    pub(crate) acquire_rw: SqlStr,
     pub(crate) renew: SqlStr,
     pub(crate) renew_permit: SqlStr,
     pub(crate) release: SqlStr,
@@ -262,6 +276,7 @@ impl Statements {
         let acquire_proc = format!("{db}.acquire");
         let permits = format!("{db}.permits");
         let acquire_permit_proc = format!("{db}.acquire_permit");
+        let acquire_rw_proc = format!("{db}.acquire_rw");
         // Inside either procedure, under the name's row lock, before a
         // fence is drawn: fences drawn on another server than the last ones
         // (a promoted replica) first raise the sequence past every fence
@@ -585,6 +600,225 @@ END"
     END;
 END"
         );
+        // A reader-writer lock's procedure: one CALL, one round trip. Its
+        // rows live in `permits` with permits {READ_WRITE_PERMITS} (a
+        // semaphore's are 1 or more): readers on slots 0.., the writer on
+        // {WRITER_SLOT}, a waiting writer's intent (fence 0, no grant) on
+        // {INTENT_SLOT}.
+        //
+        // 1. Plain reads: a live lock or a semaphore's live permits refuse;
+        //    so does what refuses the mode (a writer or intent for a
+        //    reader, {MAX_READERS} readers; a writer or readers for a
+        //    writer) when nothing is to be written: no intent asked, or
+        //    another writer's live.
+        // 2. Otherwise one READ COMMITTED transaction under the name's gate,
+        //    as the permit procedure's: expired rows fenced off, the rows
+        //    read again; the owner's own grant of the mode given back
+        //    (confirmed by a write); a writer refused with its intent
+        //    recorded (committed: the one write a refusal makes); else the
+        //    grant's slot (the writer's, or the lowest free reader slot)
+        //    locked and taken with the next fence, a writer's own intent
+        //    removed.
+        let rows_of_the_name = format!(
+            "SELECT MAX(IF(permits <> {READ_WRITE_PERMITS}, permits, NULL)),
+                   MAX(IF(slot = {WRITER_SLOT}, owner, NULL)),
+                   MAX(IF(slot = {WRITER_SLOT}, fence, NULL)),
+                   MAX(IF(slot = {WRITER_SLOT}, expires_at, NULL)),
+                   MAX(IF(slot = {INTENT_SLOT}, owner, NULL)),
+                   MAX(IF(slot = {INTENT_SLOT}, expires_at, NULL)),
+                   COUNT(IF(slot >= 0, 1, NULL)), MIN(IF(slot >= 0, expires_at, NULL)),
+                   MAX(IF(slot >= 0 AND owner = p_owner, slot, NULL)),
+                   MAX(IF(slot >= 0 AND owner = p_owner, fence, NULL))
+              INTO other, writer_owner, writer_fence, writer_ends, intent_owner, intent_ends,
+                   readers, readers_end, mine_slot, mine_fence
+              FROM {permits} WHERE name = p_name AND expires_at > now_ms;
+            IF p_write THEN
+                SET mine_slot = {WRITER_SLOT};
+                SET mine_fence = IF(writer_owner = p_owner, writer_fence, NULL);
+            END IF;
+            -- What refuses this mode, and when the first of it ends.
+            IF p_write THEN
+                SET refused = writer_owner IS NOT NULL OR readers > 0;
+                -- Another writer's intent may end first: this writer's turn.
+                SET refused_ends = LEAST(
+                    COALESCE(writer_ends, {NEVER}), COALESCE(readers_end, {NEVER}),
+                    COALESCE(IF(intent_owner <> p_owner, intent_ends, NULL), {NEVER}));
+            ELSE
+                SET refused = writer_owner IS NOT NULL OR intent_owner IS NOT NULL
+                              OR readers >= {MAX_READERS};
+                SET refused_ends = IF(writer_owner IS NOT NULL OR intent_owner IS NOT NULL,
+                                      LEAST(COALESCE(writer_ends, intent_ends),
+                                            COALESCE(intent_ends, writer_ends)),
+                                      readers_end);
+            END IF;
+            SET wants_intent = p_write AND p_intent_ms IS NOT NULL
+                               AND COALESCE(intent_owner = p_owner, TRUE);"
+        );
+        let opening = procedure_opening("acquire_rw");
+        let create_acquire_rw = format!(
+            "CREATE OR REPLACE PROCEDURE {acquire_rw_proc}(p_name VARBINARY({TEXT_BYTES}),                  p_write BOOL, p_owner VARBINARY({TEXT_BYTES}), p_ttl BIGINT, p_intent_ms BIGINT,                  p_wait_ms BIGINT)
+{opening}        DECLARE found INT;
+        DECLARE held_until BIGINT;
+        DECLARE other INT;
+        DECLARE writer_owner VARBINARY({TEXT_BYTES});
+        DECLARE writer_fence BIGINT;
+        DECLARE writer_ends BIGINT;
+        DECLARE intent_owner VARBINARY({TEXT_BYTES});
+        DECLARE intent_ends BIGINT;
+        DECLARE readers INT;
+        DECLARE readers_end BIGINT;
+        DECLARE mine_slot INT;
+        DECLARE mine_fence BIGINT;
+        DECLARE refused BOOL;
+        DECLARE refused_ends BIGINT;
+        DECLARE wants_intent BOOL;
+        DECLARE grant_slot INT;
+        DECLARE duplicate BOOL DEFAULT FALSE;
+        DECLARE drawn_by BIGINT;
+        {handlers}
+        look: LOOP
+            {BOUND_WAITS}
+            SELECT COUNT(*) INTO found FROM {locks} WHERE name = p_name AND expires_at > now_ms;
+            IF found > 0 THEN
+                {RESTORE_WAITS}
+                SELECT 'lock', 0, 0, 0, 0;
+                LEAVE look;
+            END IF;
+            {rows_of_the_name}
+            IF other IS NOT NULL THEN
+                {RESTORE_WAITS}
+                SELECT 'semaphore', 0, 0, 0, other;
+                LEAVE look;
+            END IF;
+            IF mine_fence IS NULL AND refused AND NOT wants_intent THEN
+                {RESTORE_WAITS}
+                SELECT 'held', 0, 0, refused_ends - now_ms, 0;
+                LEAVE look;
+            END IF;
+            SET TRANSACTION ISOLATION LEVEL READ COMMITTED;
+            START TRANSACTION;
+            {BOUND_WAITS}
+            SELECT COUNT(*), MAX(expires_at) INTO found, held_until
+              FROM {locks} WHERE name = p_name FOR UPDATE;
+            IF found = 1 AND held_until > now_ms THEN
+                ROLLBACK;
+                {RESTORE_WAITS}
+                SELECT 'lock', 0, 0, 0, 0;
+                LEAVE look;
+            END IF;
+            SET duplicate = FALSE;
+            IF found = 0 THEN
+                {BOUND_WAITS}
+                INSERT INTO {locks} (name, owner, fence, expires_at) VALUES (p_name, '', 0, 0);
+            END IF;
+            IF duplicate THEN
+                ROLLBACK;
+                ITERATE look;
+            END IF;
+            -- Under the gate: expired rows fenced off (expiry 0), as the
+            -- permit procedure does, then the rows read again.
+            IF EXISTS (SELECT 1 FROM {locks}
+                        WHERE name = p_name AND expires_at <= now_ms AND expires_at > 0)
+               OR EXISTS (SELECT 1 FROM {permits}
+                           WHERE name = p_name AND expires_at <= now_ms AND expires_at > 0)
+            THEN
+                {BOUND_WAITS}
+                UPDATE {locks} SET expires_at = 0
+                 WHERE name = p_name AND expires_at <= now_ms AND expires_at > 0;
+                UPDATE {permits} SET expires_at = 0
+                 WHERE name = p_name AND expires_at <= now_ms AND expires_at > 0;
+            END IF;
+            {rows_of_the_name}
+            IF other IS NOT NULL THEN
+                ROLLBACK;
+                {RESTORE_WAITS}
+                SELECT 'semaphore', 0, 0, 0, other;
+                LEAVE look;
+            END IF;
+            IF mine_fence IS NOT NULL THEN
+                {BOUND_WAITS}
+                SELECT COUNT(*), MAX(expires_at) INTO found, held_until FROM {permits}
+                 WHERE name = p_name AND slot = mine_slot AND fence = mine_fence
+                   AND expires_at > now_ms FOR UPDATE;
+                IF found = 1 THEN
+                    {confirm_same_owner}
+                    COMMIT;
+                    {RESTORE_WAITS}
+                    SELECT 'granted', mine_fence, mine_slot, held_until - now_ms, 0;
+                    LEAVE look;
+                END IF;
+                ROLLBACK;
+                ITERATE look;
+            END IF;
+            IF refused THEN
+                IF wants_intent THEN
+                    -- A waiting writer's intent: new readers are refused
+                    -- while it is live.
+                    {BOUND_WAITS}
+                    INSERT INTO {permits} (name, slot, owner, fence, expires_at, permits)
+                    VALUES (p_name, {INTENT_SLOT}, p_owner, 0, now_ms + p_intent_ms,
+                            {READ_WRITE_PERMITS})
+                    ON DUPLICATE KEY UPDATE owner = VALUES(owner), fence = 0,
+                        expires_at = VALUES(expires_at), permits = {READ_WRITE_PERMITS};
+                    COMMIT;
+                ELSE
+                    ROLLBACK;
+                END IF;
+                {RESTORE_WAITS}
+                SELECT 'held', 0, 0, refused_ends - now_ms, 0;
+                LEAVE look;
+            END IF;
+            IF p_write THEN
+                SET grant_slot = {WRITER_SLOT};
+            ELSE
+                SELECT MIN(c.slot) INTO grant_slot FROM (
+                    SELECT 0 AS slot
+                    UNION ALL
+                    SELECT slot + 1 FROM {permits}
+                     WHERE name = p_name AND slot >= 0 AND expires_at > now_ms
+                ) c
+                WHERE c.slot < {MAX_READERS} AND NOT EXISTS (
+                    SELECT 1 FROM {permits} q
+                     WHERE q.name = p_name AND q.slot = c.slot AND q.expires_at > now_ms);
+            END IF;
+            IF grant_slot IS NULL THEN
+                ROLLBACK;
+                ITERATE look;
+            END IF;
+            {BOUND_WAITS}
+            SELECT COUNT(*), MAX(expires_at) INTO found, held_until FROM {permits}
+             WHERE name = p_name AND slot = grant_slot FOR UPDATE;
+            IF found = 1 AND held_until > now_ms THEN
+                ROLLBACK;
+                ITERATE look;
+            END IF;
+            {raise_after_promotion}
+            SET duplicate = FALSE;
+            IF found = 1 THEN
+                UPDATE {permits} SET owner = p_owner, fence = NEXTVAL({fences}),
+                       expires_at = now_ms + p_ttl, permits = {READ_WRITE_PERMITS}
+                 WHERE name = p_name AND slot = grant_slot;
+            ELSE
+                INSERT INTO {permits} (name, slot, owner, fence, expires_at, permits)
+                VALUES (p_name, grant_slot, p_owner, NEXTVAL({fences}), now_ms + p_ttl,
+                        {READ_WRITE_PERMITS});
+            END IF;
+            IF duplicate THEN
+                ROLLBACK;
+            ELSE
+                IF p_write THEN
+                    DELETE FROM {permits}
+                     WHERE name = p_name AND slot = {INTENT_SLOT} AND owner = p_owner;
+                END IF;
+                COMMIT;
+                {RESTORE_WAITS}
+                SELECT 'granted', LASTVAL({fences}), grant_slot, p_ttl, 0;
+                LEAVE look;
+            END IF;
+        END LOOP;
+    END;
+END"
+        );
         Statements {
             create_database: audited(format!(
                 "CREATE DATABASE {db} CHARACTER SET utf8mb4 COLLATE utf8mb4_bin"
@@ -633,6 +867,7 @@ END"
             )),
             create_acquire: audited(create_acquire),
             create_acquire_permit: audited(create_acquire_permit),
+            create_acquire_rw: audited(create_acquire_rw),
             record_fences: audited(format!(
                 "INSERT IGNORE INTO {meta} (`key`, value) VALUES ('{FENCES_CREATED_KEY}', 1)"
             )),
@@ -650,6 +885,7 @@ END"
             drop_objects: [
                 audited(format!("DROP PROCEDURE IF EXISTS {acquire_proc}")),
                 audited(format!("DROP PROCEDURE IF EXISTS {acquire_permit_proc}")),
+                audited(format!("DROP PROCEDURE IF EXISTS {acquire_rw_proc}")),
                 audited(format!("DROP TABLE IF EXISTS {permits}")),
                 audited(format!("DROP TABLE IF EXISTS {locks}")),
                 audited(format!("DROP SEQUENCE IF EXISTS {fences}")),
@@ -661,6 +897,9 @@ END"
             // name, permits, owner, ttl ms, the bound on lock waits in ms
             // (NULL: none).
             acquire_permit: audited(format!("CALL {acquire_permit_proc}(?, ?, ?, ?, ?)")),
+            // name, write, owner, ttl ms, intent ms (NULL: none), the bound
+            // on lock waits in ms (NULL: none).
+            acquire_rw: audited(format!("CALL {acquire_rw_proc}(?, ?, ?, ?, ?, ?)")),
             // `FOUND_ROWS` (set by sqlx) makes the count the rows matched,
             // not the rows changed: a renewal within the same millisecond
             // still counts. ttl ms, name, owner, fence.
@@ -689,7 +928,8 @@ END"
             // Names: prefix, name to start after ('' from the first),
             // prefix, prefix. Binds: names, page size, names, page size,
             // page size, names. Answers name, owner, fence, time left,
-            // slot and permits (NULL for a lock), in name and slot order:
+            // slot and permits (NULL for a lock), in name and slot order (a
+            // waiting writer's intent is no grant: not listed):
             // the first `limit` live rows of both tables (each read in key
             // order, `limit` at most), then every live permit of the last
             // one's name, so that a page never splits a semaphore. Names
@@ -708,7 +948,7 @@ END"
                  first_permits AS (
                      SELECT name, slot FROM {permits}
                      WHERE name >= ? AND name > ? AND LEFT(name, LENGTH(?)) = ?
-                       AND expires_at > {NOW_MS}
+                       AND expires_at > {NOW_MS} AND slot <> {INTENT_SLOT}
                      ORDER BY name, slot LIMIT ?
                  ),
                  page AS (
@@ -721,7 +961,8 @@ END"
                  UNION ALL
                  SELECT name, owner, fence, expires_at - {NOW_MS}, slot, permits FROM {permits}
                  WHERE name >= ? AND name > ? AND LEFT(name, LENGTH(?)) = ?
-                   AND expires_at > {NOW_MS} AND name <= (SELECT MAX(name) FROM page)
+                   AND expires_at > {NOW_MS} AND slot <> {INTENT_SLOT}
+                   AND name <= (SELECT MAX(name) FROM page)
                  ORDER BY 1, 5"
             )),
             // name, fence or NULL, the same again. Removes the live lock
@@ -824,22 +1065,49 @@ impl alkstore_sqlx::Statements for Statements {
         )
     }
 
+    fn acquire_rw<'c>(
+        &self,
+        conn: &'c mut MySqlConnection,
+        name: &str,
+        mode: RwMode,
+        owner: &str,
+        ttl: LeaseMillis,
+        intent: Option<LeaseMillis>,
+        bound: Option<Instant>,
+    ) -> StatementFuture<'c, Option<RwRow>> {
+        Box::pin(
+            sqlx::query(self.acquire_rw.clone())
+                .bind(name.as_bytes())
+                .bind(mode == RwMode::Write)
+                .bind(owner.as_bytes())
+                .bind(ttl.as_i64())
+                .bind(intent.map(LeaseMillis::as_i64))
+                .bind(bound.map(lock_wait_ms))
+                .try_map(|row| {
+                    let (outcome, fence, slot, left, permits): (Vec<u8>, i64, i64, i64, i64) =
+                        row_as(row)?;
+                    Ok((text(outcome)?, fence, int(slot)?, left, int(permits)?))
+                })
+                .fetch_optional(conn),
+        )
+    }
+
     fn renew<'c>(
         &self,
         conn: &'c mut MySqlConnection,
         grant: &GrantKey,
         ttl: LeaseMillis,
     ) -> StatementFuture<'c, u64> {
-        let renew = match grant.permit {
+        let renew = match grant.row_slot() {
             None => sqlx::query(self.renew.clone())
                 .bind(ttl.as_i64())
                 .bind(grant.name.as_bytes())
                 .bind(grant.owner.as_bytes())
                 .bind(fence_to_sql(grant.fence)),
-            Some(permit) => sqlx::query(self.renew_permit.clone())
+            Some(slot) => sqlx::query(self.renew_permit.clone())
                 .bind(ttl.as_i64())
                 .bind(grant.name.as_bytes())
-                .bind(permit.slot)
+                .bind(slot)
                 .bind(grant.owner.as_bytes())
                 .bind(fence_to_sql(grant.fence)),
         };
@@ -851,14 +1119,14 @@ impl alkstore_sqlx::Statements for Statements {
         conn: &'c mut MySqlConnection,
         grant: &GrantKey,
     ) -> StatementFuture<'c, u64> {
-        let release = match grant.permit {
+        let release = match grant.row_slot() {
             None => sqlx::query(self.release.clone())
                 .bind(grant.name.as_bytes())
                 .bind(grant.owner.as_bytes())
                 .bind(fence_to_sql(grant.fence)),
-            Some(permit) => sqlx::query(self.release_permit.clone())
+            Some(slot) => sqlx::query(self.release_permit.clone())
                 .bind(grant.name.as_bytes())
-                .bind(permit.slot)
+                .bind(slot)
                 .bind(grant.owner.as_bytes())
                 .bind(fence_to_sql(grant.fence)),
         };

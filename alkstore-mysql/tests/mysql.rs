@@ -7,7 +7,9 @@ mod common;
 use std::sync::Arc;
 use std::time::Duration;
 
-use alkstore_contract_suite::support::{assert_refused_within_wait, permit_round_trips};
+use alkstore_contract_suite::support::{
+    assert_refused_within_wait, permit_round_trips, rw_round_trips,
+};
 use alkstore_contract_suite::{faults, opening};
 use alkstore_core::{Error, Field, Store};
 use alkstore_mysql::MySqlStore;
@@ -243,6 +245,11 @@ async fn one_round_trip_per_operation() {
         trips.iter().all(|t| t == &[1, 1, 1, 1]),
         "round trips of a permit's [acquire, refused, renew, release]: {trips:?}"
     );
+    let trips = rw_round_trips(&store, || flights.count()).await;
+    assert!(
+        trips.iter().all(|t| t == &[1, 1, 1, 1, 1, 1]),
+        "round trips of [read, write, refused writer, refused reader, renew, release]: {trips:?}"
+    );
     store.drop_database().await.unwrap();
     store.close().await.unwrap();
 }
@@ -288,7 +295,7 @@ async fn a_waiting_acquire_behind_a_table_lock_keeps_to_its_wait() {
 /// A role with exactly the grants docs/engine-mysql.md lists (DML on
 /// `locks` and `permits`, `SELECT` on `meta`, `EXECUTE` on the procedures)
 /// opens a store an administrator made and takes, renews, inspects and
-/// releases locks and permits,
+/// releases locks, permits and reader-writer grants,
 /// though `information_schema` hides the `fences` sequence from it. When the
 /// sequence is truly gone, a grant refuses with `LostFencesError`, draws
 /// nothing, and the error's advice never restarts fences at 1.
@@ -308,6 +315,7 @@ async fn a_role_with_the_documented_grants_uses_the_store() {
             format!("GRANT SELECT ON {q}.meta TO {{}}"),
             format!("GRANT EXECUTE ON PROCEDURE {q}.acquire TO {{}}"),
             format!("GRANT EXECUTE ON PROCEDURE {q}.acquire_permit TO {{}}"),
+            format!("GRANT EXECUTE ON PROCEDURE {q}.acquire_rw TO {{}}"),
         ],
     )
     .await;

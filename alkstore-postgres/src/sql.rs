@@ -7,9 +7,12 @@
 
 use std::time::Instant;
 
-use alkstore_core::{GrantKey, LeaseMillis, PermitSlot, fence_to_sql};
+use alkstore_core::{
+    GrantKey, INTENT_SLOT, LeaseMillis, MAX_READERS, READ_WRITE_PERMITS, RwMode, WRITER_SLOT,
+    fence_to_sql,
+};
 use alkstore_sqlx::{
-    AcquireRow, HolderRow, ListedRow, MARKER_KEY, PermitRow, StatementFuture, audited,
+    AcquireRow, HolderRow, ListedRow, MARKER_KEY, PermitRow, RwRow, StatementFuture, audited,
     lock_wait_ms, row_as,
 };
 use sqlx::{PgConnection, SqlStr};
@@ -25,12 +28,14 @@ use sqlx::{PgConnection, SqlStr};
 /// the primary only); 6 had no semaphores (`permits`, `acquire_permit`,
 /// and an acquire function that refuses a name live permits hold): all
 /// upgraded in place ([`UPGRADABLE`]), since only the functions changed
-/// and a table was added (and 5's fences are above every fence of 4's).
-pub const SCHEMA_VERSION: i64 = 7;
+/// and a table was added (and 5's fences are above every fence of 4's); 7
+/// had no reader-writer locks (`acquire_rw`; their rows live in `permits`,
+/// marked with permits 0, which 7's functions read as a semaphore's).
+pub const SCHEMA_VERSION: i64 = 8;
 
 /// Older layouts an opener upgrades in place, under the creation lock: the
 /// functions replaced, what is missing created, the version recorded.
-pub(crate) const UPGRADABLE: std::ops::RangeInclusive<i64> = 3..=6;
+pub(crate) const UPGRADABLE: std::ops::RangeInclusive<i64> = 3..=7;
 
 /// A fence is `timeline × TIMELINE_STEP + n`, `n` drawn from the schema's
 /// sequence: 2^44, so that every fence handed out on a timeline is above
@@ -121,7 +126,8 @@ SELECT EXISTS (SELECT 1 FROM pg_class WHERE relnamespace = n.oid AND relname = '
        EXISTS (SELECT 1 FROM pg_class WHERE relnamespace = n.oid AND relname = 'locks'),
        EXISTS (SELECT 1 FROM pg_class WHERE relnamespace = n.oid AND relname = 'fences'),
        EXISTS (SELECT 1 FROM pg_proc WHERE pronamespace = n.oid AND proname = 'acquire')
-         AND EXISTS (SELECT 1 FROM pg_proc WHERE pronamespace = n.oid AND proname = 'acquire_permit'),
+         AND EXISTS (SELECT 1 FROM pg_proc WHERE pronamespace = n.oid AND proname = 'acquire_permit')
+         AND EXISTS (SELECT 1 FROM pg_proc WHERE pronamespace = n.oid AND proname = 'acquire_rw'),
        EXISTS (SELECT 1 FROM pg_class WHERE relnamespace = n.oid AND relname = 'permits')
 FROM pg_namespace n WHERE n.nspname = $1";
 
@@ -189,6 +195,8 @@ pub(crate) struct Statements {
     pub(crate) acquire_waiting: SqlStr,
     pub(crate) acquire_permit: SqlStr,
     pub(crate) acquire_permit_waiting: SqlStr,
+    pub(crate) acquire_rw: SqlStr,
+    pub(crate) acquire_rw_waiting: SqlStr,
     pub(crate) renew: SqlStr,
     pub(crate) renew_permit: SqlStr,
     pub(crate) release: SqlStr,
@@ -211,6 +219,7 @@ impl Statements {
         let locks = format!("{s}.locks");
         let permits = format!("{s}.permits");
         let acquire_permit_fn = format!("{s}.acquire_permit");
+        let acquire_rw_fn = format!("{s}.acquire_rw");
         let meta = format!("{s}.meta");
         let fences = format!("{s}.fences");
         let acquire_fn = format!("{s}.acquire");
@@ -479,7 +488,174 @@ DECLARE
     END LOOP;
 END"
         );
-        let tag = dollar_tag(&format!("{body}{permit_body}"));
+        // A reader-writer lock's grant path, under the same advisory lock
+        // as the others'; its rows live in `permits` with permits 0 (a
+        // semaphore's are 1 or more): readers on slots 0.., the writer on
+        // {WRITER_SLOT}, a waiting writer's intent (fence 0, no grant) on
+        // {INTENT_SLOT}. The decisions, in order: a live lock or live
+        // permits of a semaphore refuse; the owner's own live grant of the
+        // mode is given back (confirmed by a write); a writer is refused
+        // beside a live writer or readers (recording its intent with
+        // `p_intent_ms`, unless another writer's is live); a reader beside a
+        // live writer or intent, or {MAX_READERS} readers; otherwise the
+        // expired rows are fenced off (as the permit function does) and
+        // the grant made, a writer's taking its own intent away.
+        let rw_body = format!(
+            "
+DECLARE
+    now_ms bigint := {NOW_MS};
+    wait_until timestamptz := clock_timestamp() + p_wait_ms * interval '1 millisecond';
+    lock_live boolean;
+    lock_stale boolean;
+    other integer;
+    writer_owner text;
+    writer_fence bigint;
+    writer_ends bigint;
+    intent_owner text;
+    intent_ends bigint;
+    readers bigint;
+    readers_end bigint;
+    mine_slot integer;
+    mine_fence bigint;
+    rows_stale boolean;
+    grant_slot integer;
+    ends bigint;
+    drawn bigint;
+    timeline bigint;
+{serialise_the_name}    LOOP
+        SELECT bool_or(l.expires_at > now_ms),
+               coalesce(bool_or(l.expires_at <= now_ms AND l.expires_at > 0), false)
+          INTO lock_live, lock_stale
+          FROM {locks} l WHERE l.name = p_name;
+        IF lock_live THEN
+            RETURN QUERY SELECT 'lock'::text, 0::bigint, 0, 0::bigint, 0;
+            RETURN;
+        END IF;
+        -- The name's rows at once: a semaphore's permits, the writer, the
+        -- intent, the readers, the owner's own reader, and whether some
+        -- expired row is not fenced off yet.
+        SELECT max(p.permits) FILTER (WHERE p.expires_at > now_ms AND p.permits <> {READ_WRITE_PERMITS}),
+               max(p.owner) FILTER (WHERE p.expires_at > now_ms AND p.slot = {WRITER_SLOT}),
+               max(p.fence) FILTER (WHERE p.expires_at > now_ms AND p.slot = {WRITER_SLOT}),
+               max(p.expires_at) FILTER (WHERE p.expires_at > now_ms AND p.slot = {WRITER_SLOT}),
+               max(p.owner) FILTER (WHERE p.expires_at > now_ms AND p.slot = {INTENT_SLOT}),
+               max(p.expires_at) FILTER (WHERE p.expires_at > now_ms AND p.slot = {INTENT_SLOT}),
+               count(*) FILTER (WHERE p.expires_at > now_ms AND p.slot >= 0),
+               min(p.expires_at) FILTER (WHERE p.expires_at > now_ms AND p.slot >= 0),
+               max(p.slot) FILTER (WHERE p.expires_at > now_ms AND p.slot >= 0 AND p.owner = p_owner),
+               max(p.fence) FILTER (WHERE p.expires_at > now_ms AND p.slot >= 0 AND p.owner = p_owner),
+               coalesce(bool_or(p.expires_at <= now_ms AND p.expires_at > 0), false)
+          INTO other, writer_owner, writer_fence, writer_ends, intent_owner, intent_ends,
+               readers, readers_end, mine_slot, mine_fence, rows_stale
+          FROM {permits} p WHERE p.name = p_name;
+        IF other IS NOT NULL THEN
+            RETURN QUERY SELECT 'semaphore'::text, 0::bigint, 0, 0::bigint, other;
+            RETURN;
+        END IF;
+        IF p_write THEN
+            mine_slot := {WRITER_SLOT};
+            mine_fence := CASE WHEN writer_owner = p_owner THEN writer_fence END;
+        END IF;
+        IF mine_fence IS NOT NULL THEN
+            -- The owner's own live grant: confirmed by a write, as the
+            -- lock function's is.
+            {BOUND_LOCK_WAIT}
+            UPDATE {permits} p SET owner = p.owner
+             WHERE p.name = p_name AND p.slot = mine_slot AND p.fence = mine_fence
+               AND p.expires_at > now_ms
+            RETURNING p.expires_at INTO ends;
+            IF FOUND THEN
+                RETURN QUERY SELECT 'granted'::text, mine_fence, mine_slot, ends - now_ms, 0;
+                RETURN;
+            END IF;
+            CONTINUE;
+        END IF;
+        IF p_write AND (writer_owner IS NOT NULL OR readers > 0) THEN
+            IF p_intent_ms IS NOT NULL AND coalesce(intent_owner = p_owner, true) THEN
+                -- A waiting writer's intent, the one write a refusal makes:
+                -- new readers are refused while it is live.
+                {BOUND_LOCK_WAIT}
+                INSERT INTO {permits} AS p (name, slot, owner, fence, expires_at, permits)
+                VALUES (p_name, {INTENT_SLOT}, p_owner, 0, now_ms + p_intent_ms, {READ_WRITE_PERMITS})
+                ON CONFLICT ON CONSTRAINT permits_pkey DO UPDATE
+                   SET owner = excluded.owner, fence = 0, expires_at = excluded.expires_at,
+                       permits = {READ_WRITE_PERMITS};
+            END IF;
+            -- Another writer's intent may end first: this writer's turn.
+            RETURN QUERY SELECT 'held'::text, 0::bigint, 0,
+                                least(writer_ends, readers_end,
+                                      CASE WHEN intent_owner <> p_owner THEN intent_ends END)
+                                - now_ms, 0;
+            RETURN;
+        END IF;
+        IF NOT p_write AND (writer_owner IS NOT NULL OR intent_owner IS NOT NULL) THEN
+            RETURN QUERY SELECT 'held'::text, 0::bigint, 0,
+                                least(writer_ends, intent_ends) - now_ms, 0;
+            RETURN;
+        END IF;
+        IF NOT p_write AND readers >= {MAX_READERS} THEN
+            RETURN QUERY SELECT 'held'::text, 0::bigint, 0, readers_end - now_ms, 0;
+            RETURN;
+        END IF;
+        IF lock_stale OR rows_stale THEN
+            -- About to grant: expired rows fenced off first, as in the
+            -- permit function (`locks` first, then `permits`).
+            {BOUND_LOCK_WAIT}
+            UPDATE {locks} l SET expires_at = 0
+             WHERE l.name = p_name AND l.expires_at <= now_ms AND l.expires_at > 0;
+            UPDATE {permits} p SET expires_at = 0
+             WHERE p.name = p_name AND p.expires_at <= now_ms AND p.expires_at > 0;
+            CONTINUE;
+        END IF;
+        IF p_write THEN
+            grant_slot := {WRITER_SLOT};
+        ELSE
+            -- The lowest free reader slot: 0, or one past a live reader's.
+            SELECT min(c.slot) INTO grant_slot
+              FROM (SELECT 0 AS slot
+                    UNION ALL
+                    SELECT p.slot + 1 FROM {permits} p
+                     WHERE p.name = p_name AND p.slot >= 0 AND p.expires_at > now_ms) c
+             WHERE c.slot < {MAX_READERS}
+               AND NOT EXISTS (SELECT 1 FROM {permits} q
+                                WHERE q.name = p_name AND q.slot = c.slot
+                                  AND q.expires_at > now_ms);
+        END IF;
+        IF timeline IS NULL THEN
+            timeline := {TIMELINE};
+        END IF;
+        {BOUND_LOCK_WAIT}
+        SELECT p.expires_at INTO ends FROM {permits} p
+         WHERE p.name = p_name AND p.slot = grant_slot FOR UPDATE;
+        IF FOUND AND ends <= now_ms THEN
+            UPDATE {permits} p
+               SET owner = p_owner,
+                   fence = nextval({fences_regclass}::regclass) + timeline * {TIMELINE_STEP},
+                   expires_at = now_ms + p_ttl,
+                   permits = {READ_WRITE_PERMITS}
+             WHERE p.name = p_name AND p.slot = grant_slot
+            RETURNING p.fence INTO drawn;
+        ELSIF NOT FOUND THEN
+            INSERT INTO {permits} AS p (name, slot, owner, fence, expires_at, permits)
+            VALUES (p_name, grant_slot, p_owner,
+                    nextval({fences_regclass}::regclass) + timeline * {TIMELINE_STEP},
+                    now_ms + p_ttl, {READ_WRITE_PERMITS})
+            ON CONFLICT ON CONSTRAINT permits_pkey DO NOTHING
+            RETURNING p.fence INTO drawn;
+        END IF;
+        IF drawn IS NOT NULL THEN
+            IF p_write THEN
+                DELETE FROM {permits} p
+                 WHERE p.name = p_name AND p.slot = {INTENT_SLOT} AND p.owner = p_owner;
+            END IF;
+            RETURN QUERY SELECT 'granted'::text, drawn, grant_slot, p_ttl, 0;
+            RETURN;
+        END IF;
+        -- Renewed, released or taken meanwhile: look again.
+    END LOOP;
+END"
+        );
+        let tag = dollar_tag(&format!("{body}{permit_body}{rw_body}"));
         Statements {
             channel: String::new(),
             tag: store_tag(),
@@ -520,7 +696,12 @@ END"
                      p_owner text, p_ttl bigint, p_wait_ms integer)
                  RETURNS TABLE (outcome text, fence bigint, slot integer, expires_in_ms bigint,
                                 live_permits integer)
-                 LANGUAGE plpgsql VOLATILE AS {tag}{permit_body}{tag};"
+                 LANGUAGE plpgsql VOLATILE AS {tag}{permit_body}{tag};
+                 CREATE OR REPLACE FUNCTION {acquire_rw_fn}(p_name text, p_write boolean,
+                     p_owner text, p_ttl bigint, p_intent_ms bigint, p_wait_ms integer)
+                 RETURNS TABLE (outcome text, fence bigint, slot integer, expires_in_ms bigint,
+                                semaphore_permits integer)
+                 LANGUAGE plpgsql VOLATILE AS {tag}{rw_body}{tag};"
             )),
             // $1 schema_version, $2 created_schema.
             record_meta: audited(format!(
@@ -538,6 +719,7 @@ END"
                 // By name: an older version's function had other arguments.
                 "DROP FUNCTION IF EXISTS {acquire_fn};
                  DROP FUNCTION IF EXISTS {acquire_permit_fn};
+                 DROP FUNCTION IF EXISTS {acquire_rw_fn};
                  DROP TABLE IF EXISTS {permits};
                  DROP TABLE IF EXISTS {locks};
                  DROP SEQUENCE IF EXISTS {fences};
@@ -606,6 +788,44 @@ END"
                  FROM {acquire_permit_fn}($1, $2, $3, $4, $5) g
                  WHERE EXISTS (SELECT 1 FROM durable_commit)"
             )),
+            // A reader-writer acquire, one statement as `acquire`: when
+            // the statement's snapshot sees what refuses the mode — a live
+            // writer or intent for a reader; a live reader, or another's
+            // live writer, for a writer with no intent to record ($5 NULL)
+            // — nothing is written and the answer is "held", with the
+            // soonest end, without queueing on the name's advisory lock;
+            // otherwise the function decides. $1 name, $2 write, $3 owner,
+            // $4 ttl ms, $5 intent ms (NULL: none), $6 the bound on lock
+            // waits in ms (NULL: none).
+            acquire_rw: audited(format!(
+                "WITH {DURABLE_COMMIT_CTE},
+                 clock AS (SELECT {NOW_MS} AS now_ms),
+                 seen AS (
+                     SELECT min(p.expires_at) - min(c.now_ms) AS soonest
+                     FROM {permits} p, clock c
+                     WHERE p.name = $1 AND p.expires_at > c.now_ms
+                       AND p.permits = {READ_WRITE_PERMITS}
+                       AND CASE WHEN $2 THEN p.slot >= 0
+                                             OR (p.slot = {WRITER_SLOT} AND p.owner <> $3)
+                                ELSE p.slot < 0 END
+                 ),
+                 refused AS (SELECT soonest FROM seen
+                             WHERE soonest IS NOT NULL AND $5::bigint IS NULL)
+                 SELECT 'held'::text AS outcome, 0::bigint, 0, soonest, 0 FROM refused
+                 UNION ALL
+                 SELECT g.outcome, g.fence, g.slot, g.expires_in_ms, g.semaphore_permits
+                 FROM {acquire_rw_fn}($1, $2, $3, $4, $5, $6) g
+                 WHERE NOT EXISTS (SELECT 1 FROM refused) AND EXISTS (SELECT 1 FROM durable_commit)"
+            )),
+            // A waiting reader-writer acquire's statement: the function
+            // alone, for the reason `acquire_waiting` gives. The same
+            // parameters.
+            acquire_rw_waiting: audited(format!(
+                "WITH {DURABLE_COMMIT_CTE}
+                 SELECT g.outcome, g.fence, g.slot, g.expires_in_ms, g.semaphore_permits
+                 FROM {acquire_rw_fn}($1, $2, $3, $4, $5, $6) g
+                 WHERE EXISTS (SELECT 1 FROM durable_commit)"
+            )),
             // $1 name, $2 owner, $3 fence, $4 ttl ms.
             renew: audited(format!(
                 "WITH {DURABLE_COMMIT_CTE}
@@ -653,7 +873,8 @@ END"
             )),
             // $1 prefix, $2 the name to start after ('' from the first), $3
             // page size. Answers name, owner, fence, time left, slot and
-            // permits (NULL for a lock), in name and slot order: the first
+            // permits (NULL for a lock), in name and slot order (a waiting
+            // writer's intent is no grant: not listed): the first
             // $3 live rows of both tables (each read in key order, $3 at
             // most), then every live permit of the last one's name, so that
             // a page never splits a semaphore. Names compare as bytes
@@ -673,7 +894,7 @@ END"
                  first_permits AS (
                      SELECT p.name, p.slot FROM {permits} p, clock c
                      WHERE starts_with(p.name, $1) AND p.name COLLATE \"C\" > $2
-                       AND p.expires_at > c.now_ms
+                       AND p.expires_at > c.now_ms AND p.slot <> {INTENT_SLOT}
                      ORDER BY p.name COLLATE \"C\", p.slot LIMIT $3
                  ),
                  page AS (
@@ -688,7 +909,7 @@ END"
                        SELECT p.name, p.slot, p.permits, p.owner, p.fence, p.expires_at
                        FROM {permits} p, clock c
                        WHERE starts_with(p.name, $1) AND p.name COLLATE \"C\" > $2
-                         AND p.expires_at > c.now_ms) r, clock c
+                         AND p.expires_at > c.now_ms AND p.slot <> {INTENT_SLOT}) r, clock c
                  WHERE r.name COLLATE \"C\" <= (SELECT name FROM last)
                  ORDER BY r.name COLLATE \"C\", r.slot NULLS FIRST"
             )),
@@ -768,10 +989,11 @@ fn by_bound(bound: Option<Instant>, plain: &SqlStr, waiting: &SqlStr) -> (SqlStr
     }
 }
 
-/// A permit's slot as the `permits` table stores it (`integer`); slots are
-/// below `MAX_PERMITS`, so it fits.
-fn slot_to_sql(permit: PermitSlot) -> i32 {
-    i32::try_from(permit.slot).unwrap_or(i32::MAX)
+/// A grant's slot as the `permits` table stores it (`integer`): a permit's
+/// or a reader's is below `MAX_PERMITS`, the writer's is
+/// [`WRITER_SLOT`]: it fits.
+fn slot_to_sql(slot: i64) -> i32 {
+    i32::try_from(slot).unwrap_or(i32::MAX)
 }
 
 /// Each operation's statement with its binds, `$1`, `$2`, … in order.
@@ -822,21 +1044,45 @@ impl alkstore_sqlx::Statements for Statements {
         )
     }
 
+    fn acquire_rw<'c>(
+        &self,
+        conn: &'c mut PgConnection,
+        name: &str,
+        mode: RwMode,
+        owner: &str,
+        ttl: LeaseMillis,
+        intent: Option<LeaseMillis>,
+        bound: Option<Instant>,
+    ) -> StatementFuture<'c, Option<RwRow>> {
+        let (statement, wait_ms) = by_bound(bound, &self.acquire_rw, &self.acquire_rw_waiting);
+        Box::pin(
+            sqlx::query(statement)
+                .bind(name)
+                .bind(mode == RwMode::Write)
+                .bind(owner)
+                .bind(ttl.as_i64())
+                .bind(intent.map(LeaseMillis::as_i64))
+                .bind(wait_ms)
+                .try_map(row_as)
+                .fetch_optional(conn),
+        )
+    }
+
     fn renew<'c>(
         &self,
         conn: &'c mut PgConnection,
         grant: &GrantKey,
         ttl: LeaseMillis,
     ) -> StatementFuture<'c, u64> {
-        let renew = match grant.permit {
+        let renew = match grant.row_slot() {
             None => sqlx::query(self.renew.clone())
                 .bind(&grant.name)
                 .bind(&grant.owner)
                 .bind(fence_to_sql(grant.fence))
                 .bind(ttl.as_i64()),
-            Some(permit) => sqlx::query(self.renew_permit.clone())
+            Some(slot) => sqlx::query(self.renew_permit.clone())
                 .bind(&grant.name)
-                .bind(slot_to_sql(permit))
+                .bind(slot_to_sql(slot))
                 .bind(&grant.owner)
                 .bind(fence_to_sql(grant.fence))
                 .bind(ttl.as_i64()),
@@ -849,14 +1095,14 @@ impl alkstore_sqlx::Statements for Statements {
         conn: &'c mut PgConnection,
         grant: &GrantKey,
     ) -> StatementFuture<'c, u64> {
-        let release = match grant.permit {
+        let release = match grant.row_slot() {
             None => sqlx::query(self.release.clone())
                 .bind(&grant.name)
                 .bind(&grant.owner)
                 .bind(fence_to_sql(grant.fence)),
-            Some(permit) => sqlx::query(self.release_permit.clone())
+            Some(slot) => sqlx::query(self.release_permit.clone())
                 .bind(&grant.name)
-                .bind(slot_to_sql(permit))
+                .bind(slot_to_sql(slot))
                 .bind(&grant.owner)
                 .bind(fence_to_sql(grant.fence)),
         }

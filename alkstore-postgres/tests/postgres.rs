@@ -8,7 +8,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use alkstore_contract_suite::support::{
-    assert_waits_out_a_table_lock, error_chain, permit_round_trips,
+    assert_waits_out_a_table_lock, error_chain, permit_round_trips, rw_round_trips,
 };
 use alkstore_contract_suite::{faults, opening};
 use alkstore_core::{Error, Field, Store};
@@ -223,9 +223,11 @@ async fn refused_acquire_writes_no_wal() {
     schema.drop().await;
 }
 
-/// A refused permit writes no WAL, however it is refused: every permit
-/// held (the statement's own read), another count, a lock's name (the
-/// function's decisions), a semaphore's name asked as a lock.
+/// A refused permit or reader-writer grant writes no WAL, however it is
+/// refused: every permit held (the statement's own read), another count, a
+/// lock's name (the function's decisions), a semaphore's name asked as a
+/// lock; a writer beside a reader and a reader beside a writer (the
+/// statement's own read), a reader of a lock's name (the function's).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn refused_permits_write_no_wal() {
     let Some((store, schema)) = common::store("nowalpermits").await else {
@@ -236,6 +238,11 @@ async fn refused_permits_write_no_wal() {
         .try_lock("locked", "holder", TTL)
         .await
         .unwrap()
+        .unwrap();
+    let reader = store.try_read_lock("read", "holder", TTL).await.unwrap();
+    let writer = store
+        .try_write_lock("written", "holder", TTL)
+        .await
         .unwrap();
     // Warm: each refusal once, so that the function's statements are
     // planned (catalog reads, which may prune catalog pages other tests'
@@ -255,8 +262,8 @@ async fn refused_permits_write_no_wal() {
     let (lock_calls_before, lock_wal_before) = calls_and_wal(&before, "UNION ALL");
     let (lock_calls_after, lock_wal_after) = calls_and_wal(&after, "UNION ALL");
     assert_eq!(permit_calls_after - permit_calls_before, 750);
-    // "UNION ALL" matches both statements.
-    assert_eq!(lock_calls_after - lock_calls_before, 1000);
+    // "UNION ALL" matches the three kinds' `try_` statements.
+    assert_eq!(lock_calls_after - lock_calls_before, 1750);
     assert_eq!(
         permit_wal_after - permit_wal_before,
         0,
@@ -264,6 +271,17 @@ async fn refused_permits_write_no_wal() {
     );
     assert_eq!(lock_wal_after - lock_wal_before, 0, "refusals wrote WAL");
     assert!(permit_wal_before > 0, "the grants themselves write WAL");
+    let (rw_calls_before, rw_wal_before) = calls_and_wal(&before, "acquire_rw");
+    let (rw_calls_after, rw_wal_after) = calls_and_wal(&after, "acquire_rw");
+    assert_eq!(rw_calls_after - rw_calls_before, 750);
+    assert_eq!(
+        rw_wal_after - rw_wal_before,
+        0,
+        "reader-writer refusals wrote WAL"
+    );
+    for grant in [reader, writer] {
+        assert!(grant.expect("a free name").release().await.unwrap());
+    }
     for permit in held {
         assert!(permit.release().await.unwrap());
     }
@@ -272,8 +290,10 @@ async fn refused_permits_write_no_wal() {
     schema.drop().await;
 }
 
-/// The four refusals of `refused_permits_write_no_wal`, by `owner`: every
-/// permit held, another count, a lock's name, a semaphore's name as a lock.
+/// The seven refusals of `refused_permits_write_no_wal`, by `owner`: every
+/// permit held, another count, a lock's name, a semaphore's name as a lock;
+/// a writer beside a reader, a reader beside a writer (the statement's own
+/// read), a reader of a lock's name (the function's decision).
 async fn refuse_every_way(store: &PgStore, owner: &str) {
     let full = store.try_acquire_permit("pool", 2, owner, TTL).await;
     assert!(full.unwrap().is_none());
@@ -283,6 +303,12 @@ async fn refuse_every_way(store: &PgStore, owner: &str) {
     assert!(matches!(on_a_lock, Err(Error::HeldAsOtherKind { .. })));
     let as_a_lock = store.try_lock("pool", owner, TTL).await;
     assert!(matches!(as_a_lock, Err(Error::HeldAsOtherKind { .. })));
+    let beside_a_reader = store.try_write_lock("read", owner, TTL).await;
+    assert!(beside_a_reader.unwrap().is_none());
+    let beside_a_writer = store.try_read_lock("written", owner, TTL).await;
+    assert!(beside_a_writer.unwrap().is_none());
+    let rw_of_a_lock = store.try_read_lock("locked", owner, TTL).await;
+    assert!(matches!(rw_of_a_lock, Err(Error::HeldAsOtherKind { .. })));
 }
 
 /// Both permits of "pool" (of 2), held.
@@ -342,6 +368,11 @@ async fn one_round_trip_per_operation() {
     assert!(
         trips.iter().all(|t| t == &[1, 1, 1, 1]),
         "round trips of a permit's [acquire, refused, renew, release]: {trips:?}"
+    );
+    let trips = rw_round_trips(&store, || flights.count()).await;
+    assert!(
+        trips.iter().all(|t| t == &[1, 1, 1, 1, 1, 1]),
+        "round trips of [read, write, refused writer, refused reader, renew, release]: {trips:?}"
     );
     store.drop_schema().await.unwrap();
     store.close().await.unwrap();

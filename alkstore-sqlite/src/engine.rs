@@ -6,8 +6,9 @@ use std::time::{Duration, Instant};
 
 use alkstore_core::clock::system_millis;
 use alkstore_core::{
-    Attempt, BoxError, Engine, GrantKey, Holder, LeaseMillis, Listed, PermitAttempt, PermitSlot,
-    ReleaseBus, fence_from_sql, fence_to_sql, holder_from_sql, lease_left,
+    Access, Attempt, BoxError, Engine, GrantKey, HeldAs, Holder, INTENT_SLOT, LeaseMillis, Listed,
+    MAX_READERS, PermitAttempt, PermitSlot, READ_WRITE_PERMITS, ReleaseBus, RwAttempt, RwMode,
+    WRITER_SLOT, fence_from_sql, fence_to_sql, holder_from_sql, lease_left, permits_row_kind,
 };
 use async_trait::async_trait;
 use rusqlite::{Connection, ErrorCode, OptionalExtension, TransactionBehavior, params};
@@ -140,8 +141,10 @@ fn grant(conn: &mut Connection, name: &str, owner: &str, ttl: i64) -> rusqlite::
     if let Some(attempt) = decide(read_row(&tx, name)?.as_ref(), owner, now) {
         return Ok(attempt);
     }
-    if let Some(permits) = semaphore_of(&tx, name, now)? {
-        return Ok(Attempt::HeldAsSemaphore { permits });
+    match semaphore_of(&tx, name, now)?.map(HeldAs::of_permits_column) {
+        Some(HeldAs::Semaphore { permits }) => return Ok(Attempt::HeldAsSemaphore { permits }),
+        Some(_) => return Ok(Attempt::HeldAsReadWrite),
+        None => {}
     }
     let fence: i64 = tx
         .prepare_cached(sql::NEXT_FENCE)?
@@ -162,9 +165,10 @@ fn semaphore_of(conn: &Connection, name: &str, now: i64) -> rusqlite::Result<Opt
         .optional()
 }
 
-/// A live permit row as read.
+/// A live row of `alkstore_permits` as read: a permit's, or a
+/// reader-writer lock's (permits 0).
 struct PermitRow {
-    slot: u32,
+    slot: i64,
     owner: String,
     fence: i64,
     expires_at: i64,
@@ -199,25 +203,205 @@ fn decide_permit(
     }
     let live = live_permits(conn, name, now)?;
     if let Some(other) = live.iter().find(|p| p.permits != permits) {
-        return Ok(Ok(PermitAttempt::Mismatch {
-            permits: other.permits,
+        return Ok(Ok(match HeldAs::of_permits_column(other.permits) {
+            HeldAs::Semaphore { permits } => PermitAttempt::Mismatch { permits },
+            _ => PermitAttempt::HeldAsReadWrite,
         }));
     }
+    // Every live row is this semaphore's permit: its slot is 0..permits.
     if let Some(mine) = live.iter().find(|p| p.owner == owner) {
         return Ok(Ok(PermitAttempt::Granted {
             fence: fence_from_sql(mine.fence),
-            slot: mine.slot,
+            slot: mine.slot as u32,
             expires_in: lease_left(mine.expires_at - now),
         }));
     }
-    // Live slots come in order, each below `permits`: the first slot not
-    // at its own index is the lowest free one.
-    let free = (0..permits).find(|&slot| live.get(slot as usize).is_none_or(|p| p.slot != slot));
+    let free = lowest_free_slot(&live, permits);
     match free {
         Some(slot) => Ok(Err(slot)),
         None => Ok(Ok(PermitAttempt::Held {
             expires_in: live.iter().map(|p| lease_left(p.expires_at - now)).min(),
         })),
+    }
+}
+
+/// The lowest slot below `bound` that no row of `live` (in slot order)
+/// holds.
+fn lowest_free_slot(live: &[PermitRow], bound: u32) -> Option<u32> {
+    let mut slots = live.iter().map(|p| p.slot).filter(|&slot| slot >= 0);
+    // Slots come in order: the first not at its own index is free.
+    let mut next = slots.next();
+    (0..bound).find(|&slot| {
+        if next == Some(i64::from(slot)) {
+            next = slots.next();
+            false
+        } else {
+            true
+        }
+    })
+}
+
+/// What a reader-writer attempt comes to, before anything is written.
+enum RwDecision {
+    /// The answer; nothing to write.
+    Answer(RwAttempt),
+    /// Grant this access with the next fence.
+    Grant(Access),
+    /// Refused (`Held`, the answer), and a waiting writer's intent to record.
+    Intent(RwAttempt),
+}
+
+/// What the rows of `name` mean for a reader-writer grant of `mode` for
+/// `owner` (docs/contract.md, "Reader-writer locks").
+fn decide_rw(
+    conn: &Connection,
+    name: &str,
+    mode: RwMode,
+    owner: &str,
+    waiting_writer: bool,
+    now: i64,
+) -> rusqlite::Result<RwDecision> {
+    use RwDecision::{Answer, Grant, Intent};
+    if read_row(conn, name)?.is_some_and(|row| row.expires_at > now) {
+        return Ok(Answer(RwAttempt::HeldAsOther(HeldAs::Lock)));
+    }
+    let live = live_permits(conn, name, now)?;
+    if let Some(other) = live.iter().find(|p| p.permits != READ_WRITE_PERMITS) {
+        let held_as = HeldAs::of_permits_column(other.permits);
+        return Ok(Answer(RwAttempt::HeldAsOther(held_as)));
+    }
+    let at = |slot: i64| live.iter().find(|p| p.slot == slot);
+    let (writer, intent) = (at(WRITER_SLOT), at(INTENT_SLOT));
+    let readers = || live.iter().filter(|p| p.slot >= 0);
+    let held = |rows: &mut dyn Iterator<Item = &PermitRow>| RwAttempt::Held {
+        expires_in: rows.map(|p| lease_left(p.expires_at - now)).min(),
+    };
+    let mine = |row: &PermitRow, access| RwAttempt::Granted {
+        fence: fence_from_sql(row.fence),
+        access,
+        expires_in: lease_left(row.expires_at - now),
+    };
+    Ok(match mode {
+        RwMode::Read => {
+            if let Some(row) = readers().find(|p| p.owner == owner) {
+                Answer(mine(
+                    row,
+                    Access::Read {
+                        slot: row.slot as u32,
+                    },
+                ))
+            } else if writer.is_some() || intent.is_some() {
+                Answer(held(&mut writer.into_iter().chain(intent)))
+            } else {
+                match lowest_free_slot(&live, MAX_READERS) {
+                    Some(slot) => Grant(Access::Read { slot }),
+                    None => Answer(held(&mut readers())),
+                }
+            }
+        }
+        RwMode::Write => {
+            if let Some(row) = writer.filter(|p| p.owner == owner) {
+                Answer(mine(row, Access::Write))
+            } else if writer.is_some() || readers().next().is_some() {
+                // Another writer's intent may end first: this writer's turn.
+                let others = intent.filter(|p| p.owner != owner);
+                let refused = held(&mut writer.into_iter().chain(readers()).chain(others));
+                if waiting_writer && intent.is_none_or(|p| p.owner == owner) {
+                    Intent(refused)
+                } else {
+                    Answer(refused)
+                }
+            } else {
+                Grant(Access::Write)
+            }
+        }
+    })
+}
+
+/// A reader-writer lock's grant of `name`, as [`acquire`] takes a lock:
+/// refusals decided by a plain read, a grant (or a waiting writer's
+/// intent) written under the write lock after a second look.
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn acquire_rw(
+    conn: &mut Connection,
+    name: &str,
+    mode: RwMode,
+    owner: &str,
+    ttl: i64,
+    intent: Option<i64>,
+    deadline: Option<Instant>,
+    busy: Duration,
+) -> rusqlite::Result<RwAttempt> {
+    let waiting = deadline.filter(|_| !busy.is_zero());
+    if let Some(deadline) = waiting {
+        conn.busy_timeout(deadline.saturating_duration_since(Instant::now()).min(busy))?;
+    }
+    let waiting_writer = intent.is_some();
+    let attempt = (|| -> rusqlite::Result<RwAttempt> {
+        let first = decide_rw(conn, name, mode, owner, waiting_writer, system_millis())?;
+        // A grant commits synced; an intent alone is no grant: losing it to
+        // a power cut only lets readers in sooner. (The setting cannot
+        // change inside a transaction: a grant found where an intent was
+        // planned is decided again, synced.)
+        let mut commit = match first {
+            RwDecision::Answer(answer) => return Ok(answer),
+            RwDecision::Intent(_) => Commit::Unsynced,
+            RwDecision::Grant(_) => Commit::Synced,
+        };
+        loop {
+            commit_mode(conn, commit)?;
+            let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
+            let now = system_millis();
+            let answer = match decide_rw(&tx, name, mode, owner, waiting_writer, now)? {
+                RwDecision::Answer(answer) => return Ok(answer),
+                RwDecision::Grant(_) if commit == Commit::Unsynced => {
+                    commit = Commit::Synced;
+                    continue;
+                }
+                RwDecision::Intent(refused) => {
+                    let until = now + intent.unwrap_or(0);
+                    tx.prepare_cached(sql::GRANT_PERMIT)?.execute(params![
+                        name,
+                        INTENT_SLOT,
+                        owner,
+                        0,
+                        until,
+                        READ_WRITE_PERMITS
+                    ])?;
+                    refused
+                }
+                RwDecision::Grant(access) => {
+                    let fence: i64 = tx
+                        .prepare_cached(sql::NEXT_FENCE)?
+                        .query_row([], |r| r.get(0))?;
+                    tx.prepare_cached(sql::GRANT_PERMIT)?.execute(params![
+                        name,
+                        access.row_slot(),
+                        owner,
+                        fence,
+                        now + ttl,
+                        READ_WRITE_PERMITS
+                    ])?;
+                    if access == Access::Write {
+                        tx.prepare_cached(sql::DROP_INTENT)?
+                            .execute(params![name, owner])?;
+                    }
+                    RwAttempt::Granted {
+                        fence: fence_from_sql(fence),
+                        access,
+                        expires_in: lease_left(ttl),
+                    }
+                }
+            };
+            tx.commit()?;
+            return Ok(answer);
+        }
+    })();
+    match attempt {
+        Err(e) if waiting.is_some() && e.sqlite_error_code() == Some(ErrorCode::DatabaseBusy) => {
+            Ok(RwAttempt::Held { expires_in: None })
+        }
+        attempt => attempt,
     }
 }
 
@@ -277,14 +461,14 @@ pub(crate) fn acquire_permit(
 pub(crate) fn release(conn: &Connection, grant: &GrantKey) -> rusqlite::Result<bool> {
     commit_mode(conn, Commit::Unsynced)?;
     let fence = fence_to_sql(grant.fence);
-    let deleted = match grant.permit {
+    let deleted = match grant.row_slot() {
         None => {
             conn.prepare_cached(sql::RELEASE)?
                 .execute(params![grant.name, grant.owner, fence])?
         }
-        Some(permit) => conn.prepare_cached(sql::RELEASE_PERMIT)?.execute(params![
+        Some(slot) => conn.prepare_cached(sql::RELEASE_PERMIT)?.execute(params![
             grant.name,
-            permit.slot,
+            slot,
             grant.owner,
             fence
         ])?,
@@ -301,7 +485,7 @@ fn renew(conn: &mut Connection, grant: &GrantKey, ttl: i64) -> rusqlite::Result<
     commit_mode(conn, Commit::Synced)?;
     let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
     let (fence, now) = (fence_to_sql(grant.fence), system_millis());
-    let changed = match grant.permit {
+    let changed = match grant.row_slot() {
         None => tx.prepare_cached(sql::RENEW)?.execute(params![
             grant.name,
             grant.owner,
@@ -309,9 +493,9 @@ fn renew(conn: &mut Connection, grant: &GrantKey, ttl: i64) -> rusqlite::Result<
             ttl,
             now
         ])?,
-        Some(permit) => tx.prepare_cached(sql::RENEW_PERMIT)?.execute(params![
+        Some(slot) => tx.prepare_cached(sql::RENEW_PERMIT)?.execute(params![
             grant.name,
-            permit.slot,
+            slot,
             grant.owner,
             fence,
             ttl,
@@ -374,6 +558,15 @@ fn purge(conn: &Connection) -> rusqlite::Result<u64> {
     Ok(purged as u64)
 }
 
+/// A listed row's permit or access, from its slot and permits columns
+/// (both `NULL` for a lock's row).
+fn listed_kind(slot: Option<i64>, permits: Option<u32>) -> (Option<PermitSlot>, Option<Access>) {
+    match slot.zip(permits) {
+        Some((slot, permits)) => permits_row_kind(slot, permits),
+        None => (None, None),
+    }
+}
+
 #[async_trait]
 impl Engine for SqliteEngine {
     async fn acquire(
@@ -401,6 +594,24 @@ impl Engine for SqliteEngine {
         self.worker
             .run(move |conn, busy| {
                 acquire_permit(conn, &name, permits, &owner, ttl, deadline, busy)
+            })
+            .await
+    }
+
+    async fn acquire_rw(
+        &self,
+        name: &str,
+        mode: RwMode,
+        owner: &str,
+        ttl: LeaseMillis,
+        intent: Option<LeaseMillis>,
+        deadline: Option<Instant>,
+    ) -> Result<RwAttempt, BoxError> {
+        let (name, owner, ttl) = (name.to_owned(), owner.to_owned(), ttl.as_i64());
+        let intent = intent.map(LeaseMillis::as_i64);
+        self.worker
+            .run(move |conn, busy| {
+                acquire_rw(conn, &name, mode, &owner, ttl, intent, deadline, busy)
             })
             .await
     }
@@ -441,14 +652,14 @@ impl Engine for SqliteEngine {
             .run(move |conn, _| {
                 conn.prepare_cached(sql::LIST)?
                     .query_map(params![system_millis(), prefix, after, limit], |r| {
-                        let slot: Option<u32> = r.get(4)?;
+                        let slot: Option<i64> = r.get(4)?;
                         let permits: Option<u32> = r.get(5)?;
+                        let (permit, access) = listed_kind(slot, permits);
                         Ok(Listed {
                             name: r.get(0)?,
                             holder: holder_of(r, 1)?,
-                            permit: slot
-                                .zip(permits)
-                                .map(|(slot, permits)| PermitSlot { slot, permits }),
+                            permit,
+                            access,
                         })
                     })?
                     .collect()
@@ -523,6 +734,7 @@ mod tests {
             owner: "a".into(),
             fence,
             permit: None,
+            access: None,
         };
         release(&conn, &key).unwrap();
         assert_eq!(synchronous(&conn), 1, "a release commits with NORMAL");

@@ -40,7 +40,7 @@ pub(crate) fn prepare(conn: &mut Connection) -> Result<(), BoxError> {
     conn.execute_batch(sql::PRAGMAS)?;
     let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
     tx.execute_batch(sql::CREATE_SCHEMA)?;
-    tx.execute(sql::UPGRADE_TO_2, [])?;
+    tx.execute(sql::UPGRADE, [])?;
     let found: i64 = tx.query_row(sql::SCHEMA_VERSION_READ, [], |r| r.get(0))?;
     SchemaVersionError::check(found, sql::SCHEMA_VERSION)?;
     tx.commit()?;

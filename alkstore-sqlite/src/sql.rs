@@ -1,10 +1,12 @@
 //! Every SQL text of the SQLite engine, in one place.
 
-/// The schema version this crate writes and reads: 2 since semaphores
-/// (`alkstore_permits`). A version 1 file is upgraded in place when opened
-/// ([`UPGRADE_TO_2`]); a build that knows only 1 then refuses the file, so
-/// no old process grants a lock over a semaphore it cannot see.
-pub(crate) const SCHEMA_VERSION: i64 = 2;
+/// The schema version this crate writes and reads: 3 since reader-writer
+/// locks (their rows live in `alkstore_permits`, marked with permits 0),
+/// 2 since semaphores (`alkstore_permits`). An older file is upgraded in
+/// place when opened ([`UPGRADE`]); a build that knows only an older
+/// version then refuses the file, so no old process grants a lock or a
+/// permit over grants it cannot read.
+pub(crate) const SCHEMA_VERSION: i64 = 3;
 
 /// WAL, so readers never wait for the writer. Answers the mode now in effect.
 pub(crate) const WAL_MODE: &str = "PRAGMA journal_mode = WAL";
@@ -40,20 +42,21 @@ CREATE TABLE IF NOT EXISTS alkstore_locks (
 ) WITHOUT ROWID;
 CREATE TABLE IF NOT EXISTS alkstore_permits (
     name       TEXT NOT NULL,
-    slot       INTEGER NOT NULL, -- 0 .. permits - 1
+    slot       INTEGER NOT NULL, -- 0 .. permits - 1; a reader-writer lock's: docs/engine-sqlite.md
     owner      TEXT NOT NULL,
     fence      INTEGER NOT NULL,
     expires_at INTEGER NOT NULL, -- Unix milliseconds, host clock
-    permits    INTEGER NOT NULL, -- the semaphore's permits, as its grant asked
+    permits    INTEGER NOT NULL, -- the semaphore's permits, as its grant asked; 0: a reader-writer lock's
     PRIMARY KEY (name, slot)
 ) WITHOUT ROWID;
-INSERT OR IGNORE INTO alkstore_meta (key, value) VALUES ('schema_version', 2), ('last_fence', 0);
+INSERT OR IGNORE INTO alkstore_meta (key, value) VALUES ('schema_version', 3), ('last_fence', 0);
 ";
 
-/// Version 1 had no `alkstore_permits`; [`CREATE_SCHEMA`], run first in the
-/// same transaction, made it.
-pub(crate) const UPGRADE_TO_2: &str =
-    "UPDATE alkstore_meta SET value = 2 WHERE key = 'schema_version' AND value = 1";
+/// Version 1 had no `alkstore_permits` ([`CREATE_SCHEMA`], run first in the
+/// same transaction, made it); version 2 the same tables, without
+/// reader-writer rows.
+pub(crate) const UPGRADE: &str =
+    "UPDATE alkstore_meta SET value = 3 WHERE key = 'schema_version' AND value IN (1, 2)";
 
 pub(crate) const SCHEMA_VERSION_READ: &str =
     "SELECT value FROM alkstore_meta WHERE key = 'schema_version'";
@@ -91,6 +94,9 @@ pub(crate) const HOLDER: &str =
 /// ?4 the page size. Answers name, owner, fence, time left, slot and
 /// permits (both NULL for a lock), in name and slot order.
 ///
+/// A waiting writer's intent (slot -2, `INTENT_SLOT`) is not a grant and
+/// is not listed.
+///
 /// The page is the first ?4 live rows of both tables (each read in key
 /// order, ?4 at most), then every live permit of its last name, so that a
 /// page never splits a semaphore. `name >= ?2` lets the primary keys find
@@ -105,6 +111,7 @@ WITH locks AS (
 ), first_permits AS (
     SELECT name, slot FROM alkstore_permits
     WHERE name >= ?2 AND name > ?3 AND substr(name, 1, length(?2)) = ?2 AND expires_at > ?1
+      AND slot <> -2
     ORDER BY name, slot LIMIT ?4
 ), page AS (
     SELECT name FROM (SELECT name, slot FROM locks UNION ALL SELECT name, slot FROM first_permits)
@@ -115,7 +122,7 @@ WHERE name <= (SELECT name FROM last)
 UNION ALL
 SELECT name, owner, fence, expires_at - ?1, slot, permits FROM alkstore_permits
 WHERE name >= ?2 AND name > ?3 AND substr(name, 1, length(?2)) = ?2 AND expires_at > ?1
-  AND name <= (SELECT name FROM last)
+  AND slot <> -2 AND name <= (SELECT name FROM last)
 ORDER BY 1, 5";
 
 /// ?1 the name, ?2 now, ?3 the fence or NULL: removes the live row only (of
@@ -134,8 +141,9 @@ pub(crate) const LIVE_PERMITS: &str = "
 SELECT slot, owner, fence, expires_at, permits FROM alkstore_permits
 WHERE name = ?1 AND expires_at > ?2 ORDER BY slot";
 
-/// ?1 the name, ?2 now: the permits of a semaphore a live permit of `name`
-/// says it has (none: no semaphore holds the name).
+/// ?1 the name, ?2 now: the permits a live row of `name` in
+/// `alkstore_permits` says its semaphore has (0: a reader-writer lock's
+/// row; none: neither holds the name).
 pub(crate) const SEMAPHORE_OF: &str =
     "SELECT permits FROM alkstore_permits WHERE name = ?1 AND expires_at > ?2 LIMIT 1";
 
@@ -163,3 +171,22 @@ pub(crate) const RELEASE_PERMIT: &str =
 pub(crate) const FORCE_RELEASE_PERMIT: &str = "
 DELETE FROM alkstore_permits WHERE name = ?1 AND expires_at > ?2 AND fence = ?3
 RETURNING owner, fence, expires_at - ?2";
+
+/// ?1 the name, ?2 the owner: a writer's own intent, once it is granted.
+pub(crate) const DROP_INTENT: &str =
+    "DELETE FROM alkstore_permits WHERE name = ?1 AND slot = -2 AND owner = ?2";
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The intent's slot is written into the SQL text: it must be the
+    /// core's.
+    #[test]
+    fn the_intent_slot_is_the_cores() {
+        let intent = format!("slot <> {}", alkstore_core::INTENT_SLOT);
+        assert_eq!(LIST.matches(&intent).count(), 2);
+        let own = format!("slot = {}", alkstore_core::INTENT_SLOT);
+        assert!(DROP_INTENT.contains(&own));
+    }
+}

@@ -252,47 +252,61 @@ async fn newer_schema_version_is_refused() {
     assert_eq!(found.found, 99);
 }
 
-/// A version 1 file (no permits table) is upgraded in place on open: its
-/// live lock and its fence counter stay, semaphores work, and the file then
-/// says version 2, which a build that knows only 1 refuses.
+/// A version 1 file (no permits table) and a version 2 file (no
+/// reader-writer rows) are upgraded in place on open: the live lock and the
+/// fence counter stay, semaphores and reader-writer locks work, and the
+/// file then says version 3, which a build that knows only 1 or 2 refuses.
 #[tokio::test]
-async fn a_version_1_file_is_upgraded_in_place() {
-    let dir = tempfile::tempdir().unwrap();
-    let db = dir.path().join("v1.db");
-    let conn = rusqlite::Connection::open(&db).unwrap();
-    conn.execute_batch(
-        "CREATE TABLE alkstore_meta (key TEXT PRIMARY KEY, value INTEGER NOT NULL) WITHOUT ROWID;
-         CREATE TABLE alkstore_locks (name TEXT PRIMARY KEY, owner TEXT NOT NULL,
-             fence INTEGER NOT NULL, expires_at INTEGER NOT NULL) WITHOUT ROWID;
-         INSERT INTO alkstore_meta VALUES ('schema_version', 1), ('last_fence', 41);
-         INSERT INTO alkstore_locks VALUES ('held', 'old', 41, 99999999999999);",
-    )
-    .unwrap();
-    drop(conn);
-    let store = SqliteStore::open(&db).await.unwrap();
-    let holder = store
-        .holder("held")
-        .await
-        .unwrap()
-        .expect("the live lock stays");
-    assert_eq!((holder.owner.as_str(), holder.fence), ("old", 41));
-    let permit = store
-        .try_acquire_permit("pool", 2, "a", Duration::from_secs(30))
-        .await
-        .unwrap()
-        .expect("a permit of a free semaphore");
-    assert_eq!(permit.fence(), 42, "fences go on from the file's counter");
-    assert!(permit.release().await.unwrap());
-    store.close().await.unwrap();
-    let conn = rusqlite::Connection::open(&db).unwrap();
-    let version: i64 = conn
-        .query_row(
-            "SELECT value FROM alkstore_meta WHERE key = 'schema_version'",
-            [],
-            |r| r.get(0),
-        )
+async fn older_files_are_upgraded_in_place() {
+    let permits_table = "CREATE TABLE alkstore_permits (name TEXT NOT NULL, slot INTEGER NOT NULL,
+             owner TEXT NOT NULL, fence INTEGER NOT NULL, expires_at INTEGER NOT NULL,
+             permits INTEGER NOT NULL, PRIMARY KEY (name, slot)) WITHOUT ROWID;";
+    for (version, extra) in [(1, ""), (2, permits_table)] {
+        let dir = tempfile::tempdir().unwrap();
+        let db = dir.path().join(format!("v{version}.db"));
+        let conn = rusqlite::Connection::open(&db).unwrap();
+        conn.execute_batch(&format!(
+            "CREATE TABLE alkstore_meta (key TEXT PRIMARY KEY, value INTEGER NOT NULL) WITHOUT ROWID;
+             CREATE TABLE alkstore_locks (name TEXT PRIMARY KEY, owner TEXT NOT NULL,
+                 fence INTEGER NOT NULL, expires_at INTEGER NOT NULL) WITHOUT ROWID;
+             {extra}
+             INSERT INTO alkstore_meta VALUES ('schema_version', {version}), ('last_fence', 41);
+             INSERT INTO alkstore_locks VALUES ('held', 'old', 41, 99999999999999);"
+        ))
         .unwrap();
-    assert_eq!(version, 2);
+        drop(conn);
+        let store = SqliteStore::open(&db).await.unwrap();
+        let holder = store
+            .holder("held")
+            .await
+            .unwrap()
+            .expect("the live lock stays");
+        assert_eq!((holder.owner.as_str(), holder.fence), ("old", 41));
+        let ttl = Duration::from_secs(30);
+        let permit = store
+            .try_acquire_permit("pool", 2, "a", ttl)
+            .await
+            .unwrap()
+            .expect("a permit of a free semaphore");
+        assert_eq!(permit.fence(), 42, "fences go on from the file's counter");
+        let reader = store
+            .try_read_lock("shared", "r", ttl)
+            .await
+            .unwrap()
+            .expect("a reader of a free name");
+        assert_eq!(reader.fence(), 43);
+        assert!(permit.release().await.unwrap() && reader.release().await.unwrap());
+        store.close().await.unwrap();
+        let conn = rusqlite::Connection::open(&db).unwrap();
+        let found: i64 = conn
+            .query_row(
+                "SELECT value FROM alkstore_meta WHERE key = 'schema_version'",
+                [],
+                |r| r.get(0),
+            )
+            .unwrap();
+        assert_eq!(found, 3, "version {version} upgraded");
+    }
 }
 
 /// Set in a child process: hold the lock on this file until killed.

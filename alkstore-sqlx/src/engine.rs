@@ -14,8 +14,9 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use alkstore_core::{
-    Attempt, BoxError, Engine, GrantKey, Holder, LeaseMillis, Listed, PermitAttempt, PermitSlot,
-    ReleaseBus, fence_from_sql, fence_to_sql, holder_from_sql, lease_left,
+    Access, Attempt, BoxError, Engine, GrantKey, HeldAs, Holder, LeaseMillis, Listed,
+    PermitAttempt, ReleaseBus, RwAttempt, RwMode, fence_from_sql, fence_to_sql, holder_from_sql,
+    lease_left, permits_row_kind,
 };
 use async_trait::async_trait;
 
@@ -43,18 +44,32 @@ pub type AcquireRow = (bool, i64, i64, Option<i32>);
 /// mismatch).
 pub type PermitRow = (String, i64, i32, i64, i32);
 
-/// The outcomes a permit acquire's statement answers, as text.
+/// A reader-writer acquire's answer: the outcome (one of
+/// [`PermitOutcome`]'s texts: granted, held, lock or semaphore), fence,
+/// slot (the grant's row slot: a reader's, or
+/// [`WRITER_SLOT`](alkstore_core::WRITER_SLOT)), lease left in
+/// milliseconds (of the grant, or of what refused it that ends first), and
+/// a semaphore's permits (when one holds the name).
+pub type RwRow = (String, i64, i32, i64, i32);
+
+/// The outcomes a permit or reader-writer acquire's statement answers, as
+/// text.
 pub struct PermitOutcome;
 
 impl PermitOutcome {
-    /// A permit was granted (or the owner's live one given back).
+    /// A grant was made (or the owner's live one given back).
     pub const GRANTED: &'static str = "granted";
-    /// Every permit is held by someone else.
+    /// Every permit is held by someone else; or, for a reader-writer
+    /// acquire, what it asked for is held.
     pub const HELD: &'static str = "held";
-    /// Live grants of the name have another number of permits.
+    /// Live grants of the name have another number of permits (permits 0:
+    /// a reader-writer lock's).
     pub const MISMATCH: &'static str = "mismatch";
     /// A live lock holds the name.
     pub const HELD_AS_LOCK: &'static str = "lock";
+    /// A semaphore's live permits hold the name (a reader-writer acquire's
+    /// answer).
+    pub const HELD_AS_SEMAPHORE: &'static str = "semaphore";
 }
 
 /// One store's statements in one dialect: per operation, the statement with
@@ -99,7 +114,33 @@ pub trait Statements: Debug + Send + Sync + 'static {
         })
     }
 
-    /// Extends the live grant (a lock's, or a permit's: [`GrantKey::permit`])
+    /// A reader-writer lock's grant of `name` for `owner`, by the rules of
+    /// [`Engine::acquire_rw`] (with `intent`, a waiting writer's intent is
+    /// recorded on a refusal); `bound` as for [`Statements::acquire`].
+    /// Answers an [`RwRow`]; no row is an error. The default: the dialect
+    /// has no reader-writer locks
+    /// ([`RwUnsupported`](alkstore_core::RwUnsupported)).
+    #[allow(clippy::too_many_arguments)]
+    fn acquire_rw<'c>(
+        &self,
+        conn: &'c mut Conn<Self::Dialect>,
+        name: &str,
+        mode: RwMode,
+        owner: &str,
+        ttl: LeaseMillis,
+        intent: Option<LeaseMillis>,
+        bound: Option<Instant>,
+    ) -> StatementFuture<'c, Option<RwRow>> {
+        let _ = (conn, name, mode, owner, ttl, intent, bound);
+        Box::pin(async {
+            Err(sqlx::Error::Configuration(
+                alkstore_core::RwUnsupported.into(),
+            ))
+        })
+    }
+
+    /// Extends the live grant (a lock's, or one in the permits table:
+    /// [`GrantKey::row_slot`])
     /// to `ttl` from now; answers the rows it matched (1, or 0 when the
     /// grant is gone).
     fn renew<'c>(
@@ -303,9 +344,12 @@ impl<S: Statements> Engine for SqlxEngine<S> {
             .await;
         Ok(match self.answered(row, deadline)? {
             None => Attempt::Held { expires_in: None },
-            Some((_, _, _, Some(permits))) => Attempt::HeldAsSemaphore {
-                permits: permits_from_sql(permits)?,
-            },
+            Some((_, _, _, Some(permits))) => {
+                match HeldAs::of_permits_column(permits_from_sql(permits)?) {
+                    HeldAs::Semaphore { permits } => Attempt::HeldAsSemaphore { permits },
+                    _ => Attempt::HeldAsReadWrite,
+                }
+            }
             Some((true, fence, left, None)) => Attempt::Granted {
                 fence: fence_from_sql(fence),
                 expires_in: lease_left(left),
@@ -344,11 +388,51 @@ impl<S: Statements> Engine for SqlxEngine<S> {
             PermitOutcome::HELD => PermitAttempt::Held {
                 expires_in: Some(lease_left(left)),
             },
-            PermitOutcome::MISMATCH => PermitAttempt::Mismatch {
-                permits: permits_from_sql(live)?,
+            PermitOutcome::MISMATCH => match HeldAs::of_permits_column(permits_from_sql(live)?) {
+                HeldAs::Semaphore { permits } => PermitAttempt::Mismatch { permits },
+                _ => PermitAttempt::HeldAsReadWrite,
             },
             PermitOutcome::HELD_AS_LOCK => PermitAttempt::HeldAsLock,
             other => return Err(format!("a permit acquire answered {other:?}").into()),
+        })
+    }
+
+    async fn acquire_rw(
+        &self,
+        name: &str,
+        mode: RwMode,
+        owner: &str,
+        ttl: LeaseMillis,
+        intent: Option<LeaseMillis>,
+        deadline: Option<Instant>,
+    ) -> Result<RwAttempt, BoxError> {
+        let row = self
+            .connections
+            // Run again, the same owner is granted its own grant back (and
+            // an intent recorded again is the same intent).
+            .run(OnLostConnection::RunAgain, deadline, |conn, attempt| {
+                self.statements
+                    .acquire_rw(conn, name, mode, owner, ttl, intent, attempt.bound)
+            })
+            .await;
+        let Some((outcome, fence, slot, left, permits)) = self.answered(row, deadline)? else {
+            return Ok(RwAttempt::Held { expires_in: None });
+        };
+        Ok(match outcome.as_str() {
+            PermitOutcome::GRANTED => RwAttempt::Granted {
+                fence: fence_from_sql(fence),
+                access: Access::of_row_slot(i64::from(slot))
+                    .ok_or_else(|| format!("a reader-writer grant answered slot {slot}"))?,
+                expires_in: lease_left(left),
+            },
+            PermitOutcome::HELD => RwAttempt::Held {
+                expires_in: Some(lease_left(left)),
+            },
+            PermitOutcome::HELD_AS_LOCK => RwAttempt::HeldAsOther(HeldAs::Lock),
+            PermitOutcome::HELD_AS_SEMAPHORE => RwAttempt::HeldAsOther(HeldAs::Semaphore {
+                permits: permits_from_sql(permits)?,
+            }),
+            other => return Err(format!("a reader-writer acquire answered {other:?}").into()),
         })
     }
 
@@ -407,17 +491,17 @@ impl<S: Statements> Engine for SqlxEngine<S> {
         Ok(rows
             .into_iter()
             .map(|(name, owner, fence, left, slot, permits)| {
-                let permit = match (slot, permits) {
-                    (Some(slot), Some(permits)) => Some(PermitSlot {
-                        slot: permits_from_sql(slot)?,
-                        permits: permits_from_sql(permits)?,
-                    }),
-                    _ => None,
+                let (permit, access) = match (slot, permits) {
+                    (Some(slot), Some(permits)) => {
+                        permits_row_kind(i64::from(slot), permits_from_sql(permits)?)
+                    }
+                    _ => (None, None),
                 };
                 Ok(Listed {
                     name,
                     holder: holder_from_sql(owner, fence, left),
                     permit,
+                    access,
                 })
             })
             .collect::<Result<_, BoxError>>()?)

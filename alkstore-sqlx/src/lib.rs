@@ -68,8 +68,8 @@ pub use connections::{
 };
 pub use dialect::{Conn, Dialect, Options, lock_wait_ms, ran_out_of_time};
 pub use engine::{
-    AcquireRow, HolderRow, ListedRow, PermitOutcome, PermitRow, Polling, SqlxEngine, Statements,
-    Wakeups,
+    AcquireRow, HolderRow, ListedRow, PermitOutcome, PermitRow, Polling, RwRow, SqlxEngine,
+    Statements, Wakeups,
 };
 pub use namespace::{
     ForeignObjectsError, Layout, LostFencesError, MARKER_KEY, Meta, Namespace, Objects,

@@ -129,6 +129,28 @@ async fn operations_are_counted_with_bounded_labels() {
     assert!(timed_out.unwrap().is_none());
     assert!(store.force_release("secret-pool").await.is_err());
     assert!(permit.release().await.unwrap());
+    // A reader-writer lock's grants, under their own operations.
+    let reader = store.try_read_lock("secret-rw", "secret-owner", TTL);
+    let reader = reader.await.unwrap().unwrap();
+    assert!(
+        store
+            .try_write_lock("secret-rw", "w", TTL)
+            .await
+            .unwrap()
+            .is_none()
+    );
+    let timed_out = store.write_lock("secret-rw", "w", TTL, wait).await;
+    assert!(timed_out.unwrap().is_none());
+    let held = store
+        .try_lock("secret-locked", "l", TTL)
+        .await
+        .unwrap()
+        .unwrap();
+    let other_kind = store.try_read_lock("secret-locked", "r", TTL).await;
+    assert!(other_kind.is_err(), "a lock's name: HeldAsOtherKind");
+    let second = store.read_lock("secret-rw", "r2", TTL, wait).await;
+    assert!(second.unwrap().unwrap().release().await.unwrap());
+    assert!(reader.release().await.unwrap() && held.release().await.unwrap());
     store.close().await.unwrap();
 
     recorded.take(&snapshotter);
@@ -141,8 +163,8 @@ async fn operations_are_counted_with_bounded_labels() {
             acquire,
             &[sqlite, ("operation", "try_lock"), ("outcome", "granted")]
         ),
-        1,
-        "{counters:#?}"
+        2,
+        "the first lock and the one beside a reader-writer lock: {counters:#?}"
     );
     assert_eq!(
         counted(
@@ -182,6 +204,20 @@ async fn operations_are_counted_with_bounded_labels() {
     }
     let labels = [sqlite, ("operation", "acquire_permit"), ("outcome", "held")];
     assert_eq!(counted(acquire, &labels), 1);
+    for (operation, outcome, count) in [
+        ("try_read_lock", "granted", 1),
+        ("try_read_lock", "error", 1),
+        ("try_write_lock", "held", 1),
+        ("write_lock", "held", 1),
+        ("read_lock", "granted", 1),
+    ] {
+        let labels = [sqlite, ("operation", operation), ("outcome", outcome)];
+        assert_eq!(
+            counted(acquire, &labels),
+            count,
+            "{operation} {outcome}: {counters:#?}"
+        );
+    }
     assert!(counted("alkstore_lock_refused_attempts_total", &[sqlite]) >= 7);
     assert_eq!(
         counted(
@@ -200,7 +236,8 @@ async fn operations_are_counted_with_bounded_labels() {
     );
     assert_eq!(
         counted("alkstore_release_total", &[sqlite, ("outcome", "released")]),
-        2
+        5,
+        "a lock's, a permit's, two readers' and the lock beside them"
     );
     assert_eq!(
         counted("alkstore_release_total", &[sqlite, ("outcome", "lost")]),
@@ -232,11 +269,15 @@ async fn operations_are_counted_with_bounded_labels() {
             ))
             .copied()
     };
-    assert_eq!(waits("granted"), Some(1), "{histograms:#?}");
+    assert_eq!(
+        waits("granted"),
+        Some(2),
+        "a lock's and a reader's: {histograms:#?}"
+    );
     assert_eq!(
         waits("held"),
-        Some(2),
-        "a lock's and a permit's wait ran out"
+        Some(3),
+        "a lock's, a permit's and a writer's wait ran out"
     );
     assert_eq!(
         histograms

@@ -8,6 +8,7 @@ mod ops;
 mod permits;
 mod pg;
 mod report;
+mod rwlock;
 mod sqlite;
 
 use std::path::PathBuf;

@@ -10,8 +10,8 @@ use sqlx::mysql::MySqlConnection;
 
 use crate::contention::{self, Contended};
 use crate::measure::{RUNS, Rounds, once, percentile};
-use crate::permits;
 use crate::report::Row;
+use crate::{permits, rwlock};
 
 const ENGINE: &str = "mysql";
 const TTL: Duration = Duration::from_secs(60);
@@ -239,6 +239,7 @@ pub async fn run(
     curve.push((16, run.grants_per_sec));
     contended.push((ENGINE, run));
     let semaphore = permits::run(ENGINE, dyn_store.clone(), ITERATIONS, &pair, rows).await;
+    rwlock::run(ENGINE, dyn_store.clone(), ITERATIONS, &pair, rows).await;
     semaphores.push((ENGINE, semaphore));
 
     other.close().await.unwrap();

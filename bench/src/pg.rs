@@ -12,8 +12,8 @@ use sqlx::{Connection, Either, PgPool};
 use crate::contention::{self, Contended};
 use crate::measure::{RUNS, Rounds, once};
 use crate::ops;
-use crate::permits;
 use crate::report::Row;
+use crate::{permits, rwlock};
 
 const ENGINE: &str = "postgres";
 const TTL: Duration = Duration::from_secs(60);
@@ -435,6 +435,7 @@ pub async fn run(
         contended.push((ENGINE, run));
     }
     let semaphore = permits::run(ENGINE, dyn_store.clone(), ITERATIONS, &pair_bare, rows).await;
+    rwlock::run(ENGINE, dyn_store.clone(), ITERATIONS, &pair_bare, rows).await;
     semaphores.push((ENGINE, semaphore));
     let many = contention::many_names(dyn_store.clone(), "many", 64, Duration::from_secs(3)).await;
     rows.push(Row::rate(ENGINE, "64 tasks on 64 names: cycles", many));

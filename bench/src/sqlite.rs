@@ -12,8 +12,8 @@ use rusqlite::Connection;
 use crate::contention::{self, Contended};
 use crate::measure::{RUNS, Rounds, longest_poll, once, percentile};
 use crate::ops;
-use crate::permits;
 use crate::report::Row;
+use crate::{permits, rwlock};
 
 const ENGINE: &str = "sqlite";
 const TTL: Duration = Duration::from_secs(30);
@@ -55,6 +55,7 @@ fn engine_cycle(conn: &mut Connection) {
         owner: "me".into(),
         fence,
         permit: None,
+        access: None,
     };
     assert!(unbridged::release(conn, &grant).unwrap());
 }
@@ -152,6 +153,7 @@ pub async fn run(
         Row::time(ENGINE, "holder", holder).against(&read, None),
     ]);
     let semaphore = permits::run(ENGINE, store.clone(), ITERATIONS, &pair, rows).await;
+    rwlock::run(ENGINE, store.clone(), ITERATIONS, &pair, rows).await;
     semaphores.push((ENGINE, semaphore));
     let mut holds = Vec::with_capacity(3 * ITERATIONS as usize);
     for _ in 0..ITERATIONS {

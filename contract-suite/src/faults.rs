@@ -217,9 +217,11 @@ pub trait LateRenewal: Send {
 }
 
 /// A late renewal ([`LateRenewal`], made by `open`) never brings a lease
-/// back beside a grant of the other kind: a lock asked after a permit's
+/// back beside a grant that saw it expired: a lock asked after a permit's
 /// lease ran out, with the permit's renewal in flight (and a permit after
-/// a lock's), waits for the renewal, sees the lease live, and is refused.
+/// a lock's), waits for the renewal, sees the lease live, and is refused;
+/// so is a writer asked after a reader's lease ran out (a reader's row is
+/// in the permits table, renewed as a permit's is).
 pub async fn a_late_renewal_never_brings_the_other_kind_back<R, F, Fut>(
     store: Arc<dyn Store>,
     open: F,
@@ -228,54 +230,66 @@ pub async fn a_late_renewal_never_brings_the_other_kind_back<R, F, Fut>(
     F: Fn() -> Fut,
     Fut: Future<Output = R>,
 {
+    #[derive(Clone, Copy, Debug)]
+    enum Lapsed {
+        Permit,
+        Lock,
+        Reader,
+    }
     let short = Duration::from_millis(300);
     let long = Duration::from_secs(30);
-    for permit in [true, false] {
-        let name = if permit {
-            "renewed-permit"
-        } else {
-            "renewed-lock"
+    for lapsed in [Lapsed::Permit, Lapsed::Lock, Lapsed::Reader] {
+        let (name, permits_table) = match lapsed {
+            Lapsed::Permit => ("renewed-permit", true),
+            Lapsed::Lock => ("renewed-lock", false),
+            Lapsed::Reader => ("renewed-reader", true),
         };
-        let held = if permit {
-            store.try_acquire_permit(name, 1, "a", short).await
-        } else {
-            store.try_lock(name, "a", short).await
+        let held = match lapsed {
+            Lapsed::Permit => store.try_acquire_permit(name, 1, "a", short).await,
+            Lapsed::Lock => store.try_lock(name, "a", short).await,
+            Lapsed::Reader => store.try_read_lock(name, "a", short).await,
         };
         let held = held.unwrap().expect("a free name");
         let mut late = open().await;
-        late.before_expiry(name, permit).await;
+        late.before_expiry(name, permits_table).await;
         tokio::time::sleep(short + Duration::from_millis(100)).await;
         assert_eq!(
-            late.renew(name, permit, held.fence()).await,
+            late.renew(name, permits_table, held.fence()).await,
             1,
             "precondition: the renewal matched, its clock from before the expiry"
         );
         let other = {
             let store = store.clone();
             tokio::spawn(async move {
-                if permit {
-                    store.try_lock(name, "b", long).await
-                } else {
-                    store.try_acquire_permit(name, 2, "b", long).await
+                match lapsed {
+                    Lapsed::Permit => store.try_lock(name, "b", long).await,
+                    Lapsed::Lock => store.try_acquire_permit(name, 2, "b", long).await,
+                    Lapsed::Reader => store.try_write_lock(name, "b", long).await,
                 }
             })
         };
         tokio::time::sleep(Duration::from_millis(300)).await;
         assert!(
             !other.is_finished(),
-            "rule: a grant of the other kind waits for a renewal in flight; it answered {:?}",
+            "rule: a grant that saw a lease expired waits for its renewal in flight ({lapsed:?}); \
+             it answered {:?}",
             other.await
         );
         late.commit().await;
         let other = other.await.unwrap();
+        let refused = match lapsed {
+            Lapsed::Reader => matches!(other, Ok(None)),
+            _ => matches!(other, Err(alkstore_core::Error::HeldAsOtherKind { .. })),
+        };
         assert!(
-            matches!(other, Err(alkstore_core::Error::HeldAsOtherKind { .. })),
-            "rule: a lease renewed in time is live, and the other kind is refused; saw {other:?}"
+            refused,
+            "rule: a lease renewed in time is live, and what it excludes is refused \
+             ({lapsed:?}); saw {other:?}"
         );
         assert_eq!(
             store.holders(name).await.unwrap().len(),
             1,
-            "rule: a name is a lock or a semaphore, never both"
+            "rule: the renewed grant holds the name alone"
         );
         held.let_lapse();
     }

@@ -11,7 +11,8 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use alkstore_core::{
-    Attempt, BoxError, Engine, GrantKey, Holder, LeaseMillis, Listed, PermitAttempt, ReleaseBus,
+    Access, Attempt, BoxError, Engine, GrantKey, Holder, INTENT_SLOT, LeaseMillis, Listed,
+    PermitAttempt, ReleaseBus, RwAttempt, RwMode, WRITER_SLOT,
 };
 use async_trait::async_trait;
 
@@ -86,6 +87,20 @@ pub enum Flaw {
     RegrantsTheSameOwnersPermit,
     /// Releases a permit matching name, slot and owner, not the fence.
     PermitReleaseIgnoresTheFence,
+    /// Grants a writer over another owner's live writer.
+    TwoWriters,
+    /// Grants a writer beside live readers.
+    WriterBesideReader,
+    /// Grants readers whatever writer's intent is live: a stream of
+    /// readers starves a waiting writer.
+    StarvesWaitingWriters,
+    /// Draws readers' fences from a counter of the name's own readers, not
+    /// the one every grant draws from: a reader's fence can be below a
+    /// writer's before it.
+    ReaderFenceBelowWriter,
+    /// Records a waiting writer's intent for its whole ttl, not for what
+    /// is left of its wait: readers stay held back after it gave up.
+    IntentOutlivesItsWait,
 }
 
 /// A list of contract cases by name, each checked by the compiler to be a
@@ -100,7 +115,7 @@ macro_rules! cases {
 
 impl Flaw {
     /// Every flaw in the gallery.
-    pub const ALL: [Flaw; 30] = [
+    pub const ALL: [Flaw; 35] = [
         Flaw::GrantsOverALiveRow,
         Flaw::NeverExpires,
         Flaw::KeepsTheFenceOnTakeover,
@@ -131,6 +146,11 @@ impl Flaw {
         Flaw::LockIgnoresLivePermits,
         Flaw::RegrantsTheSameOwnersPermit,
         Flaw::PermitReleaseIgnoresTheFence,
+        Flaw::TwoWriters,
+        Flaw::WriterBesideReader,
+        Flaw::StarvesWaitingWriters,
+        Flaw::ReaderFenceBelowWriter,
+        Flaw::IntentOutlivesItsWait,
     ];
 
     /// The rule of docs/contract.md it breaks.
@@ -172,6 +192,11 @@ impl Flaw {
             Flaw::LockIgnoresLivePermits => "a name is a lock or a semaphore, never both",
             Flaw::RegrantsTheSameOwnersPermit => "the same owner again gets the same permit",
             Flaw::PermitReleaseIgnoresTheFence => "a permit's release acts on exactly its grant",
+            Flaw::TwoWriters => "a writer excludes other writers",
+            Flaw::WriterBesideReader => "a writer excludes readers",
+            Flaw::StarvesWaitingWriters => "once a writer waits, new readers wait behind it",
+            Flaw::ReaderFenceBelowWriter => "a reader's fence is above every earlier writer's",
+            Flaw::IntentOutlivesItsWait => "a writer holds readers back no longer than its wait",
         }
     }
 
@@ -254,7 +279,9 @@ impl Flaw {
                 purge_removes_only_expired_rows,
                 reacquire_same_owner_keeps_grant,
                 release_false_after_takeover,
-                release_false_second_time
+                release_false_second_time,
+                rw_grants_are_listed_and_released_by_force_one_at_a_time,
+                rw_leases_renew_release_and_lapse
             ),
             Flaw::RenewAddsToTheOldWindow => cases!(
                 a_lapsed_lease_stays_lost_once_the_other_kind_holds_the_name,
@@ -264,7 +291,8 @@ impl Flaw {
             Flaw::RenewsALapsedRow => cases!(
                 a_lapsed_lease_stays_lost_once_the_other_kind_holds_the_name,
                 permit_renew_is_a_full_window_and_false_when_lost,
-                renew_false_after_lapse
+                renew_false_after_lapse,
+                rw_leases_renew_release_and_lapse
             ),
             Flaw::KeepsStaleRowsOnRelease => cases!(
                 expired_rows_stay_until_purged,
@@ -312,11 +340,13 @@ impl Flaw {
             ),
             Flaw::ForcedReleaseRewindsTheFence => cases!(
                 force_release_ends_the_grant,
-                permits_are_listed_and_released_by_force_one_at_a_time
+                permits_are_listed_and_released_by_force_one_at_a_time,
+                rw_grants_are_listed_and_released_by_force_one_at_a_time
             ),
             Flaw::ForcedReleaseIgnoresTheFence => cases!(
                 force_release_ends_the_grant,
-                permits_are_listed_and_released_by_force_one_at_a_time
+                permits_are_listed_and_released_by_force_one_at_a_time,
+                rw_grants_are_listed_and_released_by_force_one_at_a_time
             ),
             Flaw::WaitingGrantIgnoresTheTtl => cases!(lock_grants_the_ttl_asked_for),
             Flaw::RefusesAPassedDeadline => cases!(lock_with_a_zero_wait_tries_once),
@@ -337,6 +367,31 @@ impl Flaw {
             Flaw::PermitReleaseIgnoresTheFence => {
                 cases!(permit_handle_never_touches_a_later_grant_of_its_slot)
             }
+            Flaw::TwoWriters => cases!(
+                readers_and_writers_never_overlap,
+                readers_share_a_name_and_a_writer_holds_it_alone
+            ),
+            Flaw::WriterBesideReader => cases!(
+                a_waiting_writer_holds_new_readers_back,
+                a_writers_intent_ends_with_its_wait,
+                readers_and_writers_never_overlap,
+                readers_share_a_name_and_a_writer_holds_it_alone,
+                rw_grants_are_listed_and_released_by_force_one_at_a_time,
+                rw_leases_renew_release_and_lapse
+            ),
+            Flaw::StarvesWaitingWriters => cases!(
+                a_stream_of_readers_cannot_starve_a_writer,
+                a_waiting_writer_holds_new_readers_back,
+                a_writers_intent_ends_with_its_wait,
+                rw_grants_are_listed_and_released_by_force_one_at_a_time
+            ),
+            Flaw::ReaderFenceBelowWriter => cases!(
+                a_waiting_writer_holds_new_readers_back,
+                readers_and_writers_never_overlap,
+                rw_fences_rise_past_every_writer,
+                rw_grants_are_listed_and_released_by_force_one_at_a_time
+            ),
+            Flaw::IntentOutlivesItsWait => cases!(a_writers_intent_ends_with_its_wait),
         }
     }
 
@@ -348,6 +403,7 @@ impl Flaw {
             model_based_sequences,
             permit_cancellation_leaves_nothing_beyond_its_ttl,
             per_holder_owners_count_exactly,
+            readers_and_writers_never_overlap,
             safety_many_holders_one_name
         )
     }
@@ -360,6 +416,8 @@ pub struct Broken {
     flaw: Flaw,
     /// The ttl of each name's last grant (for flaws that need it).
     ttls: Arc<Mutex<HashMap<String, Duration>>>,
+    /// Each name's count of readers granted (for `ReaderFenceBelowWriter`).
+    reader_fences: Arc<Mutex<HashMap<String, u64>>>,
 }
 
 impl Broken {
@@ -369,6 +427,7 @@ impl Broken {
             inner: MemoryEngine::default(),
             flaw,
             ttls: Arc::default(),
+            reader_fences: Arc::default(),
         }
     }
 
@@ -536,8 +595,76 @@ impl Engine for Broken {
         }))
     }
 
+    async fn acquire_rw(
+        &self,
+        name: &str,
+        mode: RwMode,
+        owner: &str,
+        ttl: LeaseMillis,
+        intent: Option<LeaseMillis>,
+        _deadline: Option<Instant>,
+    ) -> Result<RwAttempt, BoxError> {
+        let (now, ttl) = (Instant::now(), ttl.as_duration());
+        let intent = match self.flaw {
+            Flaw::IntentOutlivesItsWait => intent.map(|_| ttl),
+            _ => intent.map(LeaseMillis::as_duration),
+        };
+        let mut reader_fences = self.reader_fences.lock().unwrap();
+        Ok(self.with_rows(|rows| {
+            let live: Vec<(i64, String)> = rows
+                .live_rw(name, now)
+                .map(|(slot, row)| (slot, row.owner.clone()))
+                .collect();
+            let other_writer = live
+                .iter()
+                .any(|(slot, o)| *slot == WRITER_SLOT && o != owner);
+            let readers = live.iter().any(|(slot, _)| *slot >= 0);
+            let flawed_write = match self.flaw {
+                Flaw::TwoWriters => other_writer && !readers,
+                Flaw::WriterBesideReader => readers && !other_writer,
+                _ => false,
+            };
+            if mode == RwMode::Write && flawed_write {
+                return rows.grant_rw(name, Access::Write, owner, ttl, now);
+            }
+            if mode == RwMode::Read && self.flaw == Flaw::StarvesWaitingWriters {
+                // The intent is not looked at: set aside while deciding.
+                let key = (name.to_owned(), INTENT_SLOT);
+                let intent_row = rows.rw.remove(&key);
+                let attempt = rows.acquire_rw(name, mode, owner, ttl, None, now);
+                if let Some(row) = intent_row {
+                    rows.rw.insert(key, row);
+                }
+                return attempt;
+            }
+            let before = rows.last_fence;
+            let attempt = rows.acquire_rw(name, mode, owner, ttl, intent, now);
+            match attempt {
+                RwAttempt::Granted {
+                    access: access @ Access::Read { slot },
+                    expires_in,
+                    ..
+                } if self.flaw == Flaw::ReaderFenceBelowWriter && rows.last_fence > before => {
+                    // The fence drawn from the name's own reader count instead.
+                    rows.last_fence = before;
+                    let counter = reader_fences.entry(name.to_owned()).or_default();
+                    *counter += 1;
+                    if let Some(row) = rows.rw.get_mut(&(name.to_owned(), i64::from(slot))) {
+                        row.fence = *counter;
+                    }
+                    RwAttempt::Granted {
+                        fence: *counter,
+                        access,
+                        expires_in,
+                    }
+                }
+                attempt => attempt,
+            }
+        }))
+    }
+
     async fn renew(&self, grant: &GrantKey, ttl: LeaseMillis) -> Result<bool, BoxError> {
-        if grant.permit.is_some() {
+        if grant.row_slot().is_some() {
             if self.flaw != Flaw::RenewsALapsedRow {
                 return self.inner.renew(grant, ttl).await;
             }
@@ -574,6 +701,10 @@ impl Engine for Broken {
     }
 
     async fn release(&self, grant: &GrantKey) -> Result<bool, BoxError> {
+        if grant.access.is_some() {
+            let released = self.inner.release(grant).await?;
+            return Ok(released || self.flaw == Flaw::ReleaseAlwaysAnswersTrue);
+        }
         if let Some(permit) = grant.permit {
             if self.flaw == Flaw::ReleaseAlwaysAnswersTrue {
                 self.inner.release(grant).await?;
@@ -663,30 +794,22 @@ impl Engine for Broken {
             let now = Instant::now();
             return Ok(self.with_rows(|rows| {
                 let mut listed: Vec<Listed> = rows
-                    .rows
-                    .iter()
-                    .map(|(name, row)| (name, row, None))
-                    .chain(rows.permits.iter().map(|((name, slot), p)| {
-                        let permit = alkstore_core::PermitSlot {
-                            slot: *slot,
-                            permits: p.permits,
-                        };
-                        (name, &p.row, Some(permit))
-                    }))
-                    .filter(|(name, _, _)| {
-                        name.starts_with(prefix) && after.is_none_or(|a| name.as_str() > a)
+                    .all_rows()
+                    .filter(|(name, _, _, _)| {
+                        name.starts_with(prefix) && after.is_none_or(|a| *name > a)
                     })
-                    .map(|(name, row, permit)| Listed {
-                        name: name.clone(),
+                    .map(|(name, row, permit, access)| Listed {
+                        name: name.to_owned(),
                         holder: Holder {
                             owner: row.owner.clone(),
                             fence: row.fence,
                             expires_in: row.expires_at.saturating_duration_since(now),
                         },
                         permit,
+                        access,
                     })
                     .collect();
-                listed.sort_by_key(|l| (l.name.clone(), l.permit.map(|p| p.slot)));
+                crate::reference::sort_listed(&mut listed);
                 crate::reference::end_with_a_whole_name(&mut listed, limit);
                 listed
             }));

@@ -10,8 +10,8 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use alkstore_core::{
-    Attempt, BoxError, Engine, GrantKey, Holder, LeaseMillis, Listed, PermitAttempt, PermitSlot,
-    ReleaseBus,
+    Access, Attempt, BoxError, Engine, GrantKey, HeldAs, Holder, INTENT_SLOT, LeaseMillis, Listed,
+    MAX_READERS, PermitAttempt, PermitSlot, ReleaseBus, RwAttempt, RwMode, WRITER_SLOT,
 };
 
 /// One grant's row.
@@ -41,6 +41,10 @@ pub struct Rows {
     pub rows: HashMap<String, Row>,
     /// Each semaphore's permit rows, by name and slot.
     pub permits: BTreeMap<(String, u32), PermitRow>,
+    /// Each reader-writer lock's rows, by name and slot: readers on
+    /// `0..MAX_READERS`, the writer on `WRITER_SLOT`, a waiting writer's
+    /// intent (fence 0) on `INTENT_SLOT`.
+    pub rw: BTreeMap<(String, i64), Row>,
     /// The last fence handed out.
     pub last_fence: u64,
 }
@@ -70,8 +74,139 @@ impl Rows {
             .map(|((_, slot), permit)| (*slot, permit))
     }
 
-    /// Up to `limit` live grants (a lock's row, or each permit of a
-    /// semaphore) whose names start with `prefix` and sort after `after`,
+    /// The live rows of the reader-writer lock `name` at `now` (its
+    /// intent's too), in slot order.
+    pub fn live_rw<'a>(
+        &'a self,
+        name: &'a str,
+        now: Instant,
+    ) -> impl Iterator<Item = (i64, &'a Row)> + 'a {
+        self.rw
+            .range((name.to_owned(), i64::MIN)..=(name.to_owned(), i64::MAX))
+            .filter(move |(_, row)| row.expires_at > now)
+            .map(|((_, slot), row)| (*slot, row))
+    }
+
+    /// What holds `name` at `now` other than a lock, if anything: live
+    /// permits, or a reader-writer lock's live rows.
+    pub fn held_by_other_kind(&self, name: &str, now: Instant) -> Option<HeldAs> {
+        if let Some((_, permit)) = self.live_permits(name, now).next() {
+            return Some(HeldAs::Semaphore {
+                permits: permit.permits,
+            });
+        }
+        self.live_rw(name, now).next().map(|_| HeldAs::ReadWrite)
+    }
+
+    /// A reader-writer lock's grant of `name` for `owner` at `now`, decided
+    /// and granted as one step (the rules of `Engine::acquire_rw`).
+    pub fn acquire_rw(
+        &mut self,
+        name: &str,
+        mode: RwMode,
+        owner: &str,
+        ttl: Duration,
+        intent: Option<Duration>,
+        now: Instant,
+    ) -> RwAttempt {
+        if self.live(name, now).is_some() {
+            return RwAttempt::HeldAsOther(HeldAs::Lock);
+        }
+        if let Some(held_as @ HeldAs::Semaphore { .. }) = self.held_by_other_kind(name, now) {
+            return RwAttempt::HeldAsOther(held_as);
+        }
+        let live: Vec<(i64, Row)> = self
+            .live_rw(name, now)
+            .map(|(slot, row)| (slot, row.clone()))
+            .collect();
+        let row_at = |slot: i64| live.iter().find(|(s, _)| *s == slot).map(|(_, row)| row);
+        let readers = || live.iter().filter(|(slot, _)| *slot >= 0);
+        let (writer, waiting) = (row_at(WRITER_SLOT), row_at(INTENT_SLOT));
+        let left = |row: &Row| row.expires_at - now;
+        let held = |rows: &mut dyn Iterator<Item = &Row>| RwAttempt::Held {
+            expires_in: rows.map(left).min(),
+        };
+        match mode {
+            RwMode::Read => {
+                if let Some((slot, mine)) = readers().find(|(_, row)| row.owner == owner) {
+                    return RwAttempt::Granted {
+                        fence: mine.fence,
+                        access: Access::Read { slot: *slot as u32 },
+                        expires_in: left(mine),
+                    };
+                }
+                if writer.is_some() || waiting.is_some() {
+                    return held(&mut writer.into_iter().chain(waiting));
+                }
+                let free = (0..MAX_READERS)
+                    .find(|slot| readers().all(|(held, _)| *held != i64::from(*slot)));
+                match free {
+                    Some(slot) => self.grant_rw(name, Access::Read { slot }, owner, ttl, now),
+                    None => held(&mut readers().map(|(_, row)| row)),
+                }
+            }
+            RwMode::Write => {
+                if let Some(mine) = writer.filter(|row| row.owner == owner) {
+                    return RwAttempt::Granted {
+                        fence: mine.fence,
+                        access: Access::Write,
+                        expires_in: left(mine),
+                    };
+                }
+                if writer.is_some() || readers().next().is_some() {
+                    // Another writer's intent ends sooner, maybe: then this
+                    // writer's turn to hold readers back comes.
+                    let others = waiting.filter(|row| row.owner != owner);
+                    let mut blockers = writer
+                        .into_iter()
+                        .chain(readers().map(|(_, r)| r))
+                        .chain(others);
+                    let refused = held(&mut blockers);
+                    if let Some(intent) = intent
+                        && waiting.is_none_or(|row| row.owner == owner)
+                    {
+                        let row = Row {
+                            owner: owner.to_owned(),
+                            fence: 0,
+                            expires_at: now + intent,
+                        };
+                        self.rw.insert((name.to_owned(), INTENT_SLOT), row);
+                    }
+                    return refused;
+                }
+                if waiting.is_some_and(|row| row.owner == owner) {
+                    self.rw.remove(&(name.to_owned(), INTENT_SLOT));
+                }
+                self.grant_rw(name, Access::Write, owner, ttl, now)
+            }
+        }
+    }
+
+    /// A new reader-writer grant of `name`, with the next fence.
+    pub fn grant_rw(
+        &mut self,
+        name: &str,
+        access: Access,
+        owner: &str,
+        ttl: Duration,
+        now: Instant,
+    ) -> RwAttempt {
+        self.last_fence += 1;
+        let row = Row {
+            owner: owner.to_owned(),
+            fence: self.last_fence,
+            expires_at: now + ttl,
+        };
+        self.rw.insert((name.to_owned(), access.row_slot()), row);
+        RwAttempt::Granted {
+            fence: self.last_fence,
+            access,
+            expires_in: ttl,
+        }
+    }
+
+    /// Up to `limit` live grants (a lock's row, each permit of a
+    /// semaphore, or a reader-writer lock's writer or each reader) whose names start with `prefix` and sort after `after`,
     /// in name and slot order (`str`'s `Ord` is byte order); the page ends
     /// with a whole name.
     pub fn list(
@@ -83,40 +218,45 @@ impl Rows {
     ) -> Vec<Listed> {
         let wanted =
             |name: &str| name.starts_with(prefix) && after.is_none_or(|after| name > after);
-        let locks = self
-            .rows
-            .iter()
-            .filter(|(name, row)| row.expires_at > now && wanted(name))
-            .map(|(name, row)| (name, None, row));
-        let permits = self
-            .permits
-            .iter()
-            .filter(|((name, _), permit)| permit.row.expires_at > now && wanted(name))
-            .map(|((name, slot), permit)| {
-                let slot = PermitSlot {
-                    slot: *slot,
-                    permits: permit.permits,
-                };
-                (name, Some(slot), &permit.row)
-            });
-        let mut listed: Vec<Listed> = locks
-            .chain(permits)
-            .map(|(name, permit, row)| Listed {
-                name: name.clone(),
+        let mut listed: Vec<Listed> = self
+            .all_rows()
+            .filter(|(name, row, _, _)| row.expires_at > now && wanted(name))
+            .map(|(name, row, permit, access)| Listed {
+                name: name.to_owned(),
                 holder: Holder {
                     owner: row.owner.clone(),
                     fence: row.fence,
                     expires_in: row.expires_at - now,
                 },
                 permit,
+                access,
             })
             .collect();
-        listed.sort_by(|a, b| {
-            let key = |l: &Listed| (l.name.clone(), l.permit.map(|p| p.slot));
-            key(a).cmp(&key(b))
-        });
+        sort_listed(&mut listed);
         end_with_a_whole_name(&mut listed, limit);
         listed
+    }
+
+    /// Every grant's row, live or not, with its permit or access (a
+    /// waiting writer's intent is not a grant: left out).
+    pub fn all_rows(
+        &self,
+    ) -> impl Iterator<Item = (&str, &Row, Option<PermitSlot>, Option<Access>)> + '_ {
+        let locks = self
+            .rows
+            .iter()
+            .map(|(name, row)| (name.as_str(), row, None, None));
+        let permits = self.permits.iter().map(|((name, slot), permit)| {
+            let slot = PermitSlot {
+                slot: *slot,
+                permits: permit.permits,
+            };
+            (name.as_str(), &permit.row, Some(slot), None)
+        });
+        let rw = self.rw.iter().filter_map(|((name, slot), row)| {
+            Some((name.as_str(), row, None, Some(Access::of_row_slot(*slot)?)))
+        });
+        locks.chain(permits).chain(rw)
     }
 
     /// A permit of `name` for `owner` at `now`, decided and granted as one
@@ -131,6 +271,9 @@ impl Rows {
     ) -> PermitAttempt {
         if self.live(name, now).is_some() {
             return PermitAttempt::HeldAsLock;
+        }
+        if self.live_rw(name, now).next().is_some() {
+            return PermitAttempt::HeldAsReadWrite;
         }
         let live: Vec<(u32, PermitRow)> = self
             .live_permits(name, now)
@@ -181,25 +324,30 @@ impl Rows {
         }
     }
 
-    /// The row of `grant`, a lock's or a permit's, whatever its state.
+    /// The row of `grant`, a lock's, a permit's or a reader-writer
+    /// lock's, whatever its state.
     pub fn row_of(&mut self, grant: &GrantKey) -> Option<&mut Row> {
-        match grant.permit {
-            None => self.rows.get_mut(&grant.name),
-            Some(permit) => self
+        match (grant.permit, grant.access) {
+            (Some(permit), _) => self
                 .permits
                 .get_mut(&(grant.name.clone(), permit.slot))
                 .map(|permit| &mut permit.row),
+            (None, Some(access)) => self.rw.get_mut(&(grant.name.clone(), access.row_slot())),
+            (None, None) => self.rows.get_mut(&grant.name),
         }
     }
 
     /// Removes the row of `grant`'s name (and slot).
     pub fn remove(&mut self, grant: &GrantKey) {
-        match grant.permit {
-            None => {
-                self.rows.remove(&grant.name);
-            }
-            Some(permit) => {
+        match (grant.permit, grant.access) {
+            (Some(permit), _) => {
                 self.permits.remove(&(grant.name.clone(), permit.slot));
+            }
+            (None, Some(access)) => {
+                self.rw.remove(&(grant.name.clone(), access.row_slot()));
+            }
+            (None, None) => {
+                self.rows.remove(&grant.name);
             }
         }
     }
@@ -219,6 +367,18 @@ impl Rows {
             expires_in: ttl,
         }
     }
+}
+
+/// Sorts a listing in name and slot order (a writer's slot before its
+/// readers', as an engine's permits table keeps them).
+pub fn sort_listed(listed: &mut [Listed]) {
+    listed.sort_by_key(|l| {
+        let slot = match (l.permit, l.access) {
+            (Some(permit), _) => Some(i64::from(permit.slot)),
+            (None, access) => access.map(Access::row_slot),
+        };
+        (l.name.clone(), slot)
+    });
 }
 
 /// Cuts a listing in name and slot order to a page of `limit` rows, and
@@ -272,9 +432,9 @@ impl Engine for MemoryEngine {
                     }
                 };
             }
-            let semaphore = rows.live_permits(name, now).next().map(|(_, p)| p.permits);
-            match semaphore {
-                Some(permits) => Attempt::HeldAsSemaphore { permits },
+            match rows.held_by_other_kind(name, now) {
+                Some(HeldAs::Semaphore { permits }) => Attempt::HeldAsSemaphore { permits },
+                Some(_) => Attempt::HeldAsReadWrite,
                 None => rows.grant(name, owner, ttl.as_duration(), now),
             }
         }))
@@ -294,6 +454,20 @@ impl Engine for MemoryEngine {
                 rows.acquire_permit(name, permits, owner, ttl.as_duration(), now)
             }),
         )
+    }
+
+    async fn acquire_rw(
+        &self,
+        name: &str,
+        mode: RwMode,
+        owner: &str,
+        ttl: LeaseMillis,
+        intent: Option<LeaseMillis>,
+        _deadline: Option<Instant>,
+    ) -> Result<RwAttempt, BoxError> {
+        let (now, ttl) = (Instant::now(), ttl.as_duration());
+        let intent = intent.map(LeaseMillis::as_duration);
+        Ok(self.with_rows(|rows| rows.acquire_rw(name, mode, owner, ttl, intent, now)))
     }
 
     async fn renew(&self, grant: &GrantKey, ttl: LeaseMillis) -> Result<bool, BoxError> {
@@ -363,28 +537,39 @@ impl Engine for MemoryEngine {
                 rows.rows.remove(name);
                 return live;
             }
-            // One permit, by its fence.
+            // One permit, or one reader-writer grant, by its fence.
             let fence = fence?;
-            let (slot, permit) = rows
-                .live_permits(name, now)
-                .find(|(_, permit)| permit.row.fence == fence)?;
-            let holder = Holder {
-                owner: permit.row.owner.clone(),
+            let holder = |row: &Row| Holder {
+                owner: row.owner.clone(),
                 fence,
-                expires_in: permit.row.expires_at - now,
+                expires_in: row.expires_at - now,
             };
-            rows.permits.remove(&(name.to_owned(), slot));
-            Some(holder)
+            let permit = rows
+                .live_permits(name, now)
+                .find(|(_, permit)| permit.row.fence == fence)
+                .map(|(slot, permit)| (slot, holder(&permit.row)));
+            if let Some((slot, removed)) = permit {
+                rows.permits.remove(&(name.to_owned(), slot));
+                return Some(removed);
+            }
+            let (slot, row) = rows
+                .live_rw(name, now)
+                .find(|(slot, row)| *slot != INTENT_SLOT && row.fence == fence)?;
+            let removed = holder(row);
+            rows.rw.remove(&(name.to_owned(), slot));
+            Some(removed)
         }))
     }
 
     async fn purge_expired(&self) -> Result<u64, BoxError> {
         let now = Instant::now();
         Ok(self.with_rows(|rows| {
-            let before = rows.rows.len() + rows.permits.len();
+            let count = |rows: &Rows| rows.rows.len() + rows.permits.len() + rows.rw.len();
+            let before = count(rows);
             rows.rows.retain(|_, row| row.expires_at > now);
             rows.permits.retain(|_, permit| permit.row.expires_at > now);
-            (before - rows.rows.len() - rows.permits.len()) as u64
+            rows.rw.retain(|_, row| row.expires_at > now);
+            (before - count(rows)) as u64
         }))
     }
 

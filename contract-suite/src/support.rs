@@ -235,3 +235,30 @@ pub async fn permit_round_trips(store: &dyn Store, flights: impl Fn() -> u64) ->
     }
     trips.split_off(3)
 }
+
+/// The round trips of a reader-writer lock's read acquire, write acquire
+/// (a name of its own), a refused writer (beside the reader), a refused
+/// reader (beside the writer), renew and release, 20 times after a warm-up
+/// of 3, as `flights` counts them: each entry is one cycle's six counts.
+pub async fn rw_round_trips(store: &dyn Store, flights: impl Fn() -> u64) -> Vec<[u64; 6]> {
+    let ttl = Duration::from_secs(30);
+    let mut trips = Vec::new();
+    for _ in 0..23 {
+        let t0 = flights();
+        let read = granted(store.try_read_lock("rw-trips", "a", ttl).await);
+        let t1 = flights();
+        let write = granted(store.try_write_lock("rw-trips-w", "a", ttl).await);
+        let t2 = flights();
+        refused(store.try_write_lock("rw-trips", "b", ttl).await);
+        let t3 = flights();
+        refused(store.try_read_lock("rw-trips-w", "b", ttl).await);
+        let t4 = flights();
+        assert!(read.renew(ttl).await.unwrap(), "own live read renewed");
+        let t5 = flights();
+        assert!(read.release().await.unwrap(), "own live read released");
+        let t6 = flights();
+        assert!(write.release().await.unwrap(), "own live write released");
+        trips.push([t1 - t0, t2 - t1, t3 - t2, t4 - t3, t5 - t4, t6 - t5]);
+    }
+    trips.split_off(3)
+}

@@ -170,6 +170,8 @@ fn normalized(sql: &str) -> String {
         .replace("{permits}", "permits")
         .replace("{acquire_permit_fn}", "acquire_permit")
         .replace("{acquire_permit_proc}", "acquire_permit")
+        .replace("{acquire_rw_fn}", "acquire_rw")
+        .replace("{acquire_rw_proc}", "acquire_rw")
         .replace("{acquire_proc}", "acquire")
         .replace("{acquire_fn}", "acquire");
     replaced.split_whitespace().collect::<Vec<_>>().join(" ")

@@ -5,6 +5,7 @@
 pub mod broken;
 pub mod history;
 pub mod permits;
+pub mod rw;
 pub mod workload;
 
 /// A small deterministic random source (SplitMix64), so that a failing
