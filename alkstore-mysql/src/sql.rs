@@ -450,6 +450,48 @@ END"
         // Refusals roll back: nothing written, no fence drawn. Waits are
         // bounded as the lock procedure's are. A gate row (owner '', fence
         // 0, expired) is never a holder, is never listed, and is purged.
+        // How the permit and reader-writer procedures begin their
+        // transaction: the name's gate — its row in `locks`, locked FOR
+        // UPDATE (inserted, expired, when missing: a duplicate rolls back and
+        // looks again, as the lock's insert does); a live row there is a
+        // lock, refused. Then, under the gate, the name's expired lock and
+        // permits-table rows, when there are any, are fenced off (expiry 0),
+        // as the lock procedure does, before the decisions that follow (this
+        // waits for a renewal in flight).
+        let take_the_gate = format!(
+            "            SET TRANSACTION ISOLATION LEVEL READ COMMITTED;
+            START TRANSACTION;
+            {BOUND_WAITS}
+            SELECT COUNT(*), MAX(expires_at) INTO found, held_until
+              FROM {locks} WHERE name = p_name FOR UPDATE;
+            IF found = 1 AND held_until > now_ms THEN
+                ROLLBACK;
+                {RESTORE_WAITS}
+                SELECT 'lock', 0, 0, 0, 0;
+                LEAVE look;
+            END IF;
+            SET duplicate = FALSE;
+            IF found = 0 THEN
+                {BOUND_WAITS}
+                INSERT INTO {locks} (name, owner, fence, expires_at) VALUES (p_name, '', 0, 0);
+            END IF;
+            IF duplicate THEN
+                ROLLBACK;
+                ITERATE look;
+            END IF;
+            IF EXISTS (SELECT 1 FROM {locks}
+                        WHERE name = p_name AND expires_at <= now_ms AND expires_at > 0)
+               OR EXISTS (SELECT 1 FROM {permits}
+                           WHERE name = p_name AND expires_at <= now_ms AND expires_at > 0)
+            THEN
+                {BOUND_WAITS}
+                UPDATE {locks} SET expires_at = 0
+                 WHERE name = p_name AND expires_at <= now_ms AND expires_at > 0;
+                UPDATE {permits} SET expires_at = 0
+                 WHERE name = p_name AND expires_at <= now_ms AND expires_at > 0;
+            END IF;
+"
+        );
         let opening = procedure_opening("acquire_permit");
         let create_acquire_permit = format!(
             "CREATE OR REPLACE PROCEDURE {acquire_permit_proc}(p_name VARBINARY({TEXT_BYTES}), \
@@ -488,42 +530,7 @@ END"
                 SELECT 'held', 0, 0, soonest - now_ms, 0;
                 LEAVE look;
             END IF;
-            SET TRANSACTION ISOLATION LEVEL READ COMMITTED;
-            START TRANSACTION;
-            {BOUND_WAITS}
-            SELECT COUNT(*), MAX(expires_at) INTO found, held_until
-              FROM {locks} WHERE name = p_name FOR UPDATE;
-            IF found = 1 AND held_until > now_ms THEN
-                ROLLBACK;
-                {RESTORE_WAITS}
-                SELECT 'lock', 0, 0, 0, 0;
-                LEAVE look;
-            END IF;
-            SET duplicate = FALSE;
-            IF found = 0 THEN
-                {BOUND_WAITS}
-                INSERT INTO {locks} (name, owner, fence, expires_at) VALUES (p_name, '', 0, 0);
-            END IF;
-            IF duplicate THEN
-                ROLLBACK;
-                ITERATE look;
-            END IF;
-            -- Under the gate: the name's expired lock and permits, when
-            -- there are any, are fenced off (expiry 0), as the lock
-            -- procedure does, before the decisions below (this waits for a
-            -- renewal in flight). Then the live permits at once.
-            IF EXISTS (SELECT 1 FROM {locks}
-                        WHERE name = p_name AND expires_at <= now_ms AND expires_at > 0)
-               OR EXISTS (SELECT 1 FROM {permits}
-                           WHERE name = p_name AND expires_at <= now_ms AND expires_at > 0)
-            THEN
-                {BOUND_WAITS}
-                UPDATE {locks} SET expires_at = 0
-                 WHERE name = p_name AND expires_at <= now_ms AND expires_at > 0;
-                UPDATE {permits} SET expires_at = 0
-                 WHERE name = p_name AND expires_at <= now_ms AND expires_at > 0;
-            END IF;
-            SELECT COUNT(*), MIN(expires_at), MAX(IF(permits <> p_permits, permits, NULL)),
+{take_the_gate}            SELECT COUNT(*), MIN(expires_at), MAX(IF(permits <> p_permits, permits, NULL)),
                    COUNT(IF(owner = p_owner, 1, NULL)), MAX(IF(owner = p_owner, slot, NULL)),
                    MAX(IF(owner = p_owner, fence, NULL))
               INTO live, soonest, other, mine, mine_slot, mine_fence
@@ -695,40 +702,7 @@ END"
                 SELECT 'held', 0, 0, refused_ends - now_ms, 0;
                 LEAVE look;
             END IF;
-            SET TRANSACTION ISOLATION LEVEL READ COMMITTED;
-            START TRANSACTION;
-            {BOUND_WAITS}
-            SELECT COUNT(*), MAX(expires_at) INTO found, held_until
-              FROM {locks} WHERE name = p_name FOR UPDATE;
-            IF found = 1 AND held_until > now_ms THEN
-                ROLLBACK;
-                {RESTORE_WAITS}
-                SELECT 'lock', 0, 0, 0, 0;
-                LEAVE look;
-            END IF;
-            SET duplicate = FALSE;
-            IF found = 0 THEN
-                {BOUND_WAITS}
-                INSERT INTO {locks} (name, owner, fence, expires_at) VALUES (p_name, '', 0, 0);
-            END IF;
-            IF duplicate THEN
-                ROLLBACK;
-                ITERATE look;
-            END IF;
-            -- Under the gate: expired rows fenced off (expiry 0), as the
-            -- permit procedure does, then the rows read again.
-            IF EXISTS (SELECT 1 FROM {locks}
-                        WHERE name = p_name AND expires_at <= now_ms AND expires_at > 0)
-               OR EXISTS (SELECT 1 FROM {permits}
-                           WHERE name = p_name AND expires_at <= now_ms AND expires_at > 0)
-            THEN
-                {BOUND_WAITS}
-                UPDATE {locks} SET expires_at = 0
-                 WHERE name = p_name AND expires_at <= now_ms AND expires_at > 0;
-                UPDATE {permits} SET expires_at = 0
-                 WHERE name = p_name AND expires_at <= now_ms AND expires_at > 0;
-            END IF;
-            {rows_of_the_name}
+{take_the_gate}            {rows_of_the_name}
             IF other IS NOT NULL THEN
                 ROLLBACK;
                 {RESTORE_WAITS}

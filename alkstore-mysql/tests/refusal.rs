@@ -26,6 +26,16 @@ async fn writes(pool: &sqlx::MySqlPool) -> Vec<(String, i64)> {
         .collect()
 }
 
+/// The counters that differ between two readings, and by how much.
+fn changed(before: &[(String, i64)], after: &[(String, i64)]) -> Vec<(String, i64)> {
+    before
+        .iter()
+        .zip(after)
+        .filter(|(b, a)| a.1 != b.1)
+        .map(|(b, a)| (b.0.clone(), a.1 - b.1))
+        .collect()
+}
+
 /// Waits until InnoDB's background work has caught up with what came
 /// before, so that a count that follows does not take it for the
 /// refusals': purge (MariaDB 10.11: `SET GLOBAL innodb_max_purge_lag_wait
@@ -95,12 +105,7 @@ async fn refused_acquires_write_nothing() {
         assert!(store.try_lock("busy", "b", TTL).await.unwrap().is_none());
     }
     let after = writes(store.pool()).await;
-    let moved: Vec<_> = before
-        .iter()
-        .zip(&after)
-        .filter(|(b, a)| a.1 != b.1)
-        .map(|(b, a)| (b.0.clone(), a.1 - b.1))
-        .collect();
+    let moved = changed(&before, &after);
     assert!(moved.is_empty(), "1000 refusals wrote: {moved:?}");
     // A permit refused because every permit is held: its plain read.
     let permits: Vec<_> = {
@@ -131,12 +136,7 @@ async fn refused_acquires_write_nothing() {
         assert!(matches!(as_a_lock, Err(Error::HeldAsOtherKind { .. })));
     }
     let after = writes(store.pool()).await;
-    let moved: Vec<_> = before
-        .iter()
-        .zip(&after)
-        .filter(|(b, a)| a.1 != b.1)
-        .map(|(b, a)| (b.0.clone(), a.1 - b.1))
-        .collect();
+    let moved = changed(&before, &after);
     assert!(
         moved.is_empty(),
         "1000 refusals of permits wrote: {moved:?}"
@@ -198,12 +198,7 @@ async fn refused_acquires_write_nothing() {
         assert!(matches!(as_a_permit, Err(Error::HeldAsOtherKind { .. })));
     }
     let after = writes(store.pool()).await;
-    let moved: Vec<_> = before
-        .iter()
-        .zip(&after)
-        .filter(|(b, a)| a.1 != b.1)
-        .map(|(b, a)| (b.0.clone(), a.1 - b.1))
-        .collect();
+    let moved = changed(&before, &after);
     assert!(
         moved.is_empty(),
         "1000 refusals of reader-writer locks wrote: {moved:?}"

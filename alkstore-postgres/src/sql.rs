@@ -360,6 +360,68 @@ DECLARE
     END LOOP;
 END"
         );
+        // What the permit and reader-writer functions share. The name's
+        // lock row read once per look: live (refused: `lock`), or expired
+        // and not fenced off yet (`lock_stale`).
+        let look_at_the_lock = format!(
+            "        -- Each table read once per look: what is live, and whether some
+        -- expired grant of the name is not fenced off yet (expiry 0).
+        SELECT bool_or(l.expires_at > now_ms),
+               coalesce(bool_or(l.expires_at <= now_ms AND l.expires_at > 0), false)
+          INTO lock_live, lock_stale
+          FROM {locks} l WHERE l.name = p_name;
+        IF lock_live THEN
+            RETURN QUERY SELECT 'lock'::text, 0::bigint, 0, 0::bigint, 0;
+            RETURN;
+        END IF;
+"
+        );
+        // About to grant: the name's expired lock and permits-table rows are
+        // fenced off first (expiry 0; see the lock function), waiting for a
+        // renewal of one in flight, and everything is looked at again.
+        // `locks` first, then `permits`, as everywhere.
+        let fence_off_the_expired = format!(
+            "        IF lock_stale OR permits_stale THEN
+            {BOUND_LOCK_WAIT}
+            UPDATE {locks} l SET expires_at = 0
+             WHERE l.name = p_name AND l.expires_at <= now_ms AND l.expires_at > 0;
+            UPDATE {permits} p SET expires_at = 0
+             WHERE p.name = p_name AND p.expires_at <= now_ms AND p.expires_at > 0;
+            CONTINUE;
+        END IF;
+"
+        );
+        // The slot's row, if any, locked (waiting for a renewal, release or
+        // purge in flight) before a fence is drawn: taken over when still
+        // expired, inserted when gone (every insert into `permits` runs
+        // under the name's advisory lock). `slot` is the variable holding
+        // it, `permits` what the row's permits column gets.
+        let take_the_slot = |slot: &str, permits_value: &str| {
+            format!(
+                "        {BOUND_LOCK_WAIT}
+        SELECT p.expires_at INTO ends FROM {permits} p
+         WHERE p.name = p_name AND p.slot = {slot} FOR UPDATE;
+        IF FOUND AND ends <= now_ms THEN
+            UPDATE {permits} p
+               SET owner = p_owner,
+                   fence = nextval({fences_regclass}::regclass) + timeline * {TIMELINE_STEP},
+                   expires_at = now_ms + p_ttl,
+                   permits = {permits_value}
+             WHERE p.name = p_name AND p.slot = {slot}
+            RETURNING p.fence INTO drawn;
+        ELSIF NOT FOUND THEN
+            INSERT INTO {permits} AS p (name, slot, owner, fence, expires_at, permits)
+            VALUES (p_name, {slot}, p_owner,
+                    nextval({fences_regclass}::regclass) + timeline * {TIMELINE_STEP},
+                    now_ms + p_ttl, {permits_value})
+            ON CONFLICT ON CONSTRAINT permits_pkey DO NOTHING
+            RETURNING p.fence INTO drawn;
+        END IF;
+"
+            )
+        };
+        let take_the_permit_slot = take_the_slot("free_slot", "p_permits");
+        let take_the_rw_slot = take_the_slot("grant_slot", &READ_WRITE_PERMITS.to_string());
         // A permit's grant path, under the same advisory lock as the
         // lock's, so that fences of one name follow commit order and a
         // name is never a lock and a semaphore at once. The decisions, in
@@ -387,17 +449,7 @@ DECLARE
     lock_stale boolean;
     permits_stale boolean;
 {serialise_the_name}    LOOP
-        -- Each table read once per look: what is live, and whether some
-        -- expired grant of the name is not fenced off yet (expiry 0).
-        SELECT bool_or(l.expires_at > now_ms),
-               coalesce(bool_or(l.expires_at <= now_ms AND l.expires_at > 0), false)
-          INTO lock_live, lock_stale
-          FROM {locks} l WHERE l.name = p_name;
-        IF lock_live THEN
-            RETURN QUERY SELECT 'lock'::text, 0::bigint, 0, 0::bigint, 0;
-            RETURN;
-        END IF;
-        -- The name's live permits at once: how many, the soonest end,
+{look_at_the_lock}        -- The name's live permits at once: how many, the soonest end,
         -- another count if any, the owner's own.
         SELECT count(*) FILTER (WHERE p.expires_at > now_ms),
                min(p.expires_at) FILTER (WHERE p.expires_at > now_ms),
@@ -428,19 +480,7 @@ DECLARE
             RETURN QUERY SELECT 'held'::text, 0::bigint, 0, ends - now_ms, 0;
             RETURN;
         END IF;
-        IF lock_stale OR permits_stale THEN
-            -- About to grant: the name's expired lock and permits are fenced
-            -- off first (expiry 0; see the lock function), waiting for a
-            -- renewal of one in flight, and everything is looked at again.
-            -- `locks` first, then `permits`, as everywhere.
-            {BOUND_LOCK_WAIT}
-            UPDATE {locks} l SET expires_at = 0
-             WHERE l.name = p_name AND l.expires_at <= now_ms AND l.expires_at > 0;
-            UPDATE {permits} p SET expires_at = 0
-             WHERE p.name = p_name AND p.expires_at <= now_ms AND p.expires_at > 0;
-            CONTINUE;
-        END IF;
-        -- Fewer live permits than the count, all of it, all below it: a
+{fence_off_the_expired}        -- Fewer live permits than the count, all of it, all below it: a
         -- slot is free, and the lowest is 0 or one past a live slot.
         SELECT min(c.slot) INTO free_slot
           FROM (SELECT 0 AS slot
@@ -457,30 +497,7 @@ DECLARE
         IF timeline IS NULL THEN
             timeline := {TIMELINE};
         END IF;
-        -- The slot's row, if any, locked (waiting for a renewal, release or
-        -- purge in flight) before a fence is drawn: taken over when still
-        -- expired, inserted when gone.
-        {BOUND_LOCK_WAIT}
-        SELECT p.expires_at INTO ends FROM {permits} p
-         WHERE p.name = p_name AND p.slot = free_slot FOR UPDATE;
-        IF FOUND AND ends <= now_ms THEN
-            UPDATE {permits} p
-               SET owner = p_owner,
-                   fence = nextval({fences_regclass}::regclass) + timeline * {TIMELINE_STEP},
-                   expires_at = now_ms + p_ttl,
-                   permits = p_permits
-             WHERE p.name = p_name AND p.slot = free_slot
-            RETURNING p.fence INTO drawn;
-        ELSIF NOT FOUND THEN
-            -- Every insert of a permit runs under the name's advisory lock.
-            INSERT INTO {permits} AS p (name, slot, owner, fence, expires_at, permits)
-            VALUES (p_name, free_slot, p_owner,
-                    nextval({fences_regclass}::regclass) + timeline * {TIMELINE_STEP},
-                    now_ms + p_ttl, p_permits)
-            ON CONFLICT ON CONSTRAINT permits_pkey DO NOTHING
-            RETURNING p.fence INTO drawn;
-        END IF;
-        IF drawn IS NOT NULL THEN
+{take_the_permit_slot}        IF drawn IS NOT NULL THEN
             RETURN QUERY SELECT 'granted'::text, drawn, free_slot, p_ttl, p_permits;
             RETURN;
         END IF;
@@ -517,21 +534,13 @@ DECLARE
     readers_end bigint;
     mine_slot integer;
     mine_fence bigint;
-    rows_stale boolean;
+    permits_stale boolean;
     grant_slot integer;
     ends bigint;
     drawn bigint;
     timeline bigint;
 {serialise_the_name}    LOOP
-        SELECT bool_or(l.expires_at > now_ms),
-               coalesce(bool_or(l.expires_at <= now_ms AND l.expires_at > 0), false)
-          INTO lock_live, lock_stale
-          FROM {locks} l WHERE l.name = p_name;
-        IF lock_live THEN
-            RETURN QUERY SELECT 'lock'::text, 0::bigint, 0, 0::bigint, 0;
-            RETURN;
-        END IF;
-        -- The name's rows at once: a semaphore's permits, the writer, the
+{look_at_the_lock}        -- The name's rows at once: a semaphore's permits, the writer, the
         -- intent, the readers, the owner's own reader, and whether some
         -- expired row is not fenced off yet.
         SELECT max(p.permits) FILTER (WHERE p.expires_at > now_ms AND p.permits <> {READ_WRITE_PERMITS}),
@@ -546,7 +555,7 @@ DECLARE
                max(p.fence) FILTER (WHERE p.expires_at > now_ms AND p.slot >= 0 AND p.owner = p_owner),
                coalesce(bool_or(p.expires_at <= now_ms AND p.expires_at > 0), false)
           INTO other, writer_owner, writer_fence, writer_ends, intent_owner, intent_ends,
-               readers, readers_end, mine_slot, mine_fence, rows_stale
+               readers, readers_end, mine_slot, mine_fence, permits_stale
           FROM {permits} p WHERE p.name = p_name;
         IF other IS NOT NULL THEN
             RETURN QUERY SELECT 'semaphore'::text, 0::bigint, 0, 0::bigint, other;
@@ -597,17 +606,7 @@ DECLARE
             RETURN QUERY SELECT 'held'::text, 0::bigint, 0, readers_end - now_ms, 0;
             RETURN;
         END IF;
-        IF lock_stale OR rows_stale THEN
-            -- About to grant: expired rows fenced off first, as in the
-            -- permit function (`locks` first, then `permits`).
-            {BOUND_LOCK_WAIT}
-            UPDATE {locks} l SET expires_at = 0
-             WHERE l.name = p_name AND l.expires_at <= now_ms AND l.expires_at > 0;
-            UPDATE {permits} p SET expires_at = 0
-             WHERE p.name = p_name AND p.expires_at <= now_ms AND p.expires_at > 0;
-            CONTINUE;
-        END IF;
-        IF p_write THEN
+{fence_off_the_expired}        IF p_write THEN
             grant_slot := {WRITER_SLOT};
         ELSE
             -- The lowest free reader slot: 0, or one past a live reader's.
@@ -624,26 +623,7 @@ DECLARE
         IF timeline IS NULL THEN
             timeline := {TIMELINE};
         END IF;
-        {BOUND_LOCK_WAIT}
-        SELECT p.expires_at INTO ends FROM {permits} p
-         WHERE p.name = p_name AND p.slot = grant_slot FOR UPDATE;
-        IF FOUND AND ends <= now_ms THEN
-            UPDATE {permits} p
-               SET owner = p_owner,
-                   fence = nextval({fences_regclass}::regclass) + timeline * {TIMELINE_STEP},
-                   expires_at = now_ms + p_ttl,
-                   permits = {READ_WRITE_PERMITS}
-             WHERE p.name = p_name AND p.slot = grant_slot
-            RETURNING p.fence INTO drawn;
-        ELSIF NOT FOUND THEN
-            INSERT INTO {permits} AS p (name, slot, owner, fence, expires_at, permits)
-            VALUES (p_name, grant_slot, p_owner,
-                    nextval({fences_regclass}::regclass) + timeline * {TIMELINE_STEP},
-                    now_ms + p_ttl, {READ_WRITE_PERMITS})
-            ON CONFLICT ON CONSTRAINT permits_pkey DO NOTHING
-            RETURNING p.fence INTO drawn;
-        END IF;
-        IF drawn IS NOT NULL THEN
+{take_the_rw_slot}        IF drawn IS NOT NULL THEN
             IF p_write THEN
                 DELETE FROM {permits} p
                  WHERE p.name = p_name AND p.slot = {INTENT_SLOT} AND p.owner = p_owner;

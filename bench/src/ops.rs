@@ -11,6 +11,10 @@ const TTL: Duration = Duration::from_secs(60);
 /// Name the refusal figures contend on; its holder must be someone else.
 pub const HELD: &str = "held";
 
+/// The lease of [`HELD`]'s holder: longer than a whole bench run, so that
+/// the refusals measured last are still refusals.
+pub const HELD_TTL: Duration = Duration::from_secs(3600);
+
 /// try_lock + release of a free name.
 pub async fn cycle(store: &dyn Store, iterations: u32) -> Duration {
     timed!(iterations, {

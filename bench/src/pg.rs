@@ -188,7 +188,7 @@ pub async fn run(
     let store_ref = dyn_store.as_ref();
     let flat = without_the_timeline(url, &format!("{schema}_flat"), &mut bare).await;
     let held = dyn_store
-        .try_lock(ops::HELD, "holder", TTL)
+        .try_lock(ops::HELD, "holder", ops::HELD_TTL)
         .await
         .unwrap()
         .unwrap();

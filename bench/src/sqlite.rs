@@ -86,7 +86,7 @@ pub async fn run(
     let db = dir.join("locks.db");
     let store: Arc<dyn Store> = Arc::new(SqliteStore::open(&db).await.unwrap());
     let held = store
-        .try_lock(ops::HELD, "holder", TTL)
+        .try_lock(ops::HELD, "holder", ops::HELD_TTL)
         .await
         .unwrap()
         .unwrap();
