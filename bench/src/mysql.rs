@@ -11,7 +11,7 @@ use sqlx::mysql::MySqlConnection;
 use crate::contention::{self, Contended};
 use crate::measure::{RUNS, Rounds, once, percentile};
 use crate::report::Row;
-use crate::{permits, rwlock};
+use crate::{ops, permits, rwlock};
 
 const ENGINE: &str = "mysql";
 const TTL: Duration = Duration::from_secs(60);
@@ -115,7 +115,7 @@ pub async fn run(
     let flat_database = format!("{database}_flat");
     let flat = without_the_server_check(url, &flat_database, &mut bare).await;
     let held = dyn_store
-        .try_lock("held", "holder", TTL)
+        .try_lock(ops::HELD, "holder", ops::HELD_TTL)
         .await
         .unwrap()
         .unwrap();
@@ -130,7 +130,7 @@ pub async fn run(
         let r = once!(ITERATIONS, {
             assert!(
                 dyn_store
-                    .try_lock("held", "other", TTL)
+                    .try_lock(ops::HELD, "other", TTL)
                     .await
                     .unwrap()
                     .is_none()
@@ -157,10 +157,10 @@ pub async fn run(
             lock.release().await.unwrap();
         });
         let n = once!(ITERATIONS, {
-            assert!(held.renew(TTL).await.unwrap());
+            assert!(held.renew(ops::HELD_TTL).await.unwrap());
         });
         let h = once!(ITERATIONS, {
-            assert!(dyn_store.holder("held").await.unwrap().is_some());
+            assert!(dyn_store.holder(ops::HELD).await.unwrap().is_some());
         });
         let f = once!(ITERATIONS, {
             let lock = flat.try_lock("cycle", "me", TTL).await.unwrap().unwrap();

@@ -251,7 +251,7 @@ pub async fn run(
                     .unwrap();
             }),
             once!(ITERATIONS, {
-                assert!(held.renew(TTL).await.unwrap());
+                assert!(held.renew(ops::HELD_TTL).await.unwrap());
             }),
             once!(ITERATIONS, {
                 assert!(store_ref.holder(ops::HELD).await.unwrap().is_some());

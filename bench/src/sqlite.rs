@@ -120,7 +120,7 @@ pub async fn run(
                 );
             }),
             once!(ITERATIONS, {
-                assert!(held.renew(TTL).await.unwrap());
+                assert!(held.renew(ops::HELD_TTL).await.unwrap());
             }),
             once!(ITERATIONS, {
                 assert!(store.holder(ops::HELD).await.unwrap().is_some());

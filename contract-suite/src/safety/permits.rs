@@ -7,9 +7,8 @@ use std::time::{Duration, Instant};
 
 use alkstore_core::Store;
 
-use super::Rng;
 use super::history::{Interval, Violation};
-use super::workload::{MAX_RACE_GRANTS, Race};
+use super::workload::{MAX_RACE_GRANTS, Race, Racer, hold_then_release, racers};
 
 /// One permit's grant as its holder saw it, and its slot.
 #[derive(Debug, Clone)]
@@ -128,52 +127,44 @@ pub async fn race_permits(
     let history = Arc::new(Mutex::new(Vec::new()));
     let stop = Instant::now() + race.duration;
     let mut tasks = Vec::new();
-    for (s, store) in stores.iter().enumerate() {
-        for t in 0..race.tasks_per_store {
-            let (store, name, history) = (store.clone(), name.to_owned(), history.clone());
-            let waits = (s * race.tasks_per_store + t) % 3 == 2;
-            let mut rng = Rng::new(seed ^ ((s * 1000 + t) as u64).wrapping_mul(0x9E37_79B9));
-            tasks.push(tokio::spawn(async move {
-                let owner = format!("store-{s}-task-{t}");
-                let grants = || history.lock().unwrap().len();
-                while Instant::now() < stop && grants() < MAX_RACE_GRANTS {
-                    let requested = Instant::now();
-                    let got = if waits {
-                        let wait = Duration::from_millis(50);
-                        store
-                            .acquire_permit(&name, permits, &owner, ttl, wait)
-                            .await
-                    } else {
-                        store.try_acquire_permit(&name, permits, &owner, ttl).await
-                    };
-                    let Some(permit) = got.expect("acquire a permit") else {
-                        tokio::time::sleep(Duration::from_micros(rng.below(500))).await;
-                        continue;
-                    };
-                    let start = Instant::now();
-                    let slot = permit
-                        .permit()
-                        .expect("a permit's handle tells its slot")
-                        .slot;
-                    tokio::time::sleep(Duration::from_micros(rng.below(2000))).await;
-                    let end = Instant::now().min(permit.valid_until());
-                    let (owner, fence) = (permit.owner().to_owned(), permit.fence());
-                    let released = permit.release().await.expect("release");
-                    history.lock().unwrap().push(PermitInterval {
-                        interval: Interval {
-                            owner,
-                            fence,
-                            requested,
-                            start,
-                            end,
-                            released: Some(Instant::now()),
-                        },
-                        slot,
-                        released,
-                    });
-                }
-            }));
-        }
+    for racer in racers(stores, race, seed) {
+        let (name, history) = (name.to_owned(), history.clone());
+        let Racer {
+            store,
+            owner,
+            waits,
+            mut rng,
+        } = racer;
+        tasks.push(tokio::spawn(async move {
+            let grants = || history.lock().unwrap().len();
+            while Instant::now() < stop && grants() < MAX_RACE_GRANTS {
+                let requested = Instant::now();
+                let got = if waits {
+                    let wait = Duration::from_millis(50);
+                    store
+                        .acquire_permit(&name, permits, &owner, ttl, wait)
+                        .await
+                } else {
+                    store.try_acquire_permit(&name, permits, &owner, ttl).await
+                };
+                let Some(permit) = got.expect("acquire a permit") else {
+                    tokio::time::sleep(Duration::from_micros(rng.below(500))).await;
+                    continue;
+                };
+                let start = Instant::now();
+                let slot = permit
+                    .permit()
+                    .expect("a permit's handle tells its slot")
+                    .slot;
+                let (interval, released) =
+                    hold_then_release(permit, requested, start, &mut rng, 2000).await;
+                history.lock().unwrap().push(PermitInterval {
+                    interval,
+                    slot,
+                    released,
+                });
+            }
+        }));
     }
     for task in tasks {
         task.await.expect("a racing task panicked");

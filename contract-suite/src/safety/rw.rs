@@ -7,9 +7,8 @@ use std::time::{Duration, Instant};
 
 use alkstore_core::{Access, Store};
 
-use super::Rng;
 use super::history::{Interval, Violation};
-use super::workload::{MAX_RACE_GRANTS, Race};
+use super::workload::{MAX_RACE_GRANTS, Race, Racer, hold_then_release, racers};
 
 /// One reader-writer grant as its holder saw it.
 #[derive(Debug, Clone)]
@@ -91,58 +90,50 @@ pub async fn race_rw(
     let history = Arc::new(Mutex::new(Vec::new()));
     let stop = Instant::now() + race.duration;
     let mut tasks = Vec::new();
-    for (s, store) in stores.iter().enumerate() {
-        for t in 0..race.tasks_per_store {
-            let (store, name, history) = (store.clone(), name.to_owned(), history.clone());
-            let waits = (s * race.tasks_per_store + t) % 3 == 2;
-            let mut rng = Rng::new(seed ^ ((s * 1000 + t) as u64).wrapping_mul(0x9E37_79B9));
-            tasks.push(tokio::spawn(async move {
-                let owner = format!("store-{s}-task-{t}");
-                let grants = || history.lock().unwrap().len();
-                while Instant::now() < stop && grants() < MAX_RACE_GRANTS {
-                    let write = rng.below(one_write_in) == 0;
-                    let requested = Instant::now();
-                    let wait = Duration::from_secs(2);
-                    let got = match (write, waits) {
-                        (true, true) => store.write_lock(&name, &owner, ttl, wait).await,
-                        (true, false) => store.try_write_lock(&name, &owner, ttl).await,
-                        (false, true) => store.read_lock(&name, &owner, ttl, wait).await,
-                        (false, false) => store.try_read_lock(&name, &owner, ttl).await,
-                    };
-                    let Some(grant) = got.expect("acquire a reader-writer lock") else {
-                        tokio::time::sleep(Duration::from_micros(rng.below(500))).await;
-                        continue;
-                    };
-                    let start = Instant::now();
-                    let access = grant
-                        .access()
-                        .expect("a reader-writer grant tells its access");
-                    assert_eq!(
-                        matches!(access, Access::Write),
-                        write,
-                        "rule: a grant holds the access it was asked for; asked write={write}, \
-                         got {access}"
-                    );
-                    let hold = if write { 1000 } else { 3000 };
-                    tokio::time::sleep(Duration::from_micros(rng.below(hold))).await;
-                    let end = Instant::now().min(grant.valid_until());
-                    let (owner, fence) = (grant.owner().to_owned(), grant.fence());
-                    let released = grant.release().await.expect("release");
-                    history.lock().unwrap().push(RwInterval {
-                        interval: Interval {
-                            owner,
-                            fence,
-                            requested,
-                            start,
-                            end,
-                            released: Some(Instant::now()),
-                        },
-                        write,
-                        released,
-                    });
-                }
-            }));
-        }
+    for racer in racers(stores, race, seed) {
+        let (name, history) = (name.to_owned(), history.clone());
+        let Racer {
+            store,
+            owner,
+            waits,
+            mut rng,
+        } = racer;
+        tasks.push(tokio::spawn(async move {
+            let grants = || history.lock().unwrap().len();
+            while Instant::now() < stop && grants() < MAX_RACE_GRANTS {
+                let write = rng.below(one_write_in) == 0;
+                let requested = Instant::now();
+                let wait = Duration::from_secs(2);
+                let got = match (write, waits) {
+                    (true, true) => store.write_lock(&name, &owner, ttl, wait).await,
+                    (true, false) => store.try_write_lock(&name, &owner, ttl).await,
+                    (false, true) => store.read_lock(&name, &owner, ttl, wait).await,
+                    (false, false) => store.try_read_lock(&name, &owner, ttl).await,
+                };
+                let Some(grant) = got.expect("acquire a reader-writer lock") else {
+                    tokio::time::sleep(Duration::from_micros(rng.below(500))).await;
+                    continue;
+                };
+                let start = Instant::now();
+                let access = grant
+                    .access()
+                    .expect("a reader-writer grant tells its access");
+                assert_eq!(
+                    matches!(access, Access::Write),
+                    write,
+                    "rule: a grant holds the access it was asked for; asked write={write}, \
+                     got {access}"
+                );
+                let hold = if write { 1000 } else { 3000 };
+                let (interval, released) =
+                    hold_then_release(grant, requested, start, &mut rng, hold).await;
+                history.lock().unwrap().push(RwInterval {
+                    interval,
+                    write,
+                    released,
+                });
+            }
+        }));
     }
     for task in tasks {
         task.await.expect("a racing task panicked");

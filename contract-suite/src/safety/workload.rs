@@ -170,39 +170,94 @@ pub async fn race(stores: &[Arc<dyn Store>], name: &str, race: Race, seed: u64) 
     let recorder = Arc::new(Recorder::default());
     let stop = Instant::now() + race.duration;
     let mut tasks = Vec::new();
-    for (s, store) in stores.iter().enumerate() {
-        for t in 0..race.tasks_per_store {
-            let (store, name, recorder) = (store.clone(), name.to_owned(), recorder.clone());
-            let waits = (s * race.tasks_per_store + t) % 3 == 2;
-            let mut rng = Rng::new(seed ^ ((s * 1000 + t) as u64).wrapping_mul(0x9E37_79B9));
-            tasks.push(tokio::spawn(async move {
-                let owner = format!("store-{s}-task-{t}");
-                // Bounded in grants too: an engine in memory grants millions
-                // in the time a server grants hundreds, and the checker
-                // compares grants pairwise.
-                while Instant::now() < stop && recorder.grants() < MAX_RACE_GRANTS {
-                    let requested = Instant::now();
-                    let got = if waits {
-                        store
-                            .lock(&name, &owner, ttl, Duration::from_millis(50))
-                            .await
-                    } else {
-                        store.try_lock(&name, &owner, ttl).await
-                    };
-                    let Some(lock) = got.expect("acquire") else {
-                        tokio::time::sleep(Duration::from_micros(rng.below(500))).await;
-                        continue;
-                    };
-                    let start = Instant::now();
-                    recorder.increment(lock.as_ref()).await;
-                    let released = recorder.release_and_record(lock, requested, start).await;
-                    assert!(released, "own live grant");
-                }
-            }));
-        }
+    for racer in racers(stores, race, seed) {
+        let (name, recorder) = (name.to_owned(), recorder.clone());
+        let Racer {
+            store,
+            owner,
+            waits,
+            mut rng,
+        } = racer;
+        tasks.push(tokio::spawn(async move {
+            // Bounded in grants too: an engine in memory grants millions
+            // in the time a server grants hundreds, and the checker
+            // compares grants pairwise.
+            while Instant::now() < stop && recorder.grants() < MAX_RACE_GRANTS {
+                let requested = Instant::now();
+                let got = if waits {
+                    store
+                        .lock(&name, &owner, ttl, Duration::from_millis(50))
+                        .await
+                } else {
+                    store.try_lock(&name, &owner, ttl).await
+                };
+                let Some(lock) = got.expect("acquire") else {
+                    tokio::time::sleep(Duration::from_micros(rng.below(500))).await;
+                    continue;
+                };
+                let start = Instant::now();
+                recorder.increment(lock.as_ref()).await;
+                let released = recorder.release_and_record(lock, requested, start).await;
+                assert!(released, "own live grant");
+            }
+        }));
     }
     for task in tasks {
         task.await.expect("a racing task panicked");
     }
     recorder.finish()
+}
+
+/// One racing task of a [`Race`]: its store, owner, whether it waits (every
+/// third task) rather than tries once, and its own random source.
+pub struct Racer {
+    /// The store it races on.
+    pub store: Arc<dyn Store>,
+    /// Its owner, `store-S-task-T`.
+    pub owner: String,
+    /// It waits for a grant rather than tries once.
+    pub waits: bool,
+    /// Its random source, from the race's seed.
+    pub rng: Rng,
+}
+
+/// The racers of `race` on `stores`: `tasks_per_store` on each.
+pub fn racers(stores: &[Arc<dyn Store>], race: Race, seed: u64) -> Vec<Racer> {
+    let mut racers = Vec::new();
+    for (s, store) in stores.iter().enumerate() {
+        for t in 0..race.tasks_per_store {
+            racers.push(Racer {
+                store: store.clone(),
+                owner: format!("store-{s}-task-{t}"),
+                waits: (s * race.tasks_per_store + t) % 3 == 2,
+                rng: Rng::new(seed ^ ((s * 1000 + t) as u64).wrapping_mul(0x9E37_79B9)),
+            });
+        }
+    }
+    racers
+}
+
+/// Holds `grant` a moment (up to `hold_micros`, drawn from `rng`), then
+/// releases it: its interval as its holder saw it (from `requested` and
+/// `start`), and what the release answered.
+pub async fn hold_then_release(
+    grant: Box<dyn Lock>,
+    requested: Instant,
+    start: Instant,
+    rng: &mut Rng,
+    hold_micros: u64,
+) -> (Interval, bool) {
+    tokio::time::sleep(Duration::from_micros(rng.below(hold_micros))).await;
+    let end = Instant::now().min(grant.valid_until());
+    let (owner, fence) = (grant.owner().to_owned(), grant.fence());
+    let released = grant.release().await.expect("release");
+    let interval = Interval {
+        owner,
+        fence,
+        requested,
+        start,
+        end,
+        released: Some(Instant::now()),
+    };
+    (interval, released)
 }
