@@ -88,17 +88,26 @@ pub async fn schedule_crashed_run_is_not_run_again(stores: Stores) {
     check_each_slot_once(&log, "one replica crashed mid-run");
 }
 
-/// With retries on (run lease 150 ms, kept alive through runs of 250 ms —
-/// renewed every 50 ms — then held to the slot's end): three replicas, the
+/// With retries on (slots of 1.2 s, run lease 450 ms, kept alive through
+/// runs of 750 ms — renewed every 150 ms — then held to the slot's end):
+/// three replicas, the
 /// one furthest ahead dying in its first run from the second slot on. That
 /// slot is run once more by another replica, within the slot; every other
 /// slot runs exactly once — a run that outlived its run lease still holds
 /// its slot to the end.
 pub async fn schedule_retry_runs_a_crashed_slot_once_more(stores: Stores) {
     let replicas = stores.open(3).await;
-    let base = schedule("fleet/retry")
+    // Three times the other cases' slot, so that the run lease, renewed
+    // every third of it while a run works, survives a loaded machine's
+    // hiccups of a few hundred milliseconds (at 150 ms, one renewal 100 ms
+    // late let a live run's claim lapse and its slot run twice), and still
+    // lapses after a crash early enough for a retry within the slot.
+    let base = Schedule::every("fleet/retry", 3 * PERIOD)
+        .unwrap()
+        .max_clock_skew(SKEW)
+        .unwrap()
         .retry_crashed_runs()
-        .run_lease(Duration::from_millis(150))
+        .run_lease(Duration::from_millis(450))
         .unwrap();
     let first_slot_soon = base.slot_at(std::time::SystemTime::now()).index + 2;
     let crash_at = first_slot_soon + 1;
@@ -107,7 +116,7 @@ pub async fn schedule_retry_runs_a_crashed_slot_once_more(stores: Stores) {
         base,
         &[0, 50, 100],
         5,
-        Duration::from_millis(250),
+        Duration::from_millis(750),
         LATE,
         &[None, None, Some(crash_at)],
     )
