@@ -450,6 +450,42 @@ END"
         // Refusals roll back: nothing written, no fence drawn. Waits are
         // bounded as the lock procedure's are. A gate row (owner '', fence
         // 0, expired) is never a holder, is never listed, and is purged.
+        // What the permit and reader-writer procedures share. Their first,
+        // plain read: a live lock refuses, nothing locked or written.
+        let refuse_a_live_lock = format!(
+            "            {BOUND_WAITS}
+            SELECT COUNT(*) INTO found FROM {locks} WHERE name = p_name AND expires_at > now_ms;
+            IF found > 0 THEN
+                {RESTORE_WAITS}
+                SELECT 'lock', 0, 0, 0, 0;
+                LEAVE look;
+            END IF;
+"
+        );
+        // Under the gate, the owner's own live grant in `permits` (its slot
+        // and fence in `mine_slot`, `mine_fence`) locked and given back,
+        // confirmed by a write as the lock's is; released or expired
+        // meanwhile, look again. `last` is the answer's last column.
+        let give_back = |last: &str| {
+            format!(
+                "                {BOUND_WAITS}
+                SELECT COUNT(*), MAX(expires_at) INTO found, held_until FROM {permits}
+                 WHERE name = p_name AND slot = mine_slot AND fence = mine_fence
+                   AND expires_at > now_ms FOR UPDATE;
+                IF found = 1 THEN
+                    {confirm_same_owner}
+                    COMMIT;
+                    {RESTORE_WAITS}
+                    SELECT 'granted', mine_fence, mine_slot, held_until - now_ms, {last};
+                    LEAVE look;
+                END IF;
+                ROLLBACK;
+                ITERATE look;
+"
+            )
+        };
+        let give_the_permit_back = give_back("p_permits");
+        let give_the_rw_grant_back = give_back("0");
         // How the permit and reader-writer procedures begin their
         // transaction: the name's gate — its row in `locks`, locked FOR
         // UPDATE (inserted, expired, when missing: a duplicate rolls back and
@@ -509,14 +545,7 @@ END"
         DECLARE drawn_by BIGINT;
         {handlers}
         look: LOOP
-            {BOUND_WAITS}
-            SELECT COUNT(*) INTO found FROM {locks} WHERE name = p_name AND expires_at > now_ms;
-            IF found > 0 THEN
-                {RESTORE_WAITS}
-                SELECT 'lock', 0, 0, 0, 0;
-                LEAVE look;
-            END IF;
-            SELECT COUNT(*), MIN(expires_at), MAX(IF(permits <> p_permits, permits, NULL)),
+{refuse_a_live_lock}            SELECT COUNT(*), MIN(expires_at), MAX(IF(permits <> p_permits, permits, NULL)),
                    COALESCE(SUM(owner = p_owner), 0)
               INTO live, soonest, other, mine
               FROM {permits} WHERE name = p_name AND expires_at > now_ms;
@@ -542,21 +571,7 @@ END"
                 LEAVE look;
             END IF;
             IF mine = 1 THEN
-                {BOUND_WAITS}
-                SELECT COUNT(*), MAX(expires_at) INTO found, held_until FROM {permits}
-                 WHERE name = p_name AND slot = mine_slot AND fence = mine_fence
-                   AND expires_at > now_ms FOR UPDATE;
-                IF found = 1 THEN
-                    {confirm_same_owner}
-                    COMMIT;
-                    {RESTORE_WAITS}
-                    SELECT 'granted', mine_fence, mine_slot, held_until - now_ms, p_permits;
-                    LEAVE look;
-                END IF;
-                -- Released or expired meanwhile: look again.
-                ROLLBACK;
-                ITERATE look;
-            END IF;
+{give_the_permit_back}            END IF;
             IF live >= p_permits THEN
                 ROLLBACK;
                 {RESTORE_WAITS}
@@ -684,14 +699,7 @@ END"
         DECLARE drawn_by BIGINT;
         {handlers}
         look: LOOP
-            {BOUND_WAITS}
-            SELECT COUNT(*) INTO found FROM {locks} WHERE name = p_name AND expires_at > now_ms;
-            IF found > 0 THEN
-                {RESTORE_WAITS}
-                SELECT 'lock', 0, 0, 0, 0;
-                LEAVE look;
-            END IF;
-            {rows_of_the_name}
+{refuse_a_live_lock}            {rows_of_the_name}
             IF other IS NOT NULL THEN
                 {RESTORE_WAITS}
                 SELECT 'semaphore', 0, 0, 0, other;
@@ -710,20 +718,7 @@ END"
                 LEAVE look;
             END IF;
             IF mine_fence IS NOT NULL THEN
-                {BOUND_WAITS}
-                SELECT COUNT(*), MAX(expires_at) INTO found, held_until FROM {permits}
-                 WHERE name = p_name AND slot = mine_slot AND fence = mine_fence
-                   AND expires_at > now_ms FOR UPDATE;
-                IF found = 1 THEN
-                    {confirm_same_owner}
-                    COMMIT;
-                    {RESTORE_WAITS}
-                    SELECT 'granted', mine_fence, mine_slot, held_until - now_ms, 0;
-                    LEAVE look;
-                END IF;
-                ROLLBACK;
-                ITERATE look;
-            END IF;
+{give_the_rw_grant_back}            END IF;
             IF refused THEN
                 IF wants_intent THEN
                     -- A waiting writer's intent: new readers are refused

@@ -420,6 +420,30 @@ END"
 "
             )
         };
+        // The owner's own live grant in `permits` (its slot and fence in
+        // `mine_slot`, `mine_fence`): given back only once a write of ours
+        // confirms it, as the lock function's same-owner answer is; released
+        // or expired meanwhile, look again. `last` is the answer's last
+        // column.
+        let give_back = |last: &str| {
+            format!(
+                "        IF mine_fence IS NOT NULL THEN
+            {BOUND_LOCK_WAIT}
+            UPDATE {permits} p SET owner = p.owner
+             WHERE p.name = p_name AND p.slot = mine_slot AND p.fence = mine_fence
+               AND p.expires_at > now_ms
+            RETURNING p.expires_at INTO ends;
+            IF FOUND THEN
+                RETURN QUERY SELECT 'granted'::text, mine_fence, mine_slot, ends - now_ms, {last};
+                RETURN;
+            END IF;
+            CONTINUE;
+        END IF;
+"
+            )
+        };
+        let give_the_permit_back = give_back("p_permits");
+        let give_the_rw_grant_back = give_back("0");
         let take_the_permit_slot = take_the_slot("free_slot", "p_permits");
         let take_the_rw_slot = take_the_slot("grant_slot", &READ_WRITE_PERMITS.to_string());
         // A permit's grant path, under the same advisory lock as the
@@ -463,20 +487,7 @@ DECLARE
             RETURN QUERY SELECT 'mismatch'::text, 0::bigint, 0, 0::bigint, other;
             RETURN;
         END IF;
-        IF mine_fence IS NOT NULL THEN
-            {BOUND_LOCK_WAIT}
-            UPDATE {permits} p SET owner = p.owner
-             WHERE p.name = p_name AND p.slot = mine_slot AND p.fence = mine_fence
-               AND p.expires_at > now_ms
-            RETURNING p.expires_at INTO ends;
-            IF FOUND THEN
-                RETURN QUERY SELECT 'granted'::text, mine_fence, mine_slot, ends - now_ms, p_permits;
-                RETURN;
-            END IF;
-            -- Released or expired meanwhile: look again.
-            CONTINUE;
-        END IF;
-        IF live >= p_permits THEN
+{give_the_permit_back}        IF live >= p_permits THEN
             RETURN QUERY SELECT 'held'::text, 0::bigint, 0, ends - now_ms, 0;
             RETURN;
         END IF;
@@ -565,21 +576,7 @@ DECLARE
             mine_slot := {WRITER_SLOT};
             mine_fence := CASE WHEN writer_owner = p_owner THEN writer_fence END;
         END IF;
-        IF mine_fence IS NOT NULL THEN
-            -- The owner's own live grant: confirmed by a write, as the
-            -- lock function's is.
-            {BOUND_LOCK_WAIT}
-            UPDATE {permits} p SET owner = p.owner
-             WHERE p.name = p_name AND p.slot = mine_slot AND p.fence = mine_fence
-               AND p.expires_at > now_ms
-            RETURNING p.expires_at INTO ends;
-            IF FOUND THEN
-                RETURN QUERY SELECT 'granted'::text, mine_fence, mine_slot, ends - now_ms, 0;
-                RETURN;
-            END IF;
-            CONTINUE;
-        END IF;
-        IF p_write AND (writer_owner IS NOT NULL OR readers > 0) THEN
+{give_the_rw_grant_back}        IF p_write AND (writer_owner IS NOT NULL OR readers > 0) THEN
             IF p_intent_ms IS NOT NULL AND coalesce(intent_owner = p_owner, true) THEN
                 -- A waiting writer's intent, the one write a refusal makes:
                 -- new readers are refused while it is live.
