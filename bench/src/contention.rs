@@ -1,4 +1,4 @@
-//! Contended runs: many tasks taking one name (or one name each) in turns.
+//! Contended runs: many tasks taking one name in turns.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -76,42 +76,4 @@ pub async fn one_name(
         grants_per_sec: granted as f64 / elapsed.as_secs_f64(),
         handoffs,
     }
-}
-
-/// `tasks` tasks, one name each, cycling `try_lock` + `release` for `length`:
-/// cycles per second in total.
-pub async fn many_names(
-    store: Arc<dyn Store>,
-    prefix: &str,
-    tasks: usize,
-    length: Duration,
-) -> f64 {
-    let stop = Arc::new(AtomicBool::new(false));
-    let cycles = Arc::new(AtomicU64::new(0));
-    let workers: Vec<_> = (0..tasks)
-        .map(|t| {
-            let (store, stop, cycles) = (store.clone(), stop.clone(), cycles.clone());
-            let name = format!("{prefix}-{t}");
-            tokio::spawn(async move {
-                while !stop.load(Ordering::Relaxed) {
-                    let lock = store
-                        .try_lock(&name, "me", Duration::from_secs(10))
-                        .await
-                        .unwrap()
-                        .unwrap();
-                    lock.release().await.unwrap();
-                    cycles.fetch_add(1, Ordering::Relaxed);
-                }
-            })
-        })
-        .collect();
-    let started = Instant::now();
-    tokio::time::sleep(length).await;
-    stop.store(true, Ordering::Relaxed);
-    let elapsed = started.elapsed();
-    let done = cycles.load(Ordering::Relaxed);
-    for worker in workers {
-        worker.await.unwrap();
-    }
-    done as f64 / elapsed.as_secs_f64()
 }

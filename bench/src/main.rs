@@ -2,6 +2,8 @@
 //! same run, as a table, JSON and plots under `target/bench/`.
 
 mod contention;
+mod held;
+mod many;
 mod measure;
 mod mysql;
 mod ops;
@@ -16,6 +18,10 @@ use std::path::PathBuf;
 #[tokio::main]
 async fn main() {
     let args: Vec<String> = std::env::args().skip(1).collect();
+    if args.first().map(String::as_str) == Some("held-child") {
+        held::child(&args[1], &args[2]).await;
+        return;
+    }
     if args.first().map(String::as_str) == Some("sqlite-child") {
         sqlite::child(&args[1], args[2].parse().unwrap()).await;
         return;
@@ -38,9 +44,16 @@ async fn main() {
     let dir = tempfile::tempdir().unwrap();
     let mut curves = Vec::new();
     let mut semaphores = Vec::new();
+    let mut renewals = Vec::new();
     if wanted("sqlite") {
-        let sqlite_curve =
-            sqlite::run(dir.path(), &mut rows, &mut contended, &mut semaphores).await;
+        let sqlite_curve = sqlite::run(
+            dir.path(),
+            &mut rows,
+            &mut contended,
+            &mut semaphores,
+            &mut renewals,
+        )
+        .await;
         curves.push(("sqlite", sqlite_curve));
     }
     match wanted("postgres")
@@ -49,7 +62,14 @@ async fn main() {
     {
         Some(server) => curves.push((
             "postgres",
-            pg::run(&server.url, &mut rows, &mut contended, &mut semaphores).await,
+            pg::run(
+                &server.url,
+                &mut rows,
+                &mut contended,
+                &mut semaphores,
+                &mut renewals,
+            )
+            .await,
         )),
         None => eprintln!("bench: PostgreSQL figures skipped (no server)"),
     }
@@ -59,7 +79,14 @@ async fn main() {
     {
         Some(server) => curves.push((
             "mysql",
-            mysql::run(&server.url, &mut rows, &mut contended, &mut semaphores).await,
+            mysql::run(
+                &server.url,
+                &mut rows,
+                &mut contended,
+                &mut semaphores,
+                &mut renewals,
+            )
+            .await,
         )),
         None => eprintln!("bench: MariaDB/MySQL figures skipped (no server)"),
     }
@@ -81,9 +108,10 @@ async fn main() {
         &semaphores,
     )
     .unwrap();
+    report::plot_renewals(&out.join("renewals.svg"), held::BUCKET, &renewals).unwrap();
     println!(
         "\nwrote {0}/results.json, {0}/handoff-latency.svg, {0}/contention.svg, \
-         {0}/semaphore.svg",
+         {0}/semaphore.svg, {0}/renewals.svg",
         out.display()
     );
 }

@@ -38,6 +38,42 @@ macro_rules! once {
 }
 pub(crate) use once;
 
+/// One round of figures measured in alternation: each body run once
+/// ([`once!`]) `$iterations` passes long, in the order [`order`] gives for
+/// `$round`; the times in the bodies' order. The order changes from round
+/// to round because a figure's time depends on what ran just before it on
+/// this machine (the same statement measured 77 µs first in a round and
+/// 91 µs later in it): each figure takes its turn at each place.
+macro_rules! in_turn {
+    ($round:expr, $iterations:expr, [$($body:block),+ $(,)?]) => {{
+        let count = [$({ let _ = stringify!($body); }),+].len();
+        let mut times = vec![std::time::Duration::ZERO; count];
+        for turn in $crate::measure::order($round, count) {
+            let mut index = 0usize;
+            $(
+                if index == turn {
+                    times[index] = $crate::measure::once!($iterations, $body);
+                }
+                index += 1;
+            )+
+            let _ = index;
+        }
+        times.try_into().expect("one time per body")
+    }};
+}
+pub(crate) use in_turn;
+
+/// The order of `count` figures in round `round`: rotated by the round, and
+/// reversed in every other round.
+pub fn order(round: usize, count: usize) -> Vec<usize> {
+    let mut order: Vec<usize> = (0..count).collect();
+    order.rotate_left(round % count.max(1));
+    if round % 2 == 1 {
+        order.reverse();
+    }
+    order
+}
+
 /// The runs of `N` figures measured in alternation, one run of each per
 /// round; round 0 warms up and is not kept.
 #[derive(Debug)]

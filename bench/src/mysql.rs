@@ -4,14 +4,15 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use alkstore_core::Store;
-use alkstore_mysql::MySqlStore;
+use alkstore_mysql::{DEFAULT_MAX_CONNECTIONS, MySqlStore};
 use sqlx::Connection;
 use sqlx::mysql::MySqlConnection;
+use sqlx::mysql::MySqlPoolOptions;
 
 use crate::contention::{self, Contended};
-use crate::measure::{RUNS, Rounds, once, percentile};
+use crate::measure::{RUNS, Rounds, in_turn, percentile};
 use crate::report::Row;
-use crate::{ops, permits, rwlock};
+use crate::{held, many, ops, permits, rwlock};
 
 const ENGINE: &str = "mysql";
 const TTL: Duration = Duration::from_secs(60);
@@ -99,6 +100,7 @@ pub async fn run(
     rows: &mut Vec<Row>,
     contended: &mut Vec<(&'static str, Contended)>,
     semaphores: &mut Vec<(&'static str, Vec<(usize, f64)>)>,
+    renewals: &mut Vec<(&'static str, Vec<u64>)>,
 ) -> Vec<(usize, f64)> {
     let database = format!("bench_{}", std::process::id());
     let store = Arc::new(MySqlStore::connect(url, &database).await.unwrap());
@@ -121,59 +123,96 @@ pub async fn run(
         .unwrap();
 
     eprintln!("bench: mysql floors and operations, alternating");
-    let mut rounds = Rounds::<7>::default();
+    // What a user would write instead of a refused try_lock: one prepared
+    // point read of the same row, on a bare connection.
+    let point_read =
+        format!("SELECT owner, fence, expires_at FROM `{database}`.locks WHERE name = ?");
+    let mut rounds = Rounds::<8>::default();
     // The first round warms every statement up and is not counted.
     for round in 0..=RUNS {
-        let s = once!(ITERATIONS, {
-            sqlx::query("SELECT 1").execute(&mut bare).await.unwrap();
-        });
-        let r = once!(ITERATIONS, {
-            assert!(
-                dyn_store
-                    .try_lock(ops::HELD, "other", TTL)
-                    .await
-                    .unwrap()
-                    .is_none()
-            );
-        });
-        let p = once!(ITERATIONS, {
-            sqlx::query(sqlx::AssertSqlSafe(insert.clone()))
-                .bind(&b"x"[..])
-                .execute(&mut bare)
-                .await
-                .unwrap();
-            sqlx::query(sqlx::AssertSqlSafe(delete.clone()))
-                .bind(&b"x"[..])
-                .execute(&mut bare)
-                .await
-                .unwrap();
-        });
-        let c = once!(ITERATIONS, {
-            let lock = dyn_store
-                .try_lock("cycle", "me", TTL)
-                .await
-                .unwrap()
-                .unwrap();
-            lock.release().await.unwrap();
-        });
-        let n = once!(ITERATIONS, {
-            assert!(held.renew(ops::HELD_TTL).await.unwrap());
-        });
-        let h = once!(ITERATIONS, {
-            assert!(dyn_store.holder(ops::HELD).await.unwrap().is_some());
-        });
-        let f = once!(ITERATIONS, {
-            let lock = flat.try_lock("cycle", "me", TTL).await.unwrap().unwrap();
-            lock.release().await.unwrap();
-        });
-        rounds.record(round, [s, r, p, c, n, h, f]);
+        let times = in_turn!(
+            round,
+            ITERATIONS,
+            [
+                {
+                    sqlx::query("SELECT 1").execute(&mut bare).await.unwrap();
+                },
+                {
+                    assert!(
+                        dyn_store
+                            .try_lock(ops::HELD, "other", TTL)
+                            .await
+                            .unwrap()
+                            .is_none()
+                    );
+                },
+                {
+                    sqlx::query(sqlx::AssertSqlSafe(insert.clone()))
+                        .bind(&b"x"[..])
+                        .execute(&mut bare)
+                        .await
+                        .unwrap();
+                    sqlx::query(sqlx::AssertSqlSafe(delete.clone()))
+                        .bind(&b"x"[..])
+                        .execute(&mut bare)
+                        .await
+                        .unwrap();
+                },
+                {
+                    let lock = dyn_store
+                        .try_lock("cycle", "me", TTL)
+                        .await
+                        .unwrap()
+                        .unwrap();
+                    lock.release().await.unwrap();
+                },
+                {
+                    assert!(held.renew(ops::HELD_TTL).await.unwrap());
+                },
+                {
+                    assert!(dyn_store.holder(ops::HELD).await.unwrap().is_some());
+                },
+                {
+                    let lock = flat.try_lock("cycle", "me", TTL).await.unwrap().unwrap();
+                    lock.release().await.unwrap();
+                },
+                {
+                    let row = sqlx::query(sqlx::AssertSqlSafe(point_read.as_str()))
+                        .bind(ops::HELD.as_bytes())
+                        .fetch_optional(&mut bare)
+                        .await
+                        .unwrap();
+                    assert!(row.is_some());
+                },
+            ]
+        );
+        rounds.record(round, times);
     }
-    let [select, refused, pair, cycle_time, renew, holder, flat_cycle] = rounds.medians();
+    let [
+        select,
+        refused,
+        pair,
+        cycle_time,
+        renew,
+        holder,
+        flat_cycle,
+        point_read,
+    ] = rounds.medians();
+    let point_read = Row::time(
+        ENGINE,
+        "raw prepared point read of the lock row (bare connection)",
+        point_read,
+    );
     let cycle = cycle_time;
     let select = Row::time(ENGINE, "SELECT 1 (bare connection)", select);
     let pair = Row::time(ENGINE, "raw insert+delete (bare connection)", pair);
-    let cycle = Row::time(ENGINE, "try_lock+release cycle", cycle).against(&pair, None);
-    rows.extend([select.clone(), pair.clone(), cycle.clone()]);
+    let cycle = Row::time(ENGINE, "try_lock+release cycle", cycle).against(&pair, Some(1.0));
+    rows.extend([
+        select.clone(),
+        pair.clone(),
+        point_read.clone(),
+        cycle.clone(),
+    ]);
     // What the check of the server that drew the last fence costs a grant:
     // the same cycle on a store whose procedure skips it.
     let flat_cycle = Row::time(
@@ -191,8 +230,11 @@ pub async fn run(
         .against(&flat_cycle, Some(1.03)),
     );
     rows.push(Row::time(ENGINE, "refused try_lock", refused).against(&select, None));
+    rows.push(
+        Row::time(ENGINE, "refused try_lock, as above", refused).against(&point_read, Some(1.1)),
+    );
     rows.push(Row::time(ENGINE, "renew", renew).against(&pair, None));
-    rows.push(Row::time(ENGINE, "holder", holder).against(&select, None));
+    rows.push(Row::time(ENGINE, "holder", holder).against(&point_read, None));
     held.release().await.unwrap();
 
     eprintln!("bench: mysql handoffs (same store, another store)");
@@ -241,6 +283,40 @@ pub async fn run(
     let semaphore = permits::run(ENGINE, dyn_store.clone(), ITERATIONS, &pair, rows).await;
     rwlock::run(ENGINE, dyn_store.clone(), ITERATIONS, &pair, rows).await;
     semaphores.push((ENGINE, semaphore));
+    // The raw pair at the same concurrency, on a pool as large as the store's.
+    let raw_pool = MySqlPoolOptions::new()
+        .max_connections(DEFAULT_MAX_CONNECTIONS)
+        // No ping before each statement: the store sends none either.
+        .test_before_acquire(false)
+        .connect(url)
+        .await
+        .unwrap();
+    let (raw_insert, raw_delete) = (Arc::new(insert), Arc::new(delete));
+    rows.extend(
+        many::run(ENGINE, dyn_store.clone(), move |_, name| {
+            let (pool, insert, delete) = (raw_pool.clone(), raw_insert.clone(), raw_delete.clone());
+            async move {
+                let took = sqlx::query(sqlx::AssertSqlSafe(insert.as_str()))
+                    .bind(name.as_bytes())
+                    .execute(&pool)
+                    .await
+                    .unwrap()
+                    .rows_affected()
+                    == 1;
+                if took {
+                    sqlx::query(sqlx::AssertSqlSafe(delete.as_str()))
+                        .bind(name.as_bytes())
+                        .execute(&pool)
+                        .await
+                        .unwrap();
+                }
+                took
+            }
+        })
+        .await,
+    );
+    let location = format!("{url} {database}");
+    renewals.push((ENGINE, held::run(ENGINE, &location, rows).await));
 
     other.close().await.unwrap();
     flat.drop_database().await.unwrap();

@@ -11,7 +11,7 @@ use tracing::span::{Id, Record};
 use tracing_subscriber::layer::{Context, SubscriberExt};
 use tracing_subscriber::registry::LookupSpan;
 
-use crate::measure::{Rounds, once};
+use crate::measure::{Rounds, in_turn};
 use crate::report::Row;
 
 const TTL: Duration = Duration::from_secs(60);
@@ -31,16 +31,20 @@ pub async fn cycle(
 ) -> [Row; 2] {
     let mut rounds = Rounds::<2>::default();
     for round in 0..=crate::measure::RUNS {
-        let runs = [
-            once!(iterations, {
-                let lock = store.try_lock("cycle", "me", TTL).await.unwrap().unwrap();
-                lock.release().await.unwrap();
-            }),
-            once!(iterations, {
-                let permit = store.try_acquire_permit("permits", PERMITS, "me", TTL);
-                permit.await.unwrap().unwrap().release().await.unwrap();
-            }),
-        ];
+        let runs = in_turn!(
+            round,
+            iterations,
+            [
+                {
+                    let lock = store.try_lock("cycle", "me", TTL).await.unwrap().unwrap();
+                    lock.release().await.unwrap();
+                },
+                {
+                    let permit = store.try_acquire_permit("permits", PERMITS, "me", TTL);
+                    permit.await.unwrap().unwrap().release().await.unwrap();
+                },
+            ]
+        );
         rounds.record(round, runs);
     }
     let [lock, permit] = rounds.medians();

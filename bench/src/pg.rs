@@ -4,16 +4,16 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use alkstore_core::Store;
-use alkstore_postgres::PgStore;
+use alkstore_postgres::{DEFAULT_MAX_CONNECTIONS, PgStore};
 use sqlx::postgres::PgAdvisoryLock;
 use sqlx::postgres::{PgConnection, PgPoolOptions};
 use sqlx::{Connection, Either, PgPool};
 
 use crate::contention::{self, Contended};
-use crate::measure::{RUNS, Rounds, once};
+use crate::measure::{RUNS, Rounds, in_turn};
 use crate::ops;
 use crate::report::Row;
-use crate::{permits, rwlock};
+use crate::{held, many, permits, rwlock};
 
 const ENGINE: &str = "postgres";
 const TTL: Duration = Duration::from_secs(60);
@@ -166,6 +166,7 @@ pub async fn run(
     rows: &mut Vec<Row>,
     contended: &mut Vec<(&'static str, Contended)>,
     semaphores: &mut Vec<(&'static str, Vec<(usize, f64)>)>,
+    renewals: &mut Vec<(&'static str, Vec<u64>)>,
 ) -> Vec<(usize, f64)> {
     let schema = format!("bench_{}", std::process::id());
     eprintln!("bench: postgres floors and operations, alternating");
@@ -202,76 +203,120 @@ pub async fn run(
     else {
         panic!("the peer's held lock is free")
     };
-    let mut rounds = Rounds::<10>::default();
+    // The same store, its sessions tracking only top-level statements
+    // (pg_stat_statements' default), not every statement inside the
+    // acquire function as the harness's cluster does.
+    let top_url = format!(
+        "{url}{}options[pg_stat_statements.track]=top",
+        if url.contains('?') { '&' } else { '?' }
+    );
+    let top: Arc<dyn Store> = Arc::new(PgStore::connect(&top_url, &schema).await.unwrap());
+    let top_held = top
+        .try_lock("held-top", "holder", ops::HELD_TTL)
+        .await
+        .unwrap()
+        .unwrap();
+    // What a user would write instead of a refused try_lock: one prepared
+    // point read of the same row, on a bare connection.
+    let point_read =
+        format!("SELECT owner, fence, expires_at FROM \"{schema}\".locks WHERE name = $1");
+    let mut rounds = Rounds::<14>::default();
     // A B A B …: every figure and its floor share each stretch of the
     // machine's weather; the first round warms every statement up and is
     // not counted.
     for round in 0..=RUNS {
-        let round_times = [
-            once!(ITERATIONS, {
-                sqlx::query("SELECT 1").execute(&mut bare).await.unwrap();
-            }),
-            once!(ITERATIONS, {
-                assert!(
-                    store_ref
-                        .try_lock(ops::HELD, "other", TTL)
+        let round_times = in_turn!(
+            round,
+            ITERATIONS,
+            [
+                {
+                    sqlx::query("SELECT 1").execute(&mut bare).await.unwrap();
+                },
+                {
+                    assert!(
+                        store_ref
+                            .try_lock(ops::HELD, "other", TTL)
+                            .await
+                            .unwrap()
+                            .is_none()
+                    );
+                },
+                {
+                    sqlx::query("INSERT INTO bench_raw (name) VALUES ($1) ON CONFLICT DO NOTHING")
+                        .bind("x")
+                        .execute(&mut bare)
+                        .await
+                        .unwrap();
+                    sqlx::query("DELETE FROM bench_raw WHERE name = $1")
+                        .bind("x")
+                        .execute(&mut bare)
+                        .await
+                        .unwrap();
+                },
+                {
+                    let lock = store_ref
+                        .try_lock("cycle", "me", TTL)
                         .await
                         .unwrap()
-                        .is_none()
-                );
-            }),
-            once!(ITERATIONS, {
-                sqlx::query("INSERT INTO bench_raw (name) VALUES ($1) ON CONFLICT DO NOTHING")
-                    .bind("x")
-                    .execute(&mut bare)
-                    .await
-                    .unwrap();
-                sqlx::query("DELETE FROM bench_raw WHERE name = $1")
-                    .bind("x")
-                    .execute(&mut bare)
-                    .await
-                    .unwrap();
-            }),
-            once!(ITERATIONS, {
-                let lock = store_ref
-                    .try_lock("cycle", "me", TTL)
-                    .await
-                    .unwrap()
-                    .unwrap();
-                lock.release().await.unwrap();
-            }),
-            once!(ITERATIONS, {
-                sqlx::query("SELECT pg_try_advisory_lock(42)")
-                    .execute(&mut bare)
-                    .await
-                    .unwrap();
-                sqlx::query("SELECT pg_advisory_unlock(42)")
-                    .execute(&mut bare)
-                    .await
-                    .unwrap();
-            }),
-            once!(ITERATIONS, {
-                assert!(held.renew(ops::HELD_TTL).await.unwrap());
-            }),
-            once!(ITERATIONS, {
-                assert!(store_ref.holder(ops::HELD).await.unwrap().is_some());
-            }),
-            once!(ITERATIONS, {
-                let Either::Left(guard) = peer_cycle_lock.try_acquire(&mut peer).await.unwrap()
-                else {
-                    panic!("the peer's cycle lock is taken")
-                };
-                guard.release_now().await.unwrap();
-            }),
-            once!(ITERATIONS, {
-                let refused = peer_held_lock.try_acquire(&mut peer).await.unwrap();
-                assert!(matches!(refused, Either::Right(_)));
-            }),
-            once!(ITERATIONS, {
-                let lock = flat.try_lock("cycle", "me", TTL).await.unwrap().unwrap();
-                lock.release().await.unwrap();
-            }),
-        ];
+                        .unwrap();
+                    lock.release().await.unwrap();
+                },
+                {
+                    sqlx::query("SELECT pg_try_advisory_lock(42)")
+                        .execute(&mut bare)
+                        .await
+                        .unwrap();
+                    sqlx::query("SELECT pg_advisory_unlock(42)")
+                        .execute(&mut bare)
+                        .await
+                        .unwrap();
+                },
+                {
+                    assert!(held.renew(ops::HELD_TTL).await.unwrap());
+                },
+                {
+                    assert!(store_ref.holder(ops::HELD).await.unwrap().is_some());
+                },
+                {
+                    let Either::Left(guard) = peer_cycle_lock.try_acquire(&mut peer).await.unwrap()
+                    else {
+                        panic!("the peer's cycle lock is taken")
+                    };
+                    guard.release_now().await.unwrap();
+                },
+                {
+                    let refused = peer_held_lock.try_acquire(&mut peer).await.unwrap();
+                    assert!(matches!(refused, Either::Right(_)));
+                },
+                {
+                    let lock = flat.try_lock("cycle", "me", TTL).await.unwrap().unwrap();
+                    lock.release().await.unwrap();
+                },
+                {
+                    let row = sqlx::query(sqlx::AssertSqlSafe(point_read.as_str()))
+                        .bind(ops::HELD)
+                        .fetch_optional(&mut bare)
+                        .await
+                        .unwrap();
+                    assert!(row.is_some());
+                },
+                {
+                    let lock = top.try_lock("cycle", "me", TTL).await.unwrap().unwrap();
+                    lock.release().await.unwrap();
+                },
+                {
+                    assert!(
+                        top.try_lock(ops::HELD, "other", TTL)
+                            .await
+                            .unwrap()
+                            .is_none()
+                    );
+                },
+                {
+                    assert!(top_held.renew(ops::HELD_TTL).await.unwrap());
+                },
+            ]
+        );
         rounds.record(round, round_times);
     }
     drop(peer_held);
@@ -286,8 +331,18 @@ pub async fn run(
         peer_cycle,
         peer_refused,
         flat_cycle,
+        point_read,
+        top_cycle,
+        top_refused,
+        top_renew,
     ] = rounds.medians();
     let select_bare = Row::time(ENGINE, "SELECT 1 (bare connection)", select);
+    let point_read = Row::time(
+        ENGINE,
+        "raw prepared point read of the lock row (bare connection)",
+        point_read,
+    );
+    let peer_refused_row = Row::time(ENGINE, "peer: sqlx PgAdvisoryLock refused", peer_refused);
     let pair_bare = Row::time(ENGINE, "raw insert+delete (bare connection)", pair);
     let cycle_time = cycle;
     let cycle = Row::time(ENGINE, "try_lock+release cycle (10 rows)", cycle)
@@ -316,17 +371,26 @@ pub async fn run(
         cycle.clone(),
         flat_cycle,
         timeline_cost,
-        Row::time(ENGINE, "refused try_lock (10 rows)", refused).against(&select_bare, Some(1.1)),
+        point_read.clone(),
+        Row::time(ENGINE, "refused try_lock (10 rows)", refused).against(&select_bare, None),
+        Row::time(ENGINE, "refused try_lock (10 rows), as above", refused)
+            .against(&point_read, Some(1.1)),
+        Row::time(ENGINE, "refused try_lock (10 rows), as above", refused)
+            .against(&peer_refused_row, Some(1.0)),
         Row::time(ENGINE, "renew", renew).against(&pair_bare, None),
-        Row::time(ENGINE, "holder", holder).against(&select_bare, None),
+        Row::time(ENGINE, "holder", holder).against(&point_read, None),
         Row::time(
             ENGINE,
             "peer: sqlx PgAdvisoryLock try_acquire+release_now",
             peer_cycle,
         )
         .against(&pair_bare, None),
-        Row::time(ENGINE, "peer: sqlx PgAdvisoryLock refused", peer_refused)
-            .against(&select_bare, None),
+        peer_refused_row.against(&select_bare, None),
+        Row::time(ENGINE, "track=top: try_lock+release cycle", top_cycle)
+            .against(&pair_bare, Some(0.85)),
+        Row::time(ENGINE, "track=top: refused try_lock", top_refused)
+            .against(&point_read, Some(1.1)),
+        Row::time(ENGINE, "track=top: renew", top_renew).against(&pair_bare, None),
     ]);
     let lsn = wal_lsn(&mut bare).await;
     for _ in 0..1000 {
@@ -387,10 +451,12 @@ pub async fn run(
         let refused_n = ops::refused(store_ref, ITERATIONS).await;
         rows.push(
             Row::time(ENGINE, format!("refused try_lock ({size} rows)"), refused_n)
-                .against(&select_bare, Some(1.1)),
+                .against(&point_read, Some(1.1)),
         );
     }
     held.release().await.unwrap();
+    top_held.release().await.unwrap();
+    top.close().await.unwrap();
 
     eprintln!("bench: postgres contention");
     let uncontended = Row::rate(ENGINE, "uncontended cycle rate (1 task)", 1e6 / cycle.value);
@@ -437,8 +503,40 @@ pub async fn run(
     let semaphore = permits::run(ENGINE, dyn_store.clone(), ITERATIONS, &pair_bare, rows).await;
     rwlock::run(ENGINE, dyn_store.clone(), ITERATIONS, &pair_bare, rows).await;
     semaphores.push((ENGINE, semaphore));
-    let many = contention::many_names(dyn_store.clone(), "many", 64, Duration::from_secs(3)).await;
-    rows.push(Row::rate(ENGINE, "64 tasks on 64 names: cycles", many));
+    // The raw pair at the same concurrency, on a pool as large as the store's.
+    let raw_pool = PgPoolOptions::new()
+        .max_connections(DEFAULT_MAX_CONNECTIONS)
+        // No ping before each statement: the store sends none either.
+        .test_before_acquire(false)
+        .connect(url)
+        .await
+        .unwrap();
+    rows.extend(
+        many::run(ENGINE, dyn_store.clone(), move |_, name| {
+            let pool = raw_pool.clone();
+            async move {
+                let took =
+                    sqlx::query("INSERT INTO bench_raw (name) VALUES ($1) ON CONFLICT DO NOTHING")
+                        .bind(&name)
+                        .execute(&pool)
+                        .await
+                        .unwrap()
+                        .rows_affected()
+                        == 1;
+                if took {
+                    sqlx::query("DELETE FROM bench_raw WHERE name = $1")
+                        .bind(&name)
+                        .execute(&pool)
+                        .await
+                        .unwrap();
+                }
+                took
+            }
+        })
+        .await,
+    );
+    let location = format!("{url} {schema}");
+    renewals.push((ENGINE, held::run(ENGINE, &location, rows).await));
     store.drop_schema().await.unwrap();
     flat.drop_schema().await.unwrap();
     flat.close().await.unwrap();

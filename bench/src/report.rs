@@ -254,3 +254,63 @@ pub fn plot_contention(
     root.present()?;
     Ok(())
 }
+
+/// Renewals per bucket of `bucket` over time, one line per engine: kept
+/// leases renewing spread out, or in bunches.
+pub fn plot_renewals(
+    path: &Path,
+    bucket: Duration,
+    series: &[(&'static str, Vec<u64>)],
+) -> Result<(), Box<dyn std::error::Error>> {
+    let most = series
+        .iter()
+        .flat_map(|(_, s)| s.iter().copied())
+        .max()
+        .unwrap_or(1)
+        .max(1) as f64
+        * 1.1;
+    let longest = series.iter().map(|(_, s)| s.len()).max().unwrap_or(1) as f64;
+    let secs = bucket.as_secs_f64();
+    let root = SVGBackend::new(path, (900, 560)).into_drawing_area();
+    root.fill(&WHITE)?;
+    let mut chart = ChartBuilder::on(&root)
+        .caption(
+            format!(
+                "renewals of {} kept leases, per {} ms",
+                crate::held::HELD,
+                bucket.as_millis()
+            ),
+            ("sans-serif", 22),
+        )
+        .margin(15)
+        .x_label_area_size(45)
+        .y_label_area_size(70)
+        .build_cartesian_2d(0.0f64..longest * secs, 0.0f64..most)?;
+    chart
+        .configure_mesh()
+        .x_desc("seconds since the last lease was taken")
+        .y_desc("renewals")
+        .draw()?;
+    for (i, (engine, counts)) in series.iter().enumerate() {
+        let color = COLORS[i % COLORS.len()];
+        chart
+            .draw_series(LineSeries::new(
+                counts
+                    .iter()
+                    .enumerate()
+                    .map(|(k, n)| (k as f64 * secs, *n as f64)),
+                color.stroke_width(2),
+            ))?
+            .label(*engine)
+            .legend(move |(x, y)| {
+                PathElement::new(vec![(x, y), (x + 20, y)], color.stroke_width(2))
+            });
+    }
+    chart
+        .configure_series_labels()
+        .border_style(BLACK)
+        .background_style(WHITE)
+        .draw()?;
+    root.present()?;
+    Ok(())
+}

@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 
 use alkstore_core::Store;
 
-use crate::measure::{Rounds, once};
+use crate::measure::{Rounds, in_turn};
 use crate::report::Row;
 
 const TTL: Duration = Duration::from_secs(60);
@@ -25,20 +25,24 @@ pub async fn cycle(
 ) -> [Row; 3] {
     let mut rounds = Rounds::<3>::default();
     for round in 0..=crate::measure::RUNS {
-        let runs = [
-            once!(iterations, {
-                let lock = store.try_lock("cycle", "me", TTL).await.unwrap().unwrap();
-                lock.release().await.unwrap();
-            }),
-            once!(iterations, {
-                let read = store.try_read_lock("rw-read", "me", TTL).await.unwrap();
-                read.unwrap().release().await.unwrap();
-            }),
-            once!(iterations, {
-                let write = store.try_write_lock("rw-write", "me", TTL).await.unwrap();
-                write.unwrap().release().await.unwrap();
-            }),
-        ];
+        let runs = in_turn!(
+            round,
+            iterations,
+            [
+                {
+                    let lock = store.try_lock("cycle", "me", TTL).await.unwrap().unwrap();
+                    lock.release().await.unwrap();
+                },
+                {
+                    let read = store.try_read_lock("rw-read", "me", TTL).await.unwrap();
+                    read.unwrap().release().await.unwrap();
+                },
+                {
+                    let write = store.try_write_lock("rw-write", "me", TTL).await.unwrap();
+                    write.unwrap().release().await.unwrap();
+                },
+            ]
+        );
         rounds.record(round, runs);
     }
     let [lock, read, write] = rounds.medians();

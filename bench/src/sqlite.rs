@@ -1,7 +1,7 @@
 //! The SQLite figures and their floors.
 
 use std::path::Path;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use alkstore_core::Store;
@@ -10,10 +10,10 @@ use alkstore_sqlite::{SqliteStore, unbridged};
 use rusqlite::Connection;
 
 use crate::contention::{self, Contended};
-use crate::measure::{RUNS, Rounds, longest_poll, once, percentile};
+use crate::measure::{RUNS, Rounds, in_turn, longest_poll, percentile};
 use crate::ops;
 use crate::report::Row;
-use crate::{permits, rwlock};
+use crate::{held, many, permits, rwlock};
 
 const ENGINE: &str = "sqlite";
 const TTL: Duration = Duration::from_secs(30);
@@ -27,6 +27,32 @@ fn raw_connection(path: &Path) -> Connection {
     )
     .unwrap();
     conn
+}
+
+/// The raw pair on `name`, a synced insert and an unsynced delete: true
+/// when the insert took the name (another task may hold it).
+fn raw_pair(conn: &Connection, name: &str) -> bool {
+    conn.prepare_cached("PRAGMA synchronous = FULL")
+        .unwrap()
+        .execute([])
+        .unwrap();
+    let took = conn
+        .prepare_cached("INSERT OR IGNORE INTO raw (name) VALUES (?1)")
+        .unwrap()
+        .execute([name])
+        .unwrap()
+        == 1;
+    conn.prepare_cached("PRAGMA synchronous = NORMAL")
+        .unwrap()
+        .execute([])
+        .unwrap();
+    if took {
+        conn.prepare_cached("DELETE FROM raw WHERE name = ?1")
+            .unwrap()
+            .execute([name])
+            .unwrap();
+    }
+    took
 }
 
 /// Adds `n` live rows of other names to the store's table.
@@ -65,6 +91,7 @@ pub async fn run(
     rows: &mut Vec<Row>,
     contended: &mut Vec<(&'static str, Contended)>,
     semaphores: &mut Vec<(&'static str, Vec<(usize, f64)>)>,
+    renewals: &mut Vec<(&'static str, Vec<u64>)>,
 ) -> Vec<(usize, f64)> {
     eprintln!("bench: sqlite floors and operations, alternating");
     let raw = raw_connection(&dir.join("raw.db"));
@@ -93,39 +120,43 @@ pub async fn run(
     let mut rounds = Rounds::<7>::default();
     // A B A B …; the first round warms up and is not counted.
     for round in 0..=RUNS {
-        let round_times = [
-            once!(ITERATIONS, {
-                synced.execute([]).unwrap();
-                insert.execute(["x"]).unwrap();
-                unsynced.execute([]).unwrap();
-                delete.execute(["x"]).unwrap();
-            }),
-            once!(ITERATIONS, {
-                let _: Option<String> = select.query_row(["held"], |r| r.get(0)).ok();
-            }),
-            once!(ITERATIONS, {
-                engine_cycle(&mut engine_conn);
-            }),
-            once!(ITERATIONS, {
-                let lock = store.try_lock("cycle", "me", TTL).await.unwrap().unwrap();
-                lock.release().await.unwrap();
-            }),
-            once!(ITERATIONS, {
-                assert!(
-                    store
-                        .try_lock(ops::HELD, "other", TTL)
-                        .await
-                        .unwrap()
-                        .is_none()
-                );
-            }),
-            once!(ITERATIONS, {
-                assert!(held.renew(ops::HELD_TTL).await.unwrap());
-            }),
-            once!(ITERATIONS, {
-                assert!(store.holder(ops::HELD).await.unwrap().is_some());
-            }),
-        ];
+        let round_times = in_turn!(
+            round,
+            ITERATIONS,
+            [
+                {
+                    synced.execute([]).unwrap();
+                    insert.execute(["x"]).unwrap();
+                    unsynced.execute([]).unwrap();
+                    delete.execute(["x"]).unwrap();
+                },
+                {
+                    let _: Option<String> = select.query_row(["held"], |r| r.get(0)).ok();
+                },
+                {
+                    engine_cycle(&mut engine_conn);
+                },
+                {
+                    let lock = store.try_lock("cycle", "me", TTL).await.unwrap().unwrap();
+                    lock.release().await.unwrap();
+                },
+                {
+                    assert!(
+                        store
+                            .try_lock(ops::HELD, "other", TTL)
+                            .await
+                            .unwrap()
+                            .is_none()
+                    );
+                },
+                {
+                    assert!(held.renew(ops::HELD_TTL).await.unwrap());
+                },
+                {
+                    assert!(store.holder(ops::HELD).await.unwrap().is_some());
+                },
+            ]
+        );
         rounds.record(round, round_times);
     }
     drop((insert, delete, select, synced, unsynced));
@@ -225,8 +256,17 @@ pub async fn run(
         curve.push((tasks, run.grants_per_sec));
         contended.push((ENGINE, run));
     }
-    let many = contention::many_names(store.clone(), "many", 64, Duration::from_secs(3)).await;
-    rows.push(Row::rate(ENGINE, "64 tasks on 64 names: cycles", many));
+    // The raw pair at the same concurrency: one connection (SQLite has one
+    // writer), the engine's sync settings, on the calling worker.
+    let raw = Arc::new(Mutex::new(raw_connection(&dir.join("many-raw.db"))));
+    rows.extend(
+        many::run(ENGINE, store.clone(), move |_, name| {
+            let raw = raw.clone();
+            async move { raw_pair(&raw.lock().unwrap(), &name) }
+        })
+        .await,
+    );
+    renewals.push((ENGINE, held::run(ENGINE, db.to_str().unwrap(), rows).await));
 
     eprintln!("bench: sqlite two processes on one file");
     let child = tokio::process::Command::new(std::env::current_exe().unwrap())
