@@ -7,6 +7,8 @@ use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex, Weak};
 use std::time::Instant;
 
+use tokio::sync::Notify;
+
 use crate::engine::GrantKey;
 
 /// The shared state of one grant's handles.
@@ -32,6 +34,9 @@ pub(crate) struct GrantState {
     cap: Option<Instant>,
     /// Whether sharing this grant between handles was already warned of.
     warned: bool,
+    /// Notified whenever `valid_until` comes down, for a keep-alive to act
+    /// on it at once rather than look at it every so often.
+    lowered: Arc<Notify>,
 }
 
 /// The renewals sent since the grant's state last settled.
@@ -43,7 +48,10 @@ struct Batch {
 
 impl GrantState {
     fn lower(&mut self, to: Instant) {
-        self.valid_until = self.valid_until.min(to);
+        if to < self.valid_until {
+            self.valid_until = to;
+            self.lowered.notify_waiters();
+        }
     }
 }
 
@@ -57,6 +65,11 @@ fn lock(state: &SharedGrant) -> std::sync::MutexGuard<'_, GrantState> {
 /// The conservative deadline of a grant.
 pub(crate) fn valid_until(state: &SharedGrant) -> Instant {
     lock(state).valid_until
+}
+
+/// The signal notified whenever the grant's deadline comes down.
+pub(crate) fn lowered(state: &SharedGrant) -> Arc<Notify> {
+    lock(state).lowered.clone()
 }
 
 /// A renewal that would make the lease end at `until` (its sending plus its
@@ -200,7 +213,7 @@ impl Grants {
         if let Some(state) = live.get(key).and_then(Weak::upgrade) {
             let first_time = {
                 let mut shared = lock(&state);
-                shared.valid_until = shared.valid_until.min(until);
+                shared.lower(until);
                 !std::mem::replace(&mut shared.warned, true)
             };
             return (state, first_time);
@@ -211,6 +224,7 @@ impl Grants {
             batch: None,
             cap: None,
             warned: false,
+            lowered: Arc::new(Notify::new()),
         }));
         // Entries whose last handle went while a renewal task still held
         // the state are swept now and then (amortised: when the map has

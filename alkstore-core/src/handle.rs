@@ -5,6 +5,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
+use tokio::sync::Notify;
 use tracing::{Instrument, field};
 
 use crate::clock::valid_until;
@@ -112,6 +113,10 @@ impl<E: Engine> Lock for EngineLock<E> {
 
     fn valid_until(&self) -> Instant {
         self.deadline()
+    }
+
+    fn valid_until_lowered(&self) -> Option<Arc<Notify>> {
+        Some(grant::lowered(self.state()))
     }
 
     async fn renew(&self, ttl: Duration) -> Result<bool> {

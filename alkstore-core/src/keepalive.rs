@@ -14,7 +14,9 @@ use crate::store::Lock;
 /// The pause between retries after a failed renewal.
 const RETRY_PAUSE: Duration = Duration::from_millis(50);
 
-/// The longest a keep-alive goes without looking at its lock's deadline.
+/// The longest a keep-alive goes without looking at its lock's deadline,
+/// when the lock gives no signal of its lowering
+/// ([`Lock::valid_until_lowered`]).
 const WATCH_CEILING: Duration = Duration::from_millis(100);
 
 /// The shortest pause between two looks (a zero margin would spin).
@@ -72,7 +74,8 @@ pub enum KeepAliveOptionsError {
 pub struct KeepAliveOptions {
     /// The lease each renewal asks for.
     pub ttl: Duration,
-    /// Time between renewals (default: `ttl / 3`).
+    /// Time between renewals (default: `ttl / 3`). The first renewal comes
+    /// sooner, at a random point from a quarter of it on.
     pub interval: Duration,
     /// How long before `valid_until` the keep-alive gives up and signals
     /// [`LeaseStatus::Lost`] when renewals keep failing (default: `ttl / 10`),
@@ -94,7 +97,9 @@ impl KeepAliveOptions {
 
 /// A held lock renewed in the background.
 ///
-/// Renewals run every `interval`; a failed renewal is retried until it
+/// Renewals run every `interval`, the first at a random point between a
+/// quarter of the interval and the interval (so that leases taken together
+/// do not all renew together); a failed renewal is retried until it
 /// succeeds or the lease is about to end. The holder hears of a loss through
 /// [`KeepAlive::lost`] or [`KeepAlive::status`] before the conservative
 /// `valid_until` passes: a renewal that answered `false` is reported at once,
@@ -292,6 +297,21 @@ fn schedule(
     (next.min(halfway), give_up)
 }
 
+/// When to count the first cycle from: up to three quarters of an interval
+/// before `now`, at random, so that the first renewal comes somewhere
+/// between a quarter of the interval and the interval. Leases taken
+/// together (10 000 at a service's start) then renew spread over most of
+/// an interval rather than all at once, every interval, against the
+/// database; each renews every `interval` after its first. Earlier is
+/// always safe: a renewal only extends. A lease held for less than a
+/// quarter of the interval is never renewed.
+fn spread_first_renewal(now: Instant, options: &KeepAliveOptions) -> Instant {
+    let random = getrandom::u64().unwrap_or(0);
+    let fraction = (random >> 11) as f64 / (1u64 << 53) as f64;
+    now.checked_sub(options.interval.mul_f64(0.75 * fraction))
+        .unwrap_or(now)
+}
+
 /// The margin to keep before the end of a lease of `span`: the configured
 /// one, or a quarter of the lease if that is less (a lease shorter than the
 /// keep-alive expects still gets renewed before it ends).
@@ -308,7 +328,7 @@ async fn keep(
     stop: Arc<Notify>,
 ) {
     let keeper = Keeper::new(lock, options, status, stop);
-    let mut last = Instant::now();
+    let mut last = spread_first_renewal(Instant::now(), &options);
     loop {
         let Some(give_up) = keeper.wait_until_due(last).await else {
             return;
@@ -350,9 +370,10 @@ struct Keeper {
     /// A renewal's own lease ends `ttl` after it is sent: an answer later
     /// than this much after sending comes too late to be of use.
     useful_for: Duration,
-    /// How often the deadline is looked at between renewals: it can come
-    /// down meanwhile (a renewal with a shorter ttl through `lock()`, a twin
-    /// handle's release), and then the next renewal is due sooner.
+    /// How often the deadline is looked at between renewals, for a lock
+    /// that does not signal its lowering: it can come down meanwhile (a
+    /// renewal with a shorter ttl through `lock()`, a twin handle's
+    /// release), and then the next renewal is due sooner.
     watch: Duration,
 }
 
@@ -389,21 +410,47 @@ impl Keeper {
     /// answers when to give up on it; `None` when asked to stop. Due times
     /// only ever move earlier while waiting: recomputed from a later `now`,
     /// "halfway to giving up" would keep sliding later.
+    ///
+    /// A lock that signals its deadline coming down
+    /// ([`Lock::valid_until_lowered`]) is looked at again when it does;
+    /// any other every `watch`.
     async fn wait_until_due(&self, last: Instant) -> Option<Instant> {
-        let (mut due, mut give_up) =
-            schedule(self.lock.valid_until(), last, Instant::now(), &self.options);
+        let signal = self.lock.valid_until_lowered();
+        let (mut due, mut give_up) = (None::<Instant>, None::<Instant>);
         loop {
+            // Listening before the deadline is read: a lowering after the
+            // read wakes this wait, one before it is in the read.
+            let lowered = signal.as_ref().map(|signal| signal.notified());
+            tokio::pin!(lowered);
+            if let Some(lowered) = lowered.as_mut().as_pin_mut() {
+                lowered.enable();
+            }
             let now = Instant::now();
-            if due <= now {
-                return Some(give_up);
+            let (next, until) = schedule(self.lock.valid_until(), last, now, &self.options);
+            let (next, until) = (
+                due.map_or(next, |d| d.min(next)),
+                give_up.map_or(until, |g| g.min(until)),
+            );
+            (due, give_up) = (Some(next), Some(until));
+            if next <= now {
+                return Some(until);
             }
-            if self.stopped_before(due.min(now + self.watch)).await {
-                return None;
+            let look = match signal {
+                Some(_) => next,
+                None => next.min(now + self.watch),
+            };
+            let signalled = async {
+                match lowered.as_mut().as_pin_mut() {
+                    Some(lowered) => lowered.await,
+                    None => std::future::pending().await,
+                }
+            };
+            tokio::select! {
+                biased;
+                () = self.stop.notified() => return None,
+                () = tokio::time::sleep_until(look.into()) => {}
+                () = signalled => {}
             }
-            let (next, until) =
-                schedule(self.lock.valid_until(), last, Instant::now(), &self.options);
-            due = due.min(next);
-            give_up = give_up.min(until);
         }
     }
 
@@ -555,6 +602,10 @@ mod tests {
         /// When a twin handle's release ended the grant: `valid_until`
         /// never goes past it, whatever renewals answer.
         ended_at: Option<Instant>,
+        /// The signal of a lowered deadline it offers, if any.
+        lowered: Option<Arc<Notify>>,
+        /// How many times `valid_until` was read.
+        looks: Arc<Mutex<u32>>,
     }
 
     impl Scripted {
@@ -568,6 +619,8 @@ mod tests {
                 sent: Arc::default(),
                 released: Arc::default(),
                 ended_at: None,
+                lowered: None,
+                looks: Arc::default(),
             }
         }
     }
@@ -584,8 +637,12 @@ mod tests {
             1
         }
         fn valid_until(&self) -> Instant {
+            *self.looks.lock().unwrap() += 1;
             let until = *self.valid_until.lock().unwrap();
             self.ended_at.map_or(until, |ended| until.min(ended))
+        }
+        fn valid_until_lowered(&self) -> Option<Arc<Notify>> {
+            self.lowered.clone()
         }
         async fn renew(&self, ttl: Duration) -> Result<bool> {
             let sent = Instant::now();
@@ -637,6 +694,34 @@ mod tests {
         }
         let reason = kept.lost().await;
         assert_eq!(reason, LostReason::Revoked);
+        assert!(
+            lowered.elapsed() < Duration::from_millis(500),
+            "acted on the lowered deadline only after {:?}",
+            lowered.elapsed()
+        );
+    }
+
+    /// A lock that signals its deadline coming down is not looked at
+    /// between renewals until it does; then at once.
+    #[tokio::test]
+    async fn a_signalled_lowering_is_acted_on_at_once_and_nothing_polls_meanwhile() {
+        let ttl = Duration::from_secs(30);
+        let signal = Arc::new(Notify::new());
+        let lock = Scripted {
+            lowered: Some(signal.clone()),
+            ..Scripted::new(ttl, vec![Some(false)])
+        };
+        let (deadline, looks) = (lock.valid_until.clone(), lock.looks.clone());
+        let kept = KeepAlive::start(Box::new(lock), ttl).unwrap();
+        // The first renewal is due 2.5 s from the start at the soonest; a
+        // keep-alive looking every 100 ms would have looked 10 times by now.
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        let looked = *looks.lock().unwrap();
+        assert!(looked <= 3, "looked at the deadline {looked} times");
+        let lowered = Instant::now();
+        *deadline.lock().unwrap() = lowered;
+        signal.notify_waiters();
+        assert_eq!(kept.lost().await, LostReason::Revoked);
         assert!(
             lowered.elapsed() < Duration::from_millis(500),
             "acted on the lowered deadline only after {:?}",
@@ -726,6 +811,58 @@ mod tests {
         assert_eq!(schedule(now + secs(10), now, now, &often).0, now + secs(2));
         assert_eq!(margin_within(&options, secs(2)), Duration::from_millis(500));
         assert_eq!(margin_within(&options, secs(8)), secs(1));
+    }
+
+    /// The first cycle counts from up to three quarters of an interval
+    /// back, at random: first renewals of leases taken together fall
+    /// anywhere from a quarter of the interval to the interval.
+    #[test]
+    fn first_renewals_are_spread_over_three_quarters_of_the_interval() {
+        let now = Instant::now() + Duration::from_secs(3600);
+        let options = KeepAliveOptions::new(Duration::from_secs(30));
+        let backs: Vec<Duration> = (0..1000)
+            .map(|_| now - spread_first_renewal(now, &options))
+            .collect();
+        let most = options.interval.mul_f64(0.75);
+        assert!(backs.iter().all(|back| *back <= most));
+        // 1000 draws, each below a tenth of the range or within its top
+        // tenth with chance 1/10: none there is a 1 in 10^45 chance.
+        assert!(backs.iter().any(|back| *back < most / 10));
+        assert!(backs.iter().any(|back| *back > most - most / 10));
+    }
+
+    /// Keep-alives started together send their first renewals spread out,
+    /// none before a quarter of the interval.
+    #[tokio::test]
+    async fn keep_alives_started_together_renew_apart() {
+        let ttl = Duration::from_secs(3);
+        let options = KeepAliveOptions::new(ttl);
+        let started = Instant::now();
+        let kept: Vec<(KeepAlive, Arc<Mutex<Vec<Instant>>>)> = (0..20)
+            .map(|_| {
+                let lock = Scripted::new(ttl, vec![]);
+                let sent = lock.sent.clone();
+                (
+                    KeepAlive::with_options(Box::new(lock), options).unwrap(),
+                    sent,
+                )
+            })
+            .collect();
+        let mut firsts = Vec::new();
+        for (_, sent) in &kept {
+            while sent.lock().unwrap().is_empty() {
+                tokio::time::sleep(Duration::from_millis(5)).await;
+            }
+            firsts.push(sent.lock().unwrap()[0] - started);
+        }
+        assert!(firsts.iter().all(|first| *first >= options.interval / 4));
+        let (earliest, latest) = (firsts.iter().min().unwrap(), firsts.iter().max().unwrap());
+        // 20 draws over 750 ms all within 250 ms of each other: a chance
+        // of about 1 in 10^8.
+        assert!(
+            *latest - *earliest >= Duration::from_millis(250),
+            "first renewals bunched: {firsts:?}"
+        );
     }
 
     /// Dropping the keep-alive stops its renewals.

@@ -1,8 +1,10 @@
 //! The two traits every engine provides, and what `holder` reports.
 
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
+use tokio::sync::Notify;
 
 use crate::error::{Error, Result};
 use crate::permit::PermitSlot;
@@ -293,6 +295,16 @@ pub trait Lock: Send + Sync + std::fmt::Debug {
     /// (conservative: the moment the request was sent, plus the lease time the
     /// engine reported left, less the clock's rounding margin).
     fn valid_until(&self) -> Instant;
+    /// A signal notified (`notify_waiters`) whenever this handle's
+    /// `valid_until` comes down: a renewal sent with a shorter ttl, a
+    /// renewal answered "lost", a release of the grant through any handle
+    /// of it. A [`KeepAlive`](crate::KeepAlive) waits on it between
+    /// renewals; without one (`None`, the provided answer, for
+    /// implementations that cannot tell) it looks at `valid_until` every
+    /// 100 ms at most instead, which costs a wake-up each time.
+    fn valid_until_lowered(&self) -> Option<Arc<Notify>> {
+        None
+    }
     /// New full window `ttl` from now (not added to the old one). `Ok(false)`: the lease is lost.
     async fn renew(&self, ttl: Duration) -> Result<bool>;
     /// `Ok(true)`: the row of this grant was still there and is now gone. `Ok(false)`: it was not there.

@@ -436,6 +436,33 @@ async fn processes_opening_one_new_file_at_once_all_succeed() {
     assert!(failed.is_empty(), "children failed:\n{}", failed.join("\n"));
 }
 
+/// A keep-alive hears at once of its grant released through a twin handle
+/// (the store signals the lowered deadline; nothing polls): `Revoked` well
+/// before the first renewal would have been due (2.5 s at the soonest).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_keepalive_hears_of_a_twins_release_at_once() {
+    use alkstore_core::{KeepAlive, LostReason};
+    let dir = tempfile::tempdir().unwrap();
+    let store = SqliteStore::open(dir.path().join("locks.db"))
+        .await
+        .unwrap();
+    let ttl = Duration::from_secs(30);
+    let lock = store.try_lock("job", "a", ttl).await.unwrap().unwrap();
+    let twin = store.try_lock("job", "a", ttl).await.unwrap().unwrap();
+    let kept = KeepAlive::start(lock, ttl).unwrap();
+    // Released once the keep-alive waits for its first renewal (had it not
+    // read the deadline yet, it would find it lowered, signal or not).
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let released = std::time::Instant::now();
+    assert!(twin.release().await.unwrap());
+    assert_eq!(kept.lost().await, LostReason::Revoked);
+    assert!(
+        released.elapsed() < Duration::from_secs(2),
+        "heard of the release only after {:?}",
+        released.elapsed()
+    );
+}
+
 /// A keep-alive that cannot renew in time (another connection keeps the file
 /// write-locked) says so, then releases the grant: when the write lock goes
 /// and the renewal it gave up on lands, the name is still free at once, not
@@ -453,8 +480,9 @@ async fn a_lease_the_keepalive_gave_up_on_frees_the_name() {
     blocker.execute_batch("BEGIN IMMEDIATE").unwrap();
     let kept = KeepAlive::start(lock, ttl).unwrap();
     assert_not_renewed_in_time(&kept).await;
-    // The renewal given up on (sent at ttl / 3, so it would extend the
-    // lease to 4 s, 1.3 s from here) is still queued; let it through.
+    // The renewal given up on (sent within the first second, so it would
+    // extend the lease to 4 s at most, 1.3 s from here) is still queued;
+    // let it through.
     blocker.execute_batch("ROLLBACK").unwrap();
     let next = other
         .lock("job", "b", ttl, Duration::from_millis(500))
