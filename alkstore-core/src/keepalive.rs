@@ -290,11 +290,18 @@ fn schedule(
     now: Instant,
     options: &KeepAliveOptions,
 ) -> (Instant, Instant) {
-    let left = valid_until.saturating_duration_since(now);
-    let give_up = valid_until - margin_within(options, left);
+    let give_up = give_up_point(valid_until, now, options);
     let halfway = now + give_up.saturating_duration_since(now) / 2;
     let next = last.checked_add(options.interval).unwrap_or(halfway);
     (next.min(halfway), give_up)
+}
+
+/// When to give up on renewing a lease certainly valid until
+/// `valid_until`: the margin before it, or a quarter of the lease left if
+/// that is less.
+fn give_up_point(valid_until: Instant, now: Instant, options: &KeepAliveOptions) -> Instant {
+    let left = valid_until.saturating_duration_since(now);
+    valid_until - margin_within(options, left)
 }
 
 /// When to count the first cycle from: up to three quarters of an interval
@@ -456,9 +463,15 @@ impl Keeper {
 
     /// Renews, retrying transient failures after [`RETRY_PAUSE`] while
     /// there is time before `give_up`.
-    async fn renew_until_given_up(&self, give_up: Instant) -> Renewal {
+    async fn renew_until_given_up(&self, mut give_up: Instant) -> Renewal {
         let mut last_error = None;
         loop {
+            // The deadline may have come down since (a renewal through
+            // `lock()` with a shorter ttl, a twin handle's release): give up
+            // by its margin, not the old one's. One already over gets one
+            // last renewal, whose answer says why (`renew_once`).
+            let lowered = give_up_point(self.lock.valid_until(), Instant::now(), &self.options);
+            give_up = give_up.min(lowered);
             let error = match self.renew_once(give_up, &last_error).await {
                 Answer::Final(renewal) => return renewal,
                 Answer::Failed(error) => error,
@@ -701,6 +714,33 @@ mod tests {
         );
     }
 
+    /// The deadline comes down while renewals keep failing (a renewal
+    /// through `lock()` with a shorter ttl): the loss is reported before
+    /// the lowered deadline, not at the margin before the old one.
+    #[tokio::test]
+    async fn a_deadline_lowered_during_retries_moves_the_give_up_point() {
+        let ttl = Duration::from_secs(3);
+        let lock = Scripted::new(ttl, vec![None; 1000]);
+        let deadline = lock.valid_until.clone();
+        let options = KeepAliveOptions {
+            interval: Duration::from_millis(20),
+            ..KeepAliveOptions::new(ttl)
+        };
+        let kept = KeepAlive::with_options(Box::new(lock), options).unwrap();
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        let lowered = Instant::now() + Duration::from_secs(1);
+        *deadline.lock().unwrap() = lowered;
+        assert!(matches!(
+            kept.lost().await,
+            LostReason::NotRenewedInTime { .. }
+        ));
+        assert!(
+            Instant::now() < lowered,
+            "told {:?} after the lowered deadline",
+            Instant::now() - lowered
+        );
+    }
+
     /// A lock that signals its deadline coming down is not looked at
     /// between renewals until it does; then at once.
     #[tokio::test]
@@ -835,7 +875,7 @@ mod tests {
     /// none before a quarter of the interval.
     #[tokio::test]
     async fn keep_alives_started_together_renew_apart() {
-        let ttl = Duration::from_secs(3);
+        let ttl = Duration::from_secs(6);
         let options = KeepAliveOptions::new(ttl);
         let started = Instant::now();
         let kept: Vec<(KeepAlive, Arc<Mutex<Vec<Instant>>>)> = (0..20)
@@ -857,10 +897,10 @@ mod tests {
         }
         assert!(firsts.iter().all(|first| *first >= options.interval / 4));
         let (earliest, latest) = (firsts.iter().min().unwrap(), firsts.iter().max().unwrap());
-        // 20 draws over 750 ms all within 250 ms of each other: a chance
-        // of about 1 in 10^8.
+        // 20 draws over 1.5 s all within 0.5 s of each other: a chance of
+        // about 1 in 10^8.
         assert!(
-            *latest - *earliest >= Duration::from_millis(250),
+            *latest - *earliest >= Duration::from_millis(500),
             "first renewals bunched: {firsts:?}"
         );
     }

@@ -100,12 +100,13 @@ async fn a_lease_the_keepalive_gave_up_on_frees_the_name() {
         return;
     };
     let other = PgStore::connect(&schema.url, &schema.name).await.unwrap();
-    // Renewals every 2 s; given up 0.6 s before the lease ends at 6 s. The
-    // first renewal, sent at 2 s, sleeps 3.6 s and would land at about
-    // 5.6 s, extending the lease to 8 s.
+    // Renewals every 2 s, the first at 0.5 s to 2 s (spread at random);
+    // given up 0.6 s before the lease ends at 6 s. The first renewal
+    // sleeps 5 s and would land at 5.5 s to 7 s, after the give-up point,
+    // extending the lease past 6 s.
     let ttl = Duration::from_secs(6);
     let lock = store.try_lock("n", "a", ttl).await.unwrap().expect("free");
-    delay_next_update(&store, 3.6).await;
+    delay_next_update(&store, 5.0).await;
     let kept = KeepAlive::start(lock, ttl).unwrap();
     assert_not_renewed_in_time(&kept).await;
     let next = other
