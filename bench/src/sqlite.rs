@@ -262,7 +262,13 @@ pub async fn run(
     rows.extend(
         many::run(ENGINE, store.clone(), move |_, name| {
             let raw = raw.clone();
-            async move { raw_pair(&raw.lock().unwrap(), &name) }
+            async move {
+                // A pair never waits, so its task would never yield (and
+                // the run's timer never fire): spend tokio's budget, as the
+                // store's calls do.
+                tokio::task::consume_budget().await;
+                raw_pair(&raw.lock().unwrap(), &name)
+            }
         })
         .await,
     );
