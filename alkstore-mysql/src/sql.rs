@@ -314,14 +314,17 @@ impl Statements {
         );
         // The acquire procedure: one CALL, one round trip.
         //
-        // 1. A plain (consistent, non-locking) read: someone else's live row,
-        //    or live rows of the name in `permits` (a semaphore's or a
-        //    reader-writer lock's), answer "held" at once — the read's own
-        //    row is the answer, no second statement — and nothing is
-        //    written or locked. Otherwise it answers no row (an empty result
-        //    set ahead of the one that follows: the caller reads the one row
-        //    of the CALL), and the same owner's live row goes on to 2, where
-        //    it is locked and confirmed by a write before it is answered.
+        // 1. Plain (consistent, non-locking) reads: someone else's live row
+        //    answers "held" at once — the read's own row is the answer, no
+        //    statement more — and nothing is written or locked; when it
+        //    finds none it answers no row (an empty result set ahead of the
+        //    one that follows: the caller reads the one row of the CALL).
+        //    Then live rows of the name in `permits` (a semaphore's or a
+        //    reader-writer lock's) refuse the same way, read into a
+        //    variable (a read that sends rows costs more than one that
+        //    does not, and most names have none). The same owner's live
+        //    row goes on to 2, where it is locked and confirmed by a write
+        //    before it is answered.
         // 2. Otherwise one READ COMMITTED transaction, which draws a fence
         //    only while it holds the name's row lock: an expired row is
         //    locked (FOR UPDATE, waiting out a renewal, release or purge in
@@ -362,14 +365,16 @@ impl Statements {
         look: LOOP
             {BOUND_WAITS}
             SELECT FALSE, fence, expires_at - now_ms, NULL FROM {locks}
-             WHERE name = p_name AND expires_at > now_ms AND owner <> p_owner
-            UNION ALL
-            SELECT FALSE, 0, 0, MAX(permits) FROM {permits}
-             WHERE name = p_name AND expires_at > now_ms
-            HAVING COUNT(*) > 0
-            LIMIT 1;
+             WHERE name = p_name AND expires_at > now_ms AND owner <> p_owner;
             IF FOUND_ROWS() > 0 THEN
                 {RESTORE_WAITS}
+                LEAVE look;
+            END IF;
+            SELECT MAX(permits) INTO semaphore FROM {permits}
+             WHERE name = p_name AND expires_at > now_ms;
+            IF semaphore IS NOT NULL THEN
+                {RESTORE_WAITS}
+                SELECT FALSE, 0, 0, semaphore;
                 LEAVE look;
             END IF;
             SET TRANSACTION ISOLATION LEVEL READ COMMITTED;
