@@ -28,15 +28,12 @@ use sqlx::{MySqlConnection, SqlStr};
 /// procedure that refuses a name live permits hold): upgraded in place.
 /// 5 had no reader-writer locks (`acquire_rw`; their rows live in
 /// `permits`, marked with permits 0): upgraded in place.
-/// 6's acquire procedure answered a refusal with a second statement after
-/// its plain read, and read `permits` twice more than it needs: upgraded in
-/// place (only the procedure changed).
-pub const SCHEMA_VERSION: i64 = 7;
+pub const SCHEMA_VERSION: i64 = 6;
 
 /// Older layouts an opener upgrades in place, under the creation lock: the
 /// procedures replaced (`CREATE OR REPLACE`), what is missing created, the
 /// version recorded.
-pub(crate) const UPGRADABLE: std::ops::RangeInclusive<i64> = 1..=6;
+pub(crate) const UPGRADABLE: std::ops::RangeInclusive<i64> = 1..=5;
 
 /// The `meta` key the acquire procedure counts up to confirm the same
 /// owner's grant with a write of its own: a change that goes into the binary
@@ -314,17 +311,10 @@ impl Statements {
         );
         // The acquire procedure: one CALL, one round trip.
         //
-        // 1. Plain (consistent, non-locking) reads: someone else's live row
-        //    answers "held" at once — the read's own row is the answer, no
-        //    statement more — and nothing is written or locked; when it
-        //    finds none it answers no row (an empty result set ahead of the
-        //    one that follows: the caller reads the one row of the CALL).
-        //    Then live rows of the name in `permits` (a semaphore's or a
-        //    reader-writer lock's) refuse the same way, read into a
-        //    variable (a read that sends rows costs more than one that
-        //    does not, and most names have none). The same owner's live
-        //    row goes on to 2, where it is locked and confirmed by a write
-        //    before it is answered.
+        // 1. A plain (consistent, non-locking) read: someone else's live row
+        //    answers "held" at once, and nothing is written or locked. The
+        //    same owner's live row goes on to 2, where it is locked and
+        //    confirmed by a write before it is answered.
         // 2. Otherwise one READ COMMITTED transaction, which draws a fence
         //    only while it holds the name's row lock: an expired row is
         //    locked (FOR UPDATE, waiting out a renewal, release or purge in
@@ -360,16 +350,18 @@ impl Statements {
         DECLARE duplicate BOOL DEFAULT FALSE;
         DECLARE drawn_by BIGINT;
         DECLARE semaphore INT;
-        DECLARE expired INT;
         {handlers}
         look: LOOP
             {BOUND_WAITS}
-            SELECT FALSE, fence, expires_at - now_ms, NULL FROM {locks}
-             WHERE name = p_name AND expires_at > now_ms AND owner <> p_owner;
-            IF FOUND_ROWS() > 0 THEN
+            SELECT COUNT(*), MAX(owner), MAX(fence), MAX(expires_at)
+              INTO found, held_owner, held_fence, held_until
+              FROM {locks} WHERE name = p_name;
+            IF found = 1 AND held_until > now_ms AND held_owner <> p_owner THEN
                 {RESTORE_WAITS}
+                SELECT FALSE, held_fence, held_until - now_ms, NULL;
                 LEAVE look;
             END IF;
+            -- A semaphore's live permits refuse by the same plain read.
             SELECT MAX(permits) INTO semaphore FROM {permits}
              WHERE name = p_name AND expires_at > now_ms;
             IF semaphore IS NOT NULL THEN
@@ -410,18 +402,15 @@ impl Statements {
                 -- never touched, bringing the permit back beside the lock;
                 -- every later renewal of it answers lost (its holder can
                 -- still release it; a purge removes it). Then live permits
-                -- refuse: one read finds both, and only after a fence-off
-                -- (which may have waited) are live ones looked for again.
-                SELECT MAX(IF(expires_at > now_ms, permits, NULL)),
-                       COUNT(IF(expires_at <= now_ms AND expires_at > 0, 1, NULL))
-                  INTO semaphore, expired FROM {permits} WHERE name = p_name;
-                IF expired > 0 THEN
+                -- refuse.
+                IF EXISTS (SELECT 1 FROM {permits}
+                            WHERE name = p_name AND expires_at <= now_ms AND expires_at > 0) THEN
                     {BOUND_WAITS}
                     UPDATE {permits} SET expires_at = 0
                      WHERE name = p_name AND expires_at <= now_ms AND expires_at > 0;
-                    SELECT MAX(permits) INTO semaphore FROM {permits}
-                     WHERE name = p_name AND expires_at > now_ms;
                 END IF;
+                SELECT MAX(permits) INTO semaphore FROM {permits}
+                 WHERE name = p_name AND expires_at > now_ms;
                 IF semaphore IS NOT NULL THEN
                     ROLLBACK;
                     {RESTORE_WAITS}

@@ -231,7 +231,8 @@ pub async fn run(
     );
     rows.push(Row::time(ENGINE, "refused try_lock", refused).against(&select, None));
     rows.push(
-        Row::time(ENGINE, "refused try_lock, as above", refused).against(&point_read, Some(1.1)),
+        Row::time(ENGINE, "refused try_lock, against the point read", refused)
+            .against(&point_read, Some(1.1)),
     );
     rows.push(Row::time(ENGINE, "renew", renew).against(&pair, None));
     rows.push(Row::time(ENGINE, "holder", holder).against(&point_read, None));

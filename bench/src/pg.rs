@@ -373,10 +373,18 @@ pub async fn run(
         timeline_cost,
         point_read.clone(),
         Row::time(ENGINE, "refused try_lock (10 rows)", refused).against(&select_bare, None),
-        Row::time(ENGINE, "refused try_lock (10 rows), as above", refused)
-            .against(&point_read, Some(1.1)),
-        Row::time(ENGINE, "refused try_lock (10 rows), as above", refused)
-            .against(&peer_refused_row, Some(1.0)),
+        Row::time(
+            ENGINE,
+            "refused try_lock (10 rows), against the point read",
+            refused,
+        )
+        .against(&point_read, Some(1.1)),
+        Row::time(
+            ENGINE,
+            "refused try_lock (10 rows), against the peer's",
+            refused,
+        )
+        .against(&peer_refused_row, Some(1.0)),
         Row::time(ENGINE, "renew", renew).against(&pair_bare, None),
         Row::time(ENGINE, "holder", holder).against(&point_read, None),
         Row::time(
