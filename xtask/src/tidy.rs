@@ -134,7 +134,13 @@ fn contract_cases(root: &Path, problems: &mut Vec<String>) -> Result<BTreeSet<St
 fn case_counts(root: &Path, count: usize, problems: &mut Vec<String>) -> Result<(), String> {
     let mut files = vec![root.join("README.md"), root.join("CHANGELOG.md")];
     if let Ok(entries) = std::fs::read_dir(root.join("docs")) {
-        files.extend(entries.flatten().map(|e| e.path()));
+        // The pages, not the plots beside them.
+        files.extend(
+            entries
+                .flatten()
+                .map(|e| e.path())
+                .filter(|p| p.extension().is_some_and(|e| e == "md")),
+        );
     }
     for file in files {
         let text = read(&file)?.replace('\n', " ");
