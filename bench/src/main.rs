@@ -15,6 +15,42 @@ mod sqlite;
 
 use std::path::PathBuf;
 
+use contention::Contended;
+use report::Row;
+
+/// What every engine's run adds to: the table's rows and the plots' data.
+#[derive(Debug, Default)]
+pub struct Collected {
+    /// The table, in order.
+    pub rows: Vec<Row>,
+    /// Contended runs on one name, for the handoff plot.
+    pub contended: Vec<(&'static str, Contended)>,
+    /// Grants per second of a semaphore, by contending tasks.
+    pub semaphores: Vec<(&'static str, Vec<(usize, f64)>)>,
+    /// Renewals of the kept locks per `held::BUCKET`.
+    pub renewals: Vec<(&'static str, Vec<u64>)>,
+}
+
+/// [`Collected`]'s parts, each to add to on its own.
+type Parts<'a> = (
+    &'a mut Vec<Row>,
+    &'a mut Vec<(&'static str, Contended)>,
+    &'a mut Vec<(&'static str, Vec<(usize, f64)>)>,
+    &'a mut Vec<(&'static str, Vec<u64>)>,
+);
+
+impl Collected {
+    /// Its parts, each to add to on its own.
+    pub fn parts(&mut self) -> Parts<'_> {
+        (
+            &mut self.rows,
+            &mut self.contended,
+            &mut self.semaphores,
+            &mut self.renewals,
+        )
+    }
+}
+
 #[tokio::main]
 async fn main() {
     let args: Vec<String> = std::env::args().skip(1).collect();
@@ -39,57 +75,33 @@ async fn main() {
         std::process::exit(2);
     }
     let wanted = |engine: &str| args.len() < 2 || args[1..].iter().any(|a| a == engine);
-    let mut rows = Vec::new();
-    let mut contended = Vec::new();
+    let mut collected = Collected::default();
     let dir = tempfile::tempdir().unwrap();
     let mut curves = Vec::new();
-    let mut semaphores = Vec::new();
-    let mut renewals = Vec::new();
     if wanted("sqlite") {
-        let sqlite_curve = sqlite::run(
-            dir.path(),
-            &mut rows,
-            &mut contended,
-            &mut semaphores,
-            &mut renewals,
-        )
-        .await;
+        let sqlite_curve = sqlite::run(dir.path(), &mut collected).await;
         curves.push(("sqlite", sqlite_curve));
     }
     match wanted("postgres")
         .then(alkstore_testkit::pg::server)
         .flatten()
     {
-        Some(server) => curves.push((
-            "postgres",
-            pg::run(
-                &server.url,
-                &mut rows,
-                &mut contended,
-                &mut semaphores,
-                &mut renewals,
-            )
-            .await,
-        )),
+        Some(server) => curves.push(("postgres", pg::run(&server.url, &mut collected).await)),
         None => eprintln!("bench: PostgreSQL figures skipped (no server)"),
     }
     match wanted("mysql")
         .then(alkstore_testkit::mysql::server)
         .flatten()
     {
-        Some(server) => curves.push((
-            "mysql",
-            mysql::run(
-                &server.url,
-                &mut rows,
-                &mut contended,
-                &mut semaphores,
-                &mut renewals,
-            )
-            .await,
-        )),
+        Some(server) => curves.push(("mysql", mysql::run(&server.url, &mut collected).await)),
         None => eprintln!("bench: MariaDB/MySQL figures skipped (no server)"),
     }
+    let Collected {
+        rows,
+        contended,
+        semaphores,
+        renewals,
+    } = collected;
     report::print_table(&rows);
     report::write_json(&out.join("results.json"), &rows, &contended).unwrap();
     report::plot_handoffs(&out.join("handoff-latency.svg"), &contended).unwrap();

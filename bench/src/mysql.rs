@@ -9,7 +9,8 @@ use sqlx::Connection;
 use sqlx::mysql::MySqlConnection;
 use sqlx::mysql::MySqlPoolOptions;
 
-use crate::contention::{self, Contended};
+use crate::Collected;
+use crate::contention;
 use crate::measure::{RUNS, Rounds, in_turn, percentile};
 use crate::report::Row;
 use crate::{held, many, ops, permits, rwlock};
@@ -95,13 +96,8 @@ async fn without_the_server_check(
     store
 }
 
-pub async fn run(
-    url: &str,
-    rows: &mut Vec<Row>,
-    contended: &mut Vec<(&'static str, Contended)>,
-    semaphores: &mut Vec<(&'static str, Vec<(usize, f64)>)>,
-    renewals: &mut Vec<(&'static str, Vec<u64>)>,
-) -> Vec<(usize, f64)> {
+pub async fn run(url: &str, collected: &mut Collected) -> Vec<(usize, f64)> {
+    let (rows, contended, semaphores, renewals) = collected.parts();
     let database = format!("bench_{}", std::process::id());
     let store = Arc::new(MySqlStore::connect(url, &database).await.unwrap());
     let mut bare = MySqlConnection::connect(url).await.unwrap();
@@ -137,15 +133,7 @@ pub async fn run(
                 {
                     sqlx::query("SELECT 1").execute(&mut bare).await.unwrap();
                 },
-                {
-                    assert!(
-                        dyn_store
-                            .try_lock(ops::HELD, "other", TTL)
-                            .await
-                            .unwrap()
-                            .is_none()
-                    );
-                },
+                { ops::one_refusal(dyn_store.as_ref()).await },
                 {
                     sqlx::query(sqlx::AssertSqlSafe(insert.clone()))
                         .bind(&b"x"[..])
@@ -158,24 +146,10 @@ pub async fn run(
                         .await
                         .unwrap();
                 },
-                {
-                    let lock = dyn_store
-                        .try_lock("cycle", "me", TTL)
-                        .await
-                        .unwrap()
-                        .unwrap();
-                    lock.release().await.unwrap();
-                },
-                {
-                    assert!(held.renew(ops::HELD_TTL).await.unwrap());
-                },
-                {
-                    assert!(dyn_store.holder(ops::HELD).await.unwrap().is_some());
-                },
-                {
-                    let lock = flat.try_lock("cycle", "me", TTL).await.unwrap().unwrap();
-                    lock.release().await.unwrap();
-                },
+                { ops::one_cycle(dyn_store.as_ref()).await },
+                { ops::one_renewal(held.as_ref()).await },
+                { ops::one_holder(dyn_store.as_ref()).await },
+                { ops::one_cycle(&flat).await },
                 {
                     let row = sqlx::query(sqlx::AssertSqlSafe(point_read.as_str()))
                         .bind(ops::HELD.as_bytes())

@@ -34,16 +34,10 @@ pub async fn cycle(
         let runs = in_turn!(
             round,
             iterations,
-            [
-                {
-                    let lock = store.try_lock("cycle", "me", TTL).await.unwrap().unwrap();
-                    lock.release().await.unwrap();
-                },
-                {
-                    let permit = store.try_acquire_permit("permits", PERMITS, "me", TTL);
-                    permit.await.unwrap().unwrap().release().await.unwrap();
-                },
-            ]
+            [{ crate::ops::one_cycle(store).await }, {
+                let permit = store.try_acquire_permit("permits", PERMITS, "me", TTL);
+                permit.await.unwrap().unwrap().release().await.unwrap();
+            },]
         );
         rounds.record(round, runs);
     }

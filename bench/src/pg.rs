@@ -9,7 +9,8 @@ use sqlx::postgres::PgAdvisoryLock;
 use sqlx::postgres::{PgConnection, PgPoolOptions};
 use sqlx::{Connection, Either, PgPool};
 
-use crate::contention::{self, Contended};
+use crate::Collected;
+use crate::contention;
 use crate::measure::{RUNS, Rounds, in_turn};
 use crate::ops;
 use crate::report::Row;
@@ -161,13 +162,8 @@ async fn without_the_timeline(url: &str, schema: &str, bare: &mut PgConnection) 
     store
 }
 
-pub async fn run(
-    url: &str,
-    rows: &mut Vec<Row>,
-    contended: &mut Vec<(&'static str, Contended)>,
-    semaphores: &mut Vec<(&'static str, Vec<(usize, f64)>)>,
-    renewals: &mut Vec<(&'static str, Vec<u64>)>,
-) -> Vec<(usize, f64)> {
+pub async fn run(url: &str, collected: &mut Collected) -> Vec<(usize, f64)> {
+    let (rows, contended, semaphores, renewals) = collected.parts();
     let schema = format!("bench_{}", std::process::id());
     eprintln!("bench: postgres floors and operations, alternating");
     let mut bare = PgConnection::connect(url).await.unwrap();
@@ -232,15 +228,7 @@ pub async fn run(
                 {
                     sqlx::query("SELECT 1").execute(&mut bare).await.unwrap();
                 },
-                {
-                    assert!(
-                        store_ref
-                            .try_lock(ops::HELD, "other", TTL)
-                            .await
-                            .unwrap()
-                            .is_none()
-                    );
-                },
+                { ops::one_refusal(store_ref).await },
                 {
                     sqlx::query("INSERT INTO bench_raw (name) VALUES ($1) ON CONFLICT DO NOTHING")
                         .bind("x")
@@ -253,14 +241,7 @@ pub async fn run(
                         .await
                         .unwrap();
                 },
-                {
-                    let lock = store_ref
-                        .try_lock("cycle", "me", TTL)
-                        .await
-                        .unwrap()
-                        .unwrap();
-                    lock.release().await.unwrap();
-                },
+                { ops::one_cycle(store_ref).await },
                 {
                     sqlx::query("SELECT pg_try_advisory_lock(42)")
                         .execute(&mut bare)
@@ -271,12 +252,8 @@ pub async fn run(
                         .await
                         .unwrap();
                 },
-                {
-                    assert!(held.renew(ops::HELD_TTL).await.unwrap());
-                },
-                {
-                    assert!(store_ref.holder(ops::HELD).await.unwrap().is_some());
-                },
+                { ops::one_renewal(held.as_ref()).await },
+                { ops::one_holder(store_ref).await },
                 {
                     let Either::Left(guard) = peer_cycle_lock.try_acquire(&mut peer).await.unwrap()
                     else {
@@ -288,10 +265,7 @@ pub async fn run(
                     let refused = peer_held_lock.try_acquire(&mut peer).await.unwrap();
                     assert!(matches!(refused, Either::Right(_)));
                 },
-                {
-                    let lock = flat.try_lock("cycle", "me", TTL).await.unwrap().unwrap();
-                    lock.release().await.unwrap();
-                },
+                { ops::one_cycle(&flat).await },
                 {
                     let row = sqlx::query(sqlx::AssertSqlSafe(point_read.as_str()))
                         .bind(ops::HELD)
@@ -300,21 +274,9 @@ pub async fn run(
                         .unwrap();
                     assert!(row.is_some());
                 },
-                {
-                    let lock = top.try_lock("cycle", "me", TTL).await.unwrap().unwrap();
-                    lock.release().await.unwrap();
-                },
-                {
-                    assert!(
-                        top.try_lock(ops::HELD, "other", TTL)
-                            .await
-                            .unwrap()
-                            .is_none()
-                    );
-                },
-                {
-                    assert!(top_held.renew(ops::HELD_TTL).await.unwrap());
-                },
+                { ops::one_cycle(top.as_ref()).await },
+                { ops::one_refusal(top.as_ref()).await },
+                { ops::one_renewal(top_held.as_ref()).await },
             ]
         );
         rounds.record(round, round_times);

@@ -212,47 +212,16 @@ pub fn plot_contention(
     caption: &str,
     curves: &[(&'static str, Vec<(usize, f64)>)],
 ) -> Result<(), Box<dyn std::error::Error>> {
-    let max_rate = curves
+    let lines: Vec<_> = curves
         .iter()
-        .flat_map(|(_, c)| c.iter().map(|p| p.1))
-        .fold(1.0f64, f64::max)
-        * 1.1;
-    let max_tasks = curves
-        .iter()
-        .flat_map(|(_, c)| c.iter().map(|p| p.0))
-        .max()
-        .unwrap_or(1) as f64;
-    let root = SVGBackend::new(path, (900, 560)).into_drawing_area();
-    root.fill(&WHITE)?;
-    let mut chart = ChartBuilder::on(&root)
-        .caption(caption, ("sans-serif", 22))
-        .margin(15)
-        .x_label_area_size(45)
-        .y_label_area_size(70)
-        .build_cartesian_2d(0.0f64..max_tasks * 1.05, 0.0f64..max_rate)?;
-    chart
-        .configure_mesh()
-        .x_desc("tasks")
-        .y_desc("grants/s")
-        .draw()?;
-    for (i, (engine, curve)) in curves.iter().enumerate() {
-        let color = COLORS[i % COLORS.len()];
-        let points: Vec<(f64, f64)> = curve.iter().map(|(t, r)| (*t as f64, *r)).collect();
-        chart
-            .draw_series(LineSeries::new(points.clone(), color.stroke_width(2)))?
-            .label(*engine)
-            .legend(move |(x, y)| {
-                PathElement::new(vec![(x, y), (x + 20, y)], color.stroke_width(2))
-            });
-        chart.draw_series(points.iter().map(|p| Circle::new(*p, 4, color.filled())))?;
-    }
-    chart
-        .configure_series_labels()
-        .border_style(BLACK)
-        .background_style(WHITE)
-        .draw()?;
-    root.present()?;
-    Ok(())
+        .map(|(engine, curve)| {
+            (
+                *engine,
+                curve.iter().map(|(t, r)| (*t as f64, *r)).collect(),
+            )
+        })
+        .collect();
+    plot_lines(path, caption, ("tasks", "grants/s"), &lines, true)
 }
 
 /// Renewals per bucket of `bucket` over time, one line per engine: kept
@@ -262,49 +231,62 @@ pub fn plot_renewals(
     bucket: Duration,
     series: &[(&'static str, Vec<u64>)],
 ) -> Result<(), Box<dyn std::error::Error>> {
-    let most = series
-        .iter()
-        .flat_map(|(_, s)| s.iter().copied())
-        .max()
-        .unwrap_or(1)
-        .max(1) as f64
-        * 1.1;
-    let longest = series.iter().map(|(_, s)| s.len()).max().unwrap_or(1) as f64;
     let secs = bucket.as_secs_f64();
+    let lines: Vec<_> = series
+        .iter()
+        .map(|(engine, counts)| {
+            let points = counts.iter().enumerate();
+            (
+                *engine,
+                points.map(|(k, n)| (k as f64 * secs, *n as f64)).collect(),
+            )
+        })
+        .collect();
+    let caption = format!(
+        "renewals of {} kept leases, per {} ms",
+        crate::held::HELD,
+        bucket.as_millis()
+    );
+    let axes = ("seconds since the last lease was taken", "renewals");
+    plot_lines(path, &caption, axes, &lines, false)
+}
+
+/// One line per engine from the origin, axes named `(x, y)`; `dots` marks
+/// each point too.
+fn plot_lines(
+    path: &Path,
+    caption: &str,
+    (x_desc, y_desc): (&str, &str),
+    lines: &[(&'static str, Vec<(f64, f64)>)],
+    dots: bool,
+) -> Result<(), Box<dyn std::error::Error>> {
+    let points = || lines.iter().flat_map(|(_, line)| line.iter());
+    let max_y = points().map(|p| p.1).fold(1.0f64, f64::max) * 1.1;
+    let max_x = points().map(|p| p.0).fold(1.0f64, f64::max) * 1.05;
     let root = SVGBackend::new(path, (900, 560)).into_drawing_area();
     root.fill(&WHITE)?;
     let mut chart = ChartBuilder::on(&root)
-        .caption(
-            format!(
-                "renewals of {} kept leases, per {} ms",
-                crate::held::HELD,
-                bucket.as_millis()
-            ),
-            ("sans-serif", 22),
-        )
+        .caption(caption, ("sans-serif", 22))
         .margin(15)
         .x_label_area_size(45)
         .y_label_area_size(70)
-        .build_cartesian_2d(0.0f64..longest * secs, 0.0f64..most)?;
+        .build_cartesian_2d(0.0f64..max_x, 0.0f64..max_y)?;
     chart
         .configure_mesh()
-        .x_desc("seconds since the last lease was taken")
-        .y_desc("renewals")
+        .x_desc(x_desc)
+        .y_desc(y_desc)
         .draw()?;
-    for (i, (engine, counts)) in series.iter().enumerate() {
+    for (i, (engine, line)) in lines.iter().enumerate() {
         let color = COLORS[i % COLORS.len()];
         chart
-            .draw_series(LineSeries::new(
-                counts
-                    .iter()
-                    .enumerate()
-                    .map(|(k, n)| (k as f64 * secs, *n as f64)),
-                color.stroke_width(2),
-            ))?
+            .draw_series(LineSeries::new(line.clone(), color.stroke_width(2)))?
             .label(*engine)
             .legend(move |(x, y)| {
                 PathElement::new(vec![(x, y), (x + 20, y)], color.stroke_width(2))
             });
+        if dots {
+            chart.draw_series(line.iter().map(|p| Circle::new(*p, 4, color.filled())))?;
+        }
     }
     chart
         .configure_series_labels()

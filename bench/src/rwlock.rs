@@ -29,10 +29,7 @@ pub async fn cycle(
             round,
             iterations,
             [
-                {
-                    let lock = store.try_lock("cycle", "me", TTL).await.unwrap().unwrap();
-                    lock.release().await.unwrap();
-                },
+                { crate::ops::one_cycle(store).await },
                 {
                     let read = store.try_read_lock("rw-read", "me", TTL).await.unwrap();
                     read.unwrap().release().await.unwrap();

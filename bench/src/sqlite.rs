@@ -9,7 +9,8 @@ use alkstore_core::{Attempt, GrantKey};
 use alkstore_sqlite::{SqliteStore, unbridged};
 use rusqlite::Connection;
 
-use crate::contention::{self, Contended};
+use crate::Collected;
+use crate::contention;
 use crate::measure::{RUNS, Rounds, in_turn, longest_poll, percentile};
 use crate::ops;
 use crate::report::Row;
@@ -86,13 +87,8 @@ fn engine_cycle(conn: &mut Connection) {
     assert!(unbridged::release(conn, &grant).unwrap());
 }
 
-pub async fn run(
-    dir: &Path,
-    rows: &mut Vec<Row>,
-    contended: &mut Vec<(&'static str, Contended)>,
-    semaphores: &mut Vec<(&'static str, Vec<(usize, f64)>)>,
-    renewals: &mut Vec<(&'static str, Vec<u64>)>,
-) -> Vec<(usize, f64)> {
+pub async fn run(dir: &Path, collected: &mut Collected) -> Vec<(usize, f64)> {
+    let (rows, contended, semaphores, renewals) = collected.parts();
     eprintln!("bench: sqlite floors and operations, alternating");
     let raw = raw_connection(&dir.join("raw.db"));
     let mut insert = raw
@@ -136,25 +132,10 @@ pub async fn run(
                 {
                     engine_cycle(&mut engine_conn);
                 },
-                {
-                    let lock = store.try_lock("cycle", "me", TTL).await.unwrap().unwrap();
-                    lock.release().await.unwrap();
-                },
-                {
-                    assert!(
-                        store
-                            .try_lock(ops::HELD, "other", TTL)
-                            .await
-                            .unwrap()
-                            .is_none()
-                    );
-                },
-                {
-                    assert!(held.renew(ops::HELD_TTL).await.unwrap());
-                },
-                {
-                    assert!(store.holder(ops::HELD).await.unwrap().is_some());
-                },
+                { ops::one_cycle(store.as_ref()).await },
+                { ops::one_refusal(store.as_ref()).await },
+                { ops::one_renewal(held.as_ref()).await },
+                { ops::one_holder(store.as_ref()).await },
             ]
         );
         rounds.record(round, round_times);
