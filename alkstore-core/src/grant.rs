@@ -327,6 +327,53 @@ mod tests {
         assert_eq!(valid_until(&fresh), t + Duration::from_secs(1));
     }
 
+    /// Whether a listener set up before `lowering` is woken by it.
+    fn wakes(state: &SharedGrant, lowering: impl FnOnce()) -> bool {
+        use std::future::Future;
+        let signal = lowered(state);
+        let mut listening = std::pin::pin!(signal.notified());
+        listening.as_mut().enable();
+        lowering();
+        let waker = std::task::Waker::noop();
+        let mut cx = std::task::Context::from_waker(waker);
+        listening.as_mut().poll(&mut cx).is_ready()
+    }
+
+    /// Every way the deadline comes down signals it (a keep-alive waits on
+    /// nothing else between renewals); a move up, or a "lowering" to a
+    /// later instant, does not.
+    #[test]
+    fn every_lowering_of_the_deadline_is_signalled() {
+        let grants = Grants::default();
+        let t = Instant::now();
+        let secs = Duration::from_secs;
+        let (state, _) = grants.handed_out(&key(1), t + secs(30));
+        // A renewal sent with a shorter ttl.
+        assert!(wakes(&state, || renewal_sent(&state, t + secs(20))));
+        // Answered: the deadline settles up, which wakes nobody.
+        assert!(!wakes(&state, || renewal_answered(
+            &state,
+            Renewal::Renewed
+        )));
+        assert_eq!(valid_until(&state), t + secs(20));
+        // A renewal sent with a longer ttl lowers nothing.
+        assert!(!wakes(&state, || renewal_sent(&state, t + secs(40))));
+        renewal_answered(&state, Renewal::Renewed);
+        // A twin handle handed out with an earlier deadline.
+        assert!(wakes(&state, || {
+            let _ = grants.handed_out(&key(1), t + secs(25));
+        }));
+        // A renewal answered lost.
+        renewal_sent(&state, t + secs(60));
+        assert!(wakes(&state, || renewal_answered(
+            &state,
+            Renewal::Lost { sent: t + secs(5) }
+        )));
+        // A release sent.
+        assert!(wakes(&state, || ended(&state, t + secs(1))));
+        assert_eq!(valid_until(&state), t + secs(1));
+    }
+
     #[test]
     fn renewals_in_flight_together_settle_at_the_earliest_end_any_could_set() {
         let grants = Grants::default();
