@@ -424,6 +424,14 @@ enum Ask {
     },
 }
 
+impl Ask {
+    /// A reader-writer lock's grant in `mode`, as first asked: no intent
+    /// (the waiting loop adds a waiting writer's).
+    fn rw(mode: RwMode) -> Self {
+        Ask::Rw { mode, intent: None }
+    }
+}
+
 /// Validates a name, a semaphore's permits, an owner and a ttl, in that
 /// order.
 fn check_request(
@@ -562,10 +570,7 @@ impl<E: Engine> Store for EngineStore<E> {
             fence = field::Empty,
             slot = field::Empty
         );
-        let ask = Ask::Rw {
-            mode: RwMode::Read,
-            intent: None,
-        };
+        let ask = Ask::rw(RwMode::Read);
         self.try_acquire(span, "try_read_lock", ask, name, owner, ttl)
             .await
     }
@@ -586,10 +591,7 @@ impl<E: Engine> Store for EngineStore<E> {
             slot = field::Empty,
             attempts = field::Empty
         );
-        let ask = Ask::Rw {
-            mode: RwMode::Read,
-            intent: None,
-        };
+        let ask = Ask::rw(RwMode::Read);
         self.acquire_waiting(span, "read_lock", ask, name, owner, ttl, wait)
             .await
     }
@@ -607,10 +609,7 @@ impl<E: Engine> Store for EngineStore<E> {
             outcome = field::Empty,
             fence = field::Empty
         );
-        let ask = Ask::Rw {
-            mode: RwMode::Write,
-            intent: None,
-        };
+        let ask = Ask::rw(RwMode::Write);
         self.try_acquire(span, "try_write_lock", ask, name, owner, ttl)
             .await
     }
@@ -630,10 +629,7 @@ impl<E: Engine> Store for EngineStore<E> {
             fence = field::Empty,
             attempts = field::Empty
         );
-        let ask = Ask::Rw {
-            mode: RwMode::Write,
-            intent: None,
-        };
+        let ask = Ask::rw(RwMode::Write);
         self.acquire_waiting(span, "write_lock", ask, name, owner, ttl, wait)
             .await
     }

@@ -157,39 +157,20 @@ async fn refused_acquires_write_nothing() {
         .await
         .unwrap()
         .unwrap();
+    // A writer beside a reader, a reader beside a writer: both refused.
+    let refuse_beside = || async {
+        let beside_a_reader = store.try_write_lock("read", "c", TTL).await;
+        assert!(beside_a_reader.unwrap().is_none());
+        let beside_a_writer = store.try_read_lock("written", "c", TTL).await;
+        assert!(beside_a_writer.unwrap().is_none());
+    };
     for _ in 0..10 {
-        assert!(
-            store
-                .try_write_lock("read", "c", TTL)
-                .await
-                .unwrap()
-                .is_none()
-        );
-        assert!(
-            store
-                .try_read_lock("written", "c", TTL)
-                .await
-                .unwrap()
-                .is_none()
-        );
+        refuse_beside().await;
     }
     settle(store.pool()).await;
     let before = writes(store.pool()).await;
     for _ in 0..200 {
-        assert!(
-            store
-                .try_write_lock("read", "c", TTL)
-                .await
-                .unwrap()
-                .is_none()
-        );
-        assert!(
-            store
-                .try_read_lock("written", "c", TTL)
-                .await
-                .unwrap()
-                .is_none()
-        );
+        refuse_beside().await;
         let of_a_lock = store.try_read_lock("locked", "c", TTL).await;
         assert!(matches!(of_a_lock, Err(Error::HeldAsOtherKind { .. })));
         let as_a_lock = store.try_lock("read", "c", TTL).await;
