@@ -3,6 +3,8 @@
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use alkstore_contract_suite::support::{
@@ -436,6 +438,43 @@ async fn processes_opening_one_new_file_at_once_all_succeed() {
     assert!(failed.is_empty(), "children failed:\n{}", failed.join("\n"));
 }
 
+/// A store's lock handle that counts how often its deadline is read; it
+/// passes the lowering signal on.
+#[derive(Debug)]
+struct ReadsCounted {
+    lock: Box<dyn alkstore_core::Lock>,
+    reads: Arc<AtomicUsize>,
+}
+
+#[async_trait::async_trait]
+impl alkstore_core::Lock for ReadsCounted {
+    fn name(&self) -> &str {
+        self.lock.name()
+    }
+    fn owner(&self) -> &str {
+        self.lock.owner()
+    }
+    fn fence(&self) -> u64 {
+        self.lock.fence()
+    }
+    fn valid_until(&self) -> Instant {
+        self.reads.fetch_add(1, Ordering::SeqCst);
+        self.lock.valid_until()
+    }
+    fn valid_until_lowered(&self) -> Option<Arc<tokio::sync::Notify>> {
+        self.lock.valid_until_lowered()
+    }
+    async fn renew(&self, ttl: Duration) -> alkstore_core::Result<bool> {
+        self.lock.renew(ttl).await
+    }
+    async fn release(self: Box<Self>) -> alkstore_core::Result<bool> {
+        self.lock.release().await
+    }
+    async fn release_shared(&self) -> alkstore_core::Result<bool> {
+        self.lock.release_shared().await
+    }
+}
+
 /// A keep-alive hears at once of its grant released through a twin handle
 /// (the store signals the lowered deadline; nothing polls): `Revoked` well
 /// before the first renewal would have been due (10 s at the soonest).
@@ -449,10 +488,19 @@ async fn a_keepalive_hears_of_a_twins_release_at_once() {
     let ttl = Duration::from_secs(120);
     let lock = store.try_lock("job", "a", ttl).await.unwrap().unwrap();
     let twin = store.try_lock("job", "a", ttl).await.unwrap().unwrap();
-    let kept = KeepAlive::start(lock, ttl).unwrap();
-    // Released once the keep-alive waits for its first renewal (had it not
-    // read the deadline yet, it would find it lowered, signal or not).
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    let reads = Arc::new(AtomicUsize::new(0));
+    let counted = Box::new(ReadsCounted {
+        lock,
+        reads: reads.clone(),
+    });
+    let kept = KeepAlive::start(counted, ttl).unwrap();
+    // Released once the keep-alive waits for its first renewal: it reads
+    // the deadline once to start, and again after it began listening for a
+    // lowering (had it not read it yet, it would find it lowered, signal or
+    // not).
+    while reads.load(Ordering::SeqCst) < 2 {
+        tokio::task::yield_now().await;
+    }
     let released = std::time::Instant::now();
     assert!(twin.release().await.unwrap());
     assert_eq!(kept.lost().await, LostReason::Revoked);
