@@ -219,8 +219,9 @@ impl Lifecycle for Database<'_> {
         Ok(marks != 0)
     }
 
-    /// An older layout's procedure (only it changed) is replaced in one
-    /// statement: a CALL of a process already open never finds it missing.
+    /// An older layout's procedures are replaced, each in one statement (a
+    /// CALL of a process already open never finds one missing), after its
+    /// tables are given their `epoch` columns; then its rows their epoch.
     async fn create_objects(
         &self,
         conn: &mut MySqlConnection,
@@ -238,6 +239,10 @@ impl Lifecycle for Database<'_> {
             Self::run(conn, &[&statements.create_permits]).await?;
         }
         Self::run(conn, &[&statements.record_fences]).await?;
+        if upgrade {
+            let [locks, permits] = &statements.add_epochs;
+            Self::run(conn, &[locks, permits]).await?;
+        }
         if !objects.acquire || upgrade {
             Self::run(
                 conn,
@@ -250,9 +255,15 @@ impl Lifecycle for Database<'_> {
             .await?;
         }
         if upgrade {
+            let [locks, permits] = &statements.set_epochs;
             Self::run(
                 conn,
-                &[&statements.record_drawn_by, &statements.record_version],
+                &[
+                    locks,
+                    permits,
+                    &statements.record_drawn_by,
+                    &statements.record_version,
+                ],
             )
             .await?;
         }

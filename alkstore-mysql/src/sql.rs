@@ -28,12 +28,16 @@ use sqlx::{MySqlConnection, SqlStr};
 /// procedure that refuses a name live permits hold): upgraded in place.
 /// 5 had no reader-writer locks (`acquire_rw`; their rows live in
 /// `permits`, marked with permits 0): upgraded in place.
-pub const SCHEMA_VERSION: i64 = 6;
+/// 6's rows did not say which server granted them, so that a row a
+/// promotion revived was given back to its owner with its old fence, below
+/// fences the old primary had handed out since, and renewed: upgraded in
+/// place (`epoch`, each row's set to the upgrading server's `server_id`).
+pub const SCHEMA_VERSION: i64 = 7;
 
 /// Older layouts an opener upgrades in place, under the creation lock: the
 /// procedures replaced (`CREATE OR REPLACE`), what is missing created, the
 /// version recorded.
-pub(crate) const UPGRADABLE: std::ops::RangeInclusive<i64> = 1..=5;
+pub(crate) const UPGRADABLE: std::ops::RangeInclusive<i64> = 1..=6;
 
 /// The `meta` key the acquire procedure counts up to confirm the same
 /// owner's grant with a write of its own: a change that goes into the binary
@@ -242,6 +246,9 @@ pub(crate) struct Statements {
     pub(crate) record_fences: SqlStr,
     pub(crate) record_version: SqlStr,
     pub(crate) record_drawn_by: SqlStr,
+    /// Layout 6 and older: the `epoch` columns, then each row's.
+    pub(crate) add_epochs: [SqlStr; 2],
+    pub(crate) set_epochs: [SqlStr; 2],
     pub(crate) read_meta: SqlStr,
     pub(crate) fences_created: SqlStr,
     pub(crate) drop_objects: [SqlStr; 7],
@@ -300,6 +307,23 @@ impl Statements {
                 END IF;
             END IF;"
         );
+        // The same owner's live grant, granted by another server (before a
+        // promotion: a row the promotion revived, its release lost, or one
+        // the old primary granted), is taken over with a new fence and
+        // lease, under the row lock already held (`table` names its table,
+        // `row` the condition that picks it): its old fence may be below
+        // fences the old primary handed out since, and no renewal of it is
+        // answered here. Committed; the answer is the caller's.
+        let refence_own = |table: &str, row: &str| {
+            format!(
+                "{raise_after_promotion}
+                    UPDATE {table} SET fence = NEXTVAL({fences}), expires_at = now_ms + p_ttl,
+                           epoch = @@server_id
+                     WHERE {row};
+                    COMMIT;
+                    {RESTORE_WAITS}"
+            )
+        };
         // The same owner's live grant is answered only once a write of ours
         // commits: its commit waits for a semi-sync replica, which then has
         // the grant too (the binary log is in order). Read back alone, the
@@ -340,6 +364,7 @@ impl Statements {
         // The procedure refuses to run inside an open transaction, whose
         // COMMIT would be the caller's.
         let (opening, handlers) = (procedure_opening("acquire"), procedure_handlers());
+        let refence_own_lock = refence_own(&locks, "name = p_name");
         let create_acquire = format!(
             "CREATE OR REPLACE PROCEDURE {acquire_proc}(p_name VARBINARY({TEXT_BYTES}), \
                  p_owner VARBINARY({TEXT_BYTES}), p_ttl BIGINT, p_wait_ms BIGINT)
@@ -347,6 +372,7 @@ impl Statements {
         DECLARE held_owner VARBINARY({TEXT_BYTES});
         DECLARE held_fence BIGINT;
         DECLARE held_until BIGINT;
+        DECLARE held_epoch BIGINT;
         DECLARE duplicate BOOL DEFAULT FALSE;
         DECLARE drawn_by BIGINT;
         DECLARE semaphore INT;
@@ -372,9 +398,15 @@ impl Statements {
             SET TRANSACTION ISOLATION LEVEL READ COMMITTED;
             START TRANSACTION;
             {BOUND_WAITS}
-            SELECT COUNT(*), MAX(owner), MAX(fence), MAX(expires_at)
-              INTO found, held_owner, held_fence, held_until
+            SELECT COUNT(*), MAX(owner), MAX(fence), MAX(expires_at), MAX(epoch)
+              INTO found, held_owner, held_fence, held_until, held_epoch
               FROM {locks} WHERE name = p_name FOR UPDATE;
+            IF found = 1 AND held_until > now_ms AND held_owner = p_owner
+               AND held_epoch <> @@server_id THEN
+                {refence_own_lock}
+                SELECT TRUE, LASTVAL({fences}), p_ttl, NULL;
+                LEAVE look;
+            END IF;
             IF found = 1 AND held_until > now_ms THEN
                 IF held_owner = p_owner THEN
                     {BOUND_WAITS}
@@ -419,7 +451,7 @@ impl Statements {
                 END IF;
                 {raise_after_promotion}
                 UPDATE {locks} SET owner = p_owner, fence = NEXTVAL({fences}),
-                       expires_at = now_ms + p_ttl
+                       expires_at = now_ms + p_ttl, epoch = @@server_id
                  WHERE name = p_name;
                 COMMIT;
                 {RESTORE_WAITS}
@@ -466,12 +498,19 @@ END"
         // and fence in `mine_slot`, `mine_fence`) locked and given back,
         // confirmed by a write as the lock's is; released or expired
         // meanwhile, look again. `last` is the answer's last column.
+        let refence_own_permit = refence_own(&permits, "name = p_name AND slot = mine_slot");
         let give_back = |last: &str| {
             format!(
                 "                {BOUND_WAITS}
-                SELECT COUNT(*), MAX(expires_at) INTO found, held_until FROM {permits}
+                SELECT COUNT(*), MAX(expires_at), MAX(epoch) INTO found, held_until, held_epoch
+                  FROM {permits}
                  WHERE name = p_name AND slot = mine_slot AND fence = mine_fence
                    AND expires_at > now_ms FOR UPDATE;
+                IF found = 1 AND held_epoch <> @@server_id THEN
+                    {refence_own_permit}
+                    SELECT 'granted', LASTVAL({fences}), mine_slot, p_ttl, {last};
+                    LEAVE look;
+                END IF;
                 IF found = 1 THEN
                     {confirm_same_owner}
                     COMMIT;
@@ -541,6 +580,7 @@ END"
         DECLARE mine_slot INT;
         DECLARE mine_fence BIGINT;
         DECLARE free_slot INT;
+        DECLARE held_epoch BIGINT;
         DECLARE duplicate BOOL DEFAULT FALSE;
         DECLARE drawn_by BIGINT;
         {handlers}
@@ -603,12 +643,13 @@ END"
             SET duplicate = FALSE;
             IF found = 1 THEN
                 UPDATE {permits} SET owner = p_owner, fence = NEXTVAL({fences}),
-                       expires_at = now_ms + p_ttl, permits = p_permits
+                       expires_at = now_ms + p_ttl, permits = p_permits, epoch = @@server_id
                  WHERE name = p_name AND slot = free_slot;
             ELSE
                 -- Every insert of a permit runs under the name's gate.
-                INSERT INTO {permits} (name, slot, owner, fence, expires_at, permits)
-                VALUES (p_name, free_slot, p_owner, NEXTVAL({fences}), now_ms + p_ttl, p_permits);
+                INSERT INTO {permits} (name, slot, owner, fence, expires_at, permits, epoch)
+                VALUES (p_name, free_slot, p_owner, NEXTVAL({fences}), now_ms + p_ttl, p_permits,
+                        @@server_id);
             END IF;
             IF duplicate THEN
                 ROLLBACK;
@@ -695,6 +736,7 @@ END"
         DECLARE refused_ends BIGINT;
         DECLARE wants_intent BOOL;
         DECLARE grant_slot INT;
+        DECLARE held_epoch BIGINT;
         DECLARE duplicate BOOL DEFAULT FALSE;
         DECLARE drawn_by BIGINT;
         {handlers}
@@ -765,12 +807,13 @@ END"
             SET duplicate = FALSE;
             IF found = 1 THEN
                 UPDATE {permits} SET owner = p_owner, fence = NEXTVAL({fences}),
-                       expires_at = now_ms + p_ttl, permits = {READ_WRITE_PERMITS}
+                       expires_at = now_ms + p_ttl, permits = {READ_WRITE_PERMITS},
+                       epoch = @@server_id
                  WHERE name = p_name AND slot = grant_slot;
             ELSE
-                INSERT INTO {permits} (name, slot, owner, fence, expires_at, permits)
+                INSERT INTO {permits} (name, slot, owner, fence, expires_at, permits, epoch)
                 VALUES (p_name, grant_slot, p_owner, NEXTVAL({fences}), now_ms + p_ttl,
-                        {READ_WRITE_PERMITS});
+                        {READ_WRITE_PERMITS}, @@server_id);
             END IF;
             IF duplicate THEN
                 ROLLBACK;
@@ -814,7 +857,8 @@ END"
                      name       VARBINARY({TEXT_BYTES}) PRIMARY KEY,
                      owner      VARBINARY({TEXT_BYTES}) NOT NULL,
                      fence      BIGINT NOT NULL,
-                     expires_at BIGINT NOT NULL -- Unix milliseconds, server clock
+                     expires_at BIGINT NOT NULL, -- Unix milliseconds, server clock
+                     epoch      BIGINT NOT NULL DEFAULT 0 -- the server_id that granted it
                  ) ENGINE = InnoDB"
             )),
             // InnoDB: each value drawn is logged before the grant that uses
@@ -831,6 +875,7 @@ END"
                      fence      BIGINT NOT NULL,
                      expires_at BIGINT NOT NULL, -- Unix milliseconds, server clock
                      permits    INT NOT NULL, -- the semaphore's, as its grant asked
+                     epoch      BIGINT NOT NULL DEFAULT 0, -- the server_id that granted it
                      PRIMARY KEY (name, slot)
                  ) ENGINE = InnoDB"
             )),
@@ -847,6 +892,18 @@ END"
             record_version: audited(format!(
                 "UPDATE {meta} SET value = {SCHEMA_VERSION} WHERE `key` = 'schema_version'"
             )),
+            add_epochs: [&locks, &permits].map(|table| {
+                audited(format!(
+                    "ALTER TABLE {table} ADD COLUMN IF NOT EXISTS epoch BIGINT NOT NULL DEFAULT 0"
+                ))
+            }),
+            // The rows an older layout granted are taken as this server's
+            // (the upgrade runs on the primary): what that layout did.
+            set_epochs: [&locks, &permits].map(|table| {
+                audited(format!(
+                    "UPDATE {table} SET epoch = @@server_id WHERE epoch = 0 AND fence <> 0"
+                ))
+            }),
             read_meta: audited(format!("SELECT `key`, value FROM {meta}")),
             fences_created: audited(format!(
                 "SELECT COUNT(*) FROM {meta} WHERE `key` = '{FENCES_CREATED_KEY}'"
@@ -871,15 +928,18 @@ END"
             acquire_rw: audited(format!("CALL {acquire_rw_proc}(?, ?, ?, ?, ?, ?)")),
             // `FOUND_ROWS` (set by sqlx) makes the count the rows matched,
             // not the rows changed: a renewal within the same millisecond
-            // still counts. ttl ms, name, owner, fence.
+            // still counts. A lease another server granted (before a
+            // promotion) is not renewed: lost. ttl ms, name, owner, fence.
             renew: audited(format!(
                 "UPDATE {locks} SET expires_at = {NOW_MS} + ?
-                 WHERE name = ? AND owner = ? AND fence = ? AND expires_at > {NOW_MS}"
+                 WHERE name = ? AND owner = ? AND fence = ? AND expires_at > {NOW_MS}
+                   AND epoch = @@server_id"
             )),
             // ttl ms, name, slot, owner, fence.
             renew_permit: audited(format!(
                 "UPDATE {permits} SET expires_at = {NOW_MS} + ?
-                 WHERE name = ? AND slot = ? AND owner = ? AND fence = ? AND expires_at > {NOW_MS}"
+                 WHERE name = ? AND slot = ? AND owner = ? AND fence = ? AND expires_at > {NOW_MS}
+                   AND epoch = @@server_id"
             )),
             // name, owner, fence.
             release: audited(format!(

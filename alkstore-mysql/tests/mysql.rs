@@ -439,7 +439,7 @@ async fn a_refused_call_inside_a_transaction_keeps_the_callers_work() {
     let q = db.quoted();
     let mut conn = sqlx::MySqlConnection::connect(&db.url).await.unwrap();
     sqlx::raw_sql(sqlx::AssertSqlSafe(format!(
-        "START TRANSACTION; INSERT INTO {q}.locks VALUES ('mine', 'me', 0, 0)"
+        "START TRANSACTION; INSERT INTO {q}.locks (name, owner, fence, expires_at) VALUES ('mine', 'me', 0, 0)"
     )))
     .execute(&mut conn)
     .await
@@ -782,4 +782,51 @@ async fn a_late_renewal_never_brings_the_other_kind_back() {
     .await;
     store.close().await.unwrap();
     db.drop().await;
+}
+
+/// A store of layout 6 (rows that do not say which server granted them)
+/// is upgraded in place when opened by another store while the first
+/// holds grants: its rows are taken as this server's, so that they stay
+/// renewable and are given back to their owners with their fences.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn layout_6_is_upgraded_in_place_with_epochs() {
+    let Some((store, db)) = common::store("upgrade6").await else {
+        return;
+    };
+    let q = db.quoted();
+    let held = store.try_lock("held", "a", TTL).await.unwrap().unwrap();
+    let permit = store.try_acquire_permit("pool", 2, "b", TTL).await;
+    let permit = permit.unwrap().unwrap();
+    common::sql(
+        store.pool(),
+        format!(
+            "ALTER TABLE {q}.locks DROP COLUMN epoch;
+             ALTER TABLE {q}.permits DROP COLUMN epoch;
+             UPDATE {q}.meta SET value = 6 WHERE `key` = 'schema_version'"
+        ),
+    )
+    .await;
+    let reopened = MySqlStore::connect(&db.url, &db.name).await.unwrap();
+    let (version,): (i64,) = sqlx::query_as(sqlx::AssertSqlSafe(format!(
+        "SELECT value FROM {q}.meta WHERE `key` = 'schema_version'"
+    )))
+    .fetch_one(reopened.pool())
+    .await
+    .unwrap();
+    assert_eq!(version, alkstore_mysql::SCHEMA_VERSION);
+    assert!(held.renew(TTL).await.unwrap(), "a grant of this server");
+    assert!(permit.renew(TTL).await.unwrap(), "a permit of this server");
+    let again = reopened.try_lock("held", "a", TTL).await.unwrap().unwrap();
+    assert_eq!(again.fence(), held.fence(), "given back, not fenced anew");
+    let again_permit = reopened.try_acquire_permit("pool", 2, "b", TTL).await;
+    let again_permit = again_permit.unwrap().unwrap();
+    assert_eq!(again_permit.fence(), permit.fence());
+    for lock in [again, again_permit] {
+        assert!(lock.release().await.unwrap());
+    }
+    assert!(!held.release().await.unwrap(), "its twin released it");
+    assert!(!permit.release().await.unwrap(), "its twin released it");
+    store.close().await.unwrap();
+    reopened.drop_database().await.unwrap();
+    reopened.close().await.unwrap();
 }

@@ -175,8 +175,8 @@ impl Lifecycle for Schema<'_> {
         Ok(true)
     }
 
-    /// An older layout's functions are replaced, and its missing
-    /// `permits` table created.
+    /// An older layout's functions are replaced, its missing `permits`
+    /// table created, and its rows given their timeline (`epoch`).
     async fn create_objects(
         &self,
         conn: &mut PgConnection,
@@ -195,6 +195,9 @@ impl Lifecycle for Schema<'_> {
             }
         }
         if upgrade {
+            sqlx::raw_sql(statements.add_epochs.clone())
+                .execute(&mut *conn)
+                .await?;
             sqlx::query(statements.record_version.clone())
                 .bind(sql::SCHEMA_VERSION)
                 .execute(conn)

@@ -30,12 +30,16 @@ use sqlx::{PgConnection, SqlStr};
 /// upgraded in place ([`UPGRADABLE`]), since only the functions changed
 /// and a table was added (and 5's fences are above every fence of 4's); 7
 /// had no reader-writer locks (`acquire_rw`; their rows live in `permits`,
-/// marked with permits 0, which 7's functions read as a semaphore's).
-pub const SCHEMA_VERSION: i64 = 8;
+/// marked with permits 0, which 7's functions read as a semaphore's); 8's
+/// rows did not say which timeline granted them, so that a row a promotion
+/// revived was given back to its owner with its old fence, below fences
+/// the old primary had handed out since, and renewed (9: `epoch`, added in
+/// place, set from each row's fence, whose high part is its timeline).
+pub const SCHEMA_VERSION: i64 = 9;
 
 /// Older layouts an opener upgrades in place, under the creation lock: the
 /// functions replaced, what is missing created, the version recorded.
-pub(crate) const UPGRADABLE: std::ops::RangeInclusive<i64> = 3..=7;
+pub(crate) const UPGRADABLE: std::ops::RangeInclusive<i64> = 3..=8;
 
 /// A fence is `timeline × TIMELINE_STEP + n`, `n` drawn from the schema's
 /// sequence: 2^44, so that every fence handed out on a timeline is above
@@ -188,6 +192,7 @@ pub(crate) struct Statements {
     pub(crate) create_acquire: SqlStr,
     pub(crate) record_meta: SqlStr,
     pub(crate) record_version: SqlStr,
+    pub(crate) add_epochs: SqlStr,
     pub(crate) read_meta: SqlStr,
     pub(crate) drop_objects: SqlStr,
     pub(crate) drop_schema: SqlStr,
@@ -250,6 +255,15 @@ impl Statements {
     PERFORM pg_advisory_xact_lock({fence_lock_class}, hashtext(p_name));
 "
         );
+        // The same owner's live grant keeps its fence when this timeline
+        // granted it, and is given a new one otherwise.
+        let refence = |alias: &str| {
+            format!(
+                "CASE WHEN {alias}.epoch = timeline THEN {alias}.fence
+                                ELSE nextval({fences_regclass}::regclass) + timeline * {TIMELINE_STEP} END"
+            )
+        };
+        let (refence_lock, refence_permit) = (refence("l"), refence("p"));
         let body = format!(
             "
 DECLARE
@@ -275,11 +289,23 @@ DECLARE
             -- the grant's own included. Read back alone, the row could be a
             -- grant whose commit's wait for the standby was cut short (its
             -- backend terminated, the answer lost): on the primary only.
+            -- Granted on another timeline (before a promotion: a row the
+            -- promotion revived, its release lost, or one the old primary
+            -- granted), it is taken over with a new fence and lease: its
+            -- old fence may be below fences the old primary handed out
+            -- since, and no renewal of it is answered here.
+            IF timeline IS NULL THEN
+                timeline := {TIMELINE};
+            END IF;
             {BOUND_LOCK_WAIT}
-            UPDATE {locks} l SET owner = l.owner
+            UPDATE {locks} l
+               SET fence = {refence_lock},
+                   expires_at = CASE WHEN l.epoch = timeline THEN l.expires_at
+                                     ELSE now_ms + p_ttl END,
+                   epoch = timeline
              WHERE l.name = p_name AND l.owner = p_owner AND l.fence = held.fence
                AND l.expires_at > now_ms
-            RETURNING l.expires_at INTO held.expires_at;
+            RETURNING l.fence, l.expires_at INTO held.fence, held.expires_at;
             IF FOUND THEN
                 RETURN QUERY SELECT true, held.fence, held.expires_at - now_ms, NULL::integer;
                 RETURN;
@@ -340,15 +366,16 @@ DECLARE
             UPDATE {locks} l
                SET owner = p_owner,
                    fence = nextval({fences_regclass}::regclass) + timeline * {TIMELINE_STEP},
-                   expires_at = now_ms + p_ttl
+                   expires_at = now_ms + p_ttl,
+                   epoch = timeline
              WHERE l.name = p_name
             RETURNING l.fence INTO drawn;
         ELSE
             -- Every insert of a name runs under its advisory lock: no
             -- conflict can come up here but from outside alkstore.
-            INSERT INTO {locks} AS l (name, owner, fence, expires_at)
+            INSERT INTO {locks} AS l (name, owner, fence, expires_at, epoch)
             VALUES (p_name, p_owner, nextval({fences_regclass}::regclass) + timeline * {TIMELINE_STEP},
-                    now_ms + p_ttl)
+                    now_ms + p_ttl, timeline)
             ON CONFLICT (name) DO NOTHING
             RETURNING l.fence INTO drawn;
         END IF;
@@ -406,14 +433,15 @@ END"
                SET owner = p_owner,
                    fence = nextval({fences_regclass}::regclass) + timeline * {TIMELINE_STEP},
                    expires_at = now_ms + p_ttl,
-                   permits = {permits_value}
+                   permits = {permits_value},
+                   epoch = timeline
              WHERE p.name = p_name AND p.slot = {slot}
             RETURNING p.fence INTO drawn;
         ELSIF NOT FOUND THEN
-            INSERT INTO {permits} AS p (name, slot, owner, fence, expires_at, permits)
+            INSERT INTO {permits} AS p (name, slot, owner, fence, expires_at, permits, epoch)
             VALUES (p_name, {slot}, p_owner,
                     nextval({fences_regclass}::regclass) + timeline * {TIMELINE_STEP},
-                    now_ms + p_ttl, {permits_value})
+                    now_ms + p_ttl, {permits_value}, timeline)
             ON CONFLICT ON CONSTRAINT permits_pkey DO NOTHING
             RETURNING p.fence INTO drawn;
         END IF;
@@ -422,17 +450,25 @@ END"
         };
         // The owner's own live grant in `permits` (its slot and fence in
         // `mine_slot`, `mine_fence`): given back only once a write of ours
-        // confirms it, as the lock function's same-owner answer is; released
-        // or expired meanwhile, look again. `last` is the answer's last
-        // column.
+        // confirms it, as the lock function's same-owner answer is (granted
+        // on another timeline, taken over with a new fence, as there);
+        // released or expired meanwhile, look again. `last` is the answer's
+        // last column.
         let give_back = |last: &str| {
             format!(
                 "        IF mine_fence IS NOT NULL THEN
+            IF timeline IS NULL THEN
+                timeline := {TIMELINE};
+            END IF;
             {BOUND_LOCK_WAIT}
-            UPDATE {permits} p SET owner = p.owner
+            UPDATE {permits} p
+               SET fence = {refence_permit},
+                   expires_at = CASE WHEN p.epoch = timeline THEN p.expires_at
+                                     ELSE now_ms + p_ttl END,
+                   epoch = timeline
              WHERE p.name = p_name AND p.slot = mine_slot AND p.fence = mine_fence
                AND p.expires_at > now_ms
-            RETURNING p.expires_at INTO ends;
+            RETURNING p.fence, p.expires_at INTO mine_fence, ends;
             IF FOUND THEN
                 RETURN QUERY SELECT 'granted'::text, mine_fence, mine_slot, ends - now_ms, {last};
                 RETURN;
@@ -645,7 +681,8 @@ END"
                      name       text   PRIMARY KEY,
                      owner      text   NOT NULL,
                      fence      bigint NOT NULL,
-                     expires_at bigint NOT NULL -- Unix milliseconds, server clock
+                     expires_at bigint NOT NULL, -- Unix milliseconds, server clock
+                     epoch      bigint NOT NULL DEFAULT 0 -- the timeline that granted it
                  )"
             )),
             create_fences: audited(format!("CREATE SEQUENCE {fences} AS bigint")),
@@ -657,6 +694,7 @@ END"
                      fence      bigint  NOT NULL,
                      expires_at bigint  NOT NULL, -- Unix milliseconds, server clock
                      permits    integer NOT NULL, -- the semaphore's, as its grant asked
+                     epoch      bigint  NOT NULL DEFAULT 0, -- the timeline that granted it
                      CONSTRAINT permits_pkey PRIMARY KEY (name, slot)
                  )"
             )),
@@ -688,6 +726,15 @@ END"
             // $1 schema_version.
             record_version: audited(format!(
                 "UPDATE {meta} SET value = $1 WHERE key = 'schema_version'"
+            )),
+            // Layout 8 and older: each row's timeline, from its fence's high
+            // part (a row of layout 4, below 2^44, gets 0: another
+            // timeline's). Idempotent.
+            add_epochs: audited(format!(
+                "ALTER TABLE {locks} ADD COLUMN IF NOT EXISTS epoch bigint NOT NULL DEFAULT 0;
+                 ALTER TABLE {permits} ADD COLUMN IF NOT EXISTS epoch bigint NOT NULL DEFAULT 0;
+                 UPDATE {locks} SET epoch = fence >> 44 WHERE epoch = 0 AND fence >= {TIMELINE_STEP};
+                 UPDATE {permits} SET epoch = fence >> 44 WHERE epoch = 0 AND fence >= {TIMELINE_STEP};"
             )),
             read_meta: audited(format!("SELECT key, value FROM {meta}")),
             // No CASCADE: whatever someone else built on these objects stays,
@@ -803,19 +850,21 @@ END"
                  FROM {acquire_rw_fn}($1, $2, $3, $4, $5, $6) g
                  WHERE EXISTS (SELECT 1 FROM durable_commit)"
             )),
-            // $1 name, $2 owner, $3 fence, $4 ttl ms.
+            // $1 name, $2 owner, $3 fence, $4 ttl ms. A lease granted on
+            // another timeline (before a promotion) is not renewed: lost.
             renew: audited(format!(
                 "WITH {DURABLE_COMMIT_CTE}
                  UPDATE {locks} SET expires_at = {NOW_MS} + $4
                  WHERE name = $1 AND owner = $2 AND fence = $3 AND expires_at > {NOW_MS}
-                   AND EXISTS (SELECT 1 FROM durable_commit)"
+                   AND epoch = {TIMELINE} AND EXISTS (SELECT 1 FROM durable_commit)"
             )),
             // $1 name, $2 slot, $3 owner, $4 fence, $5 ttl ms.
             renew_permit: audited(format!(
                 "WITH {DURABLE_COMMIT_CTE}
                  UPDATE {permits} SET expires_at = {NOW_MS} + $5
                  WHERE name = $1 AND slot = $2 AND owner = $3 AND fence = $4
-                   AND expires_at > {NOW_MS} AND EXISTS (SELECT 1 FROM durable_commit)"
+                   AND expires_at > {NOW_MS} AND epoch = {TIMELINE}
+                   AND EXISTS (SELECT 1 FROM durable_commit)"
             )),
             // As `release`, of a permit: $1 name, $2 slot, $3 owner, $4
             // fence, $5 channel, $6 store tag.

@@ -10,12 +10,13 @@
 use std::time::Duration;
 
 use alkstore_contract_suite::failover::{
-    AfterPromotion, Written, after_promotion, answers, ask_for_grants, lost, warm, write,
+    AfterPromotion, Written, after_promotion, answers, ask_for_grants, keep, lost, warm, write,
 };
 use alkstore_contract_suite::support::Patience;
 use alkstore_core::Store;
 use alkstore_postgres::PgStore;
 use alkstore_testkit::pg::{Pair, unique_schema};
+use alkstore_testkit::wire::switching_proxy;
 use sqlx::Connection;
 use sqlx::postgres::PgConnection;
 
@@ -62,14 +63,20 @@ async fn until_cut(pair: &Pair) {
 /// Asynchronous replication, WAL shipping cut 1 s before the primary is
 /// killed: the promotion loses acknowledged grants (asynchronous
 /// replication promises no more), but every fence the promoted server
-/// hands out is above every fence the old primary handed out.
+/// hands out is above every fence the old primary handed out — the same
+/// owner's answer for a row the promotion revived (its release or forced
+/// release lost) included — and no lease of the old primary is renewed
+/// there. The store reaches its server through an address moved to the
+/// promoted one, as a failover manager's.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn fences_rise_across_an_asynchronous_promotion() {
     let Some(pair) = Pair::start(false) else {
         return;
     };
     let schema = unique_schema("failover");
-    let store = PgStore::connect(&pair.primary_url, &schema).await.unwrap();
+    let (url, switch) = switching_proxy(&pair.primary_url).await;
+    let store = PgStore::connect(&url, &schema).await.unwrap();
+    let kept = keep(&store).await;
     let mut written = Written::default();
     write(&store, &mut written, Duration::from_millis(500)).await;
     until_caught_up(&pair).await;
@@ -77,12 +84,12 @@ async fn fences_rise_across_an_asynchronous_promotion() {
     write(&store, &mut written, Duration::from_secs(1)).await;
     pair.kill_primary().unwrap();
     pair.promote().unwrap();
-    store.close().await.unwrap();
-    let promoted = PgStore::connect(&pair.standby_url, &schema).await.unwrap();
+    switch.point_to(&pair.standby_url);
     let AfterPromotion {
         fences_not_above: below,
         acknowledged_lost: lost,
-    } = after_promotion(&promoted, &written)
+        revived,
+    } = after_promotion(&store, &written, kept)
         .await
         .report("asynchronous", &written);
     assert!(
@@ -90,7 +97,8 @@ async fn fences_rise_across_an_asynchronous_promotion() {
         "the cut lost nothing: the test did not test a lossy promotion"
     );
     assert_eq!(below, 0, "fences went down across the promotion");
-    promoted.close().await.unwrap();
+    revived.assert_refenced();
+    store.close().await.unwrap();
 }
 
 /// Synchronous replication (`synchronous_standby_names = '*'`): load on
@@ -106,7 +114,9 @@ async fn acknowledged_grants_survive_a_synchronous_promotion() {
         return;
     };
     let schema = unique_schema("syncfail");
-    let store = PgStore::connect(&pair.primary_url, &schema).await.unwrap();
+    let (url, switch) = switching_proxy(&pair.primary_url).await;
+    let store = PgStore::connect(&url, &schema).await.unwrap();
+    let kept = keep(&store).await;
     let mut written = Written::default();
     write(&store, &mut written, Duration::from_millis(500)).await;
     until_cut(&pair).await;
@@ -119,12 +129,12 @@ async fn acknowledged_grants_survive_a_synchronous_promotion() {
     .await;
     pair.kill_primary().unwrap();
     pair.promote().unwrap();
-    store.close().await.unwrap();
-    let promoted = PgStore::connect(&pair.standby_url, &schema).await.unwrap();
+    switch.point_to(&pair.standby_url);
     let AfterPromotion {
         fences_not_above: below,
         acknowledged_lost: lost,
-    } = after_promotion(&promoted, &written)
+        revived,
+    } = after_promotion(&store, &written, kept)
         .await
         .report("synchronous", &written);
     assert!(
@@ -136,7 +146,8 @@ async fn acknowledged_grants_survive_a_synchronous_promotion() {
         "acknowledged grants lost under synchronous replication"
     );
     assert_eq!(below, 0, "fences went down across the promotion");
-    promoted.close().await.unwrap();
+    revived.assert_refenced();
+    store.close().await.unwrap();
 }
 
 /// Backends of `user` waiting for the synchronous standby (`SyncRep`) in a

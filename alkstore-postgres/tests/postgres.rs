@@ -695,3 +695,74 @@ async fn a_late_renewal_never_brings_the_other_kind_back() {
     store.close().await.unwrap();
     schema.drop().await;
 }
+
+/// A store of layout 8 (rows that do not say which timeline granted them)
+/// is upgraded in place when opened by another store while the first
+/// holds grants: each row's `epoch` is its fence's high part, so that a
+/// grant of this timeline stays renewable and is given back to its owner
+/// with its fence, while a row of layout 4 (a fence below 2^44, from
+/// before fences carried the timeline) is another timeline's: its owner's
+/// ask is answered with a new fence.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn layout_8_is_upgraded_in_place_with_epochs() {
+    let Some((store, schema)) = common::store("upgrade8").await else {
+        return;
+    };
+    let s = common::quoted_schema(&store);
+    let held = store.try_lock("held", "a", TTL).await.unwrap().unwrap();
+    let permit = store
+        .try_acquire_permit("pool", 2, "b", TTL)
+        .await
+        .unwrap()
+        .unwrap();
+    sqlx::raw_sql(sqlx::AssertSqlSafe(format!(
+        "ALTER TABLE {s}.locks DROP COLUMN epoch;
+         ALTER TABLE {s}.permits DROP COLUMN epoch;
+         INSERT INTO {s}.locks VALUES ('layout4', 'old', 5, 9999999999999);
+         UPDATE {s}.meta SET value = 8 WHERE key = 'schema_version'"
+    )))
+    .execute(store.pool())
+    .await
+    .unwrap();
+
+    let reopened = PgStore::connect(&schema.url, &schema.name).await.unwrap();
+    let (version,): (i64,) = sqlx::query_as(sqlx::AssertSqlSafe(format!(
+        "SELECT value FROM {s}.meta WHERE key = 'schema_version'"
+    )))
+    .fetch_one(reopened.pool())
+    .await
+    .unwrap();
+    assert_eq!(version, alkstore_postgres::SCHEMA_VERSION);
+    assert!(held.renew(TTL).await.unwrap(), "a grant of this timeline");
+    assert!(
+        permit.renew(TTL).await.unwrap(),
+        "a permit of this timeline"
+    );
+    let again = reopened.try_lock("held", "a", TTL).await.unwrap().unwrap();
+    assert_eq!(again.fence(), held.fence(), "given back, not fenced anew");
+    let again_permit = reopened
+        .try_acquire_permit("pool", 2, "b", TTL)
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(again_permit.fence(), permit.fence());
+    let old = reopened
+        .try_lock("layout4", "old", TTL)
+        .await
+        .unwrap()
+        .unwrap();
+    assert!(
+        old.fence() > held.fence(),
+        "{} after {}",
+        old.fence(),
+        held.fence()
+    );
+    for lock in [again, again_permit, old] {
+        assert!(lock.release().await.unwrap());
+    }
+    assert!(!held.release().await.unwrap(), "its twin released it");
+    assert!(!permit.release().await.unwrap(), "its twin released it");
+    store.close().await.unwrap();
+    reopened.drop_schema().await.unwrap();
+    reopened.close().await.unwrap();
+}

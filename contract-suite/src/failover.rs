@@ -1,17 +1,97 @@
 //! A load for failover tests, whatever the engine: a writer granting,
-//! releasing and force-releasing on [`NAMES`] names, recording what it was
-//! answered; and the check after a promotion (fences above every fence
-//! handed out before, acknowledged grants still there).
+//! releasing and force-releasing locks, permits, readers and writers,
+//! recording what it was answered; grants kept from before the cut; and
+//! the checks after a promotion (fences above every fence handed out
+//! before — the same owner's answer included —, no lease of an older
+//! server renewed, acknowledged grants still there).
 
 use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
-use alkstore_core::Store;
+use alkstore_core::{Lock, Store};
 
-/// How many names the writer works on.
+use crate::support::Patience;
+
+/// How many lock names the writer works on.
 pub const NAMES: usize = 64;
 
+/// How many names of each other kind (semaphore, readers, writers) the
+/// writer works on.
+pub const OTHER_NAMES: usize = 16;
+
+/// A semaphore's permits in the load.
+const PERMITS: u32 = 2;
+
+/// How many names of each kind [`keep`] holds.
+const KEPT: usize = 4;
+
 const TTL: Duration = Duration::from_secs(60);
+
+/// What a grant of the load is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Kind {
+    /// A lock (`try_lock`).
+    Lock,
+    /// A permit of a semaphore of [`PERMITS`] (`try_acquire_permit`).
+    Permit,
+    /// A reader (`try_read_lock`).
+    Read,
+    /// A writer (`try_write_lock`).
+    Write,
+}
+
+impl Kind {
+    const ALL: [Kind; 4] = [Kind::Lock, Kind::Permit, Kind::Read, Kind::Write];
+
+    /// The load's names of this kind begin with it.
+    fn prefix(self) -> &'static str {
+        match self {
+            Kind::Lock => "n",
+            Kind::Permit => "p",
+            Kind::Read => "r",
+            Kind::Write => "x",
+        }
+    }
+
+    /// How many names of this kind the writer works on.
+    fn names(self) -> usize {
+        match self {
+            Kind::Lock => NAMES,
+            _ => OTHER_NAMES,
+        }
+    }
+
+    /// Asks once for a grant of this kind.
+    async fn ask(
+        self,
+        store: &dyn Store,
+        name: &str,
+        owner: &str,
+    ) -> alkstore_core::Result<Option<Box<dyn Lock>>> {
+        match self {
+            Kind::Lock => store.try_lock(name, owner, TTL).await,
+            Kind::Permit => store.try_acquire_permit(name, PERMITS, owner, TTL).await,
+            Kind::Read => store.try_read_lock(name, owner, TTL).await,
+            Kind::Write => store.try_write_lock(name, owner, TTL).await,
+        }
+    }
+
+    /// The kind of the load's name.
+    fn of(name: &str) -> Kind {
+        let name = name.strip_prefix('k').unwrap_or(name);
+        Kind::ALL
+            .into_iter()
+            .find(|kind| name.starts_with(kind.prefix()))
+            .expect("a name of the load")
+    }
+}
+
+/// Every name the writer works on, with its kind.
+fn written_names() -> impl Iterator<Item = (Kind, String)> {
+    Kind::ALL
+        .into_iter()
+        .flat_map(|kind| (0..kind.names()).map(move |i| (kind, format!("{}{i}", kind.prefix()))))
+}
 
 /// What the writer was answered.
 #[derive(Debug, Default)]
@@ -26,26 +106,26 @@ pub struct Written {
 }
 
 /// Rounds over every name for `for_how_long`, ending with a round whose
-/// grants are held: each name's held grant removed by force (of the name,
-/// or of the grant's fence), then a new grant, released at once every other
-/// round and held otherwise.
+/// grants are held: each name's held grant removed by force (a lock's by
+/// name or by fence in turns, other grants by fence), then a new grant to
+/// an owner of the round's own, released at once every other round and
+/// held otherwise.
 pub async fn write(store: &dyn Store, written: &mut Written, for_how_long: Duration) {
     let until = Instant::now() + for_how_long;
     while Instant::now() < until || written.rounds % 2 == 0 {
         written.rounds += 1;
         let round = written.rounds;
-        for i in 0..NAMES {
-            let name = format!("n{i}");
+        for (kind, name) in written_names() {
             let owner = format!("w{round}");
             if let Some((_, fence)) = written.held.remove(&name) {
-                if round % 3 == 0 {
-                    store.force_release_grant(&name, fence).await.unwrap();
-                } else {
+                if kind == Kind::Lock && round % 3 != 0 {
                     store.force_release(&name).await.unwrap();
+                } else {
+                    store.force_release_grant(&name, fence).await.unwrap();
                 }
             }
-            let lock = store
-                .try_lock(&name, &owner, TTL)
+            let lock = kind
+                .ask(store, &name, &owner)
                 .await
                 .unwrap()
                 .expect("the writer is the only one granting");
@@ -61,6 +141,130 @@ pub async fn write(store: &dyn Store, written: &mut Written, for_how_long: Durat
     }
 }
 
+/// Grants held from before the cut, which the promoted server has: their
+/// handles, to renew after the promotion.
+#[derive(Debug, Default)]
+pub struct Kept {
+    handles: Vec<Box<dyn Lock>>,
+}
+
+/// Takes [`KEPT`] grants of each kind (names `kn0`, `kp0`, …, owner `k`)
+/// and keeps their handles. Wait until the replica has them before the
+/// cut.
+pub async fn keep(store: &dyn Store) -> Kept {
+    let mut handles = Vec::new();
+    for kind in Kind::ALL {
+        for i in 0..KEPT {
+            let name = format!("k{}{i}", kind.prefix());
+            let lock = kind
+                .ask(store, &name, "k")
+                .await
+                .unwrap()
+                .expect("a free name");
+            handles.push(lock);
+        }
+    }
+    Kept { handles }
+}
+
+/// What the promoted server answered the grants of an older server.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Revived {
+    /// Kept grants (from before the cut, on the promoted server) whose
+    /// handle's renewal answered `true`: a lease of an older server.
+    pub renewed: usize,
+    /// Grants live on the promoted server (kept, held or released on the
+    /// old primary, revived) asked for again by their own owner.
+    pub asked: usize,
+    /// Of those, the answers whose fence was not above every fence handed
+    /// out before the promotion.
+    pub fences_not_above: usize,
+}
+
+impl Revived {
+    /// What every promotion test asserts: some grant of the old primary
+    /// was live on the promoted server; none was renewed there; each asked
+    /// again by its owner was answered a fence above every fence handed
+    /// out before.
+    pub fn assert_refenced(self) {
+        assert!(
+            self.asked > 0,
+            "no grant of the old primary was live on the promoted server"
+        );
+        assert_eq!(
+            self.renewed, 0,
+            "leases of the old primary renewed on the promoted server"
+        );
+        assert_eq!(
+            self.fences_not_above, 0,
+            "owners asking again were answered fences not above those handed out before"
+        );
+    }
+}
+
+/// On the promoted server, reached through the same `store` (its
+/// connections moved there): renews each kept handle, then asks again, as
+/// their own owners, for every grant of the load's names that is live
+/// there, releasing each answer.
+async fn revived(store: &dyn Store, written: &Written, kept: Kept) -> Revived {
+    let mut renewed = 0;
+    let patience = Patience::new("a renewal on the promoted server", Duration::from_secs(30));
+    for handle in &kept.handles {
+        // The first calls may meet connections to the dead primary.
+        let answer = loop {
+            match handle.renew(TTL).await {
+                Ok(answer) => break answer,
+                Err(error) => eprintln!("renewal of {}: {error}", handle.name()),
+            }
+            patience.next().await;
+        };
+        if answer {
+            renewed += 1;
+            eprintln!(
+                "{}: the kept grant of fence {} was renewed on the promoted server",
+                handle.name(),
+                handle.fence()
+            );
+        }
+    }
+    let kept_names = kept
+        .handles
+        .iter()
+        .map(|h| (Kind::of(h.name()), h.name().to_owned()));
+    let names: Vec<(Kind, String)> = written_names().chain(kept_names).collect();
+    for handle in kept.handles {
+        handle.let_lapse();
+    }
+    let (mut asked, mut fences_not_above) = (0, 0);
+    for (kind, name) in names {
+        for live in store.holders(&name).await.unwrap() {
+            asked += 1;
+            let owner = &live.holder.owner;
+            let lock = kind
+                .ask(store, &name, owner)
+                .await
+                .unwrap()
+                .expect("its own owner is answered");
+            if lock.fence() <= written.highest {
+                fences_not_above += 1;
+                eprintln!(
+                    "{name}: {owner} asked again and was answered fence {} (live: {}) after {} \
+                     was handed out",
+                    lock.fence(),
+                    live.holder.fence,
+                    written.highest
+                );
+            }
+            assert!(lock.release().await.unwrap());
+        }
+    }
+    Revived {
+        renewed,
+        asked,
+        fences_not_above,
+    }
+}
+
 /// What the promoted server showed.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct AfterPromotion {
@@ -69,19 +273,32 @@ pub struct AfterPromotion {
     pub fences_not_above: usize,
     /// Grants held at the kill that the promoted server does not have.
     pub acknowledged_lost: usize,
+    /// What it answered the grants of an older server.
+    pub revived: Revived,
 }
 
-/// On the promoted server: counts the held grants it lost, then grants every
-/// name (its old grant removed by force first) and counts the fences not
+/// On the promoted server, through `promoted` (the store the load ran on,
+/// its connections moved there, for `kept` to be renewed): counts the held
+/// grants it lost; renews the kept grants and asks again for every live
+/// grant as its owner ([`Revived`]); then grants every lock name (its old
+/// grant removed by force first) to a new owner and counts the fences not
 /// above every fence handed out before.
-pub async fn after_promotion(promoted: &dyn Store, written: &Written) -> AfterPromotion {
+pub async fn after_promotion(
+    promoted: &dyn Store,
+    written: &Written,
+    kept: Kept,
+) -> AfterPromotion {
     let mut acknowledged_lost = 0;
     for (name, (owner, fence)) in &written.held {
-        let holder = promoted.holder(name).await.unwrap();
-        if holder.map(|h| (h.owner, h.fence)) != Some((owner.clone(), *fence)) {
+        let holders = promoted.holders(name).await.unwrap();
+        if !holders
+            .iter()
+            .any(|live| (&live.holder.owner, live.holder.fence) == (owner, *fence))
+        {
             acknowledged_lost += 1;
         }
     }
+    let revived = revived(promoted, written, kept).await;
     let mut fences_not_above = 0;
     for i in 0..NAMES {
         let name = format!("n{i}");
@@ -104,6 +321,7 @@ pub async fn after_promotion(promoted: &dyn Store, written: &Written) -> AfterPr
     AfterPromotion {
         fences_not_above,
         acknowledged_lost,
+        revived,
     }
 }
 
@@ -112,12 +330,16 @@ impl AfterPromotion {
     pub fn report(self, kind: &str, written: &Written) -> Self {
         eprintln!(
             "{kind} failover: {} grants, highest fence {}; {} of {} acknowledged held grants \
-             lost; {} of {NAMES} names granted a fence not above it",
+             lost; {} of {NAMES} names granted a fence not above it; {} kept grants renewed; {} \
+             live grants asked again by their owner, {} answered a fence not above it",
             written.grants,
             written.highest,
             self.acknowledged_lost,
             written.held.len(),
-            self.fences_not_above
+            self.fences_not_above,
+            self.revived.renewed,
+            self.revived.asked,
+            self.revived.fences_not_above
         );
         self
     }

@@ -265,9 +265,12 @@ impl Instance {
     }
 
     /// The first value `sql` answers, run by the `mariadb` client as the
-    /// superuser over TCP (the password through the environment).
+    /// superuser over TCP (the password through the environment, the
+    /// statements — which may hold other passwords — on its standard input:
+    /// neither on a command line other local users can read).
     fn query(&self, password: &str, sql: &str) -> Result<String, String> {
-        let output = std::process::Command::new("mariadb")
+        use std::io::Write;
+        let mut client = std::process::Command::new("mariadb")
             .args([
                 "--no-defaults",
                 "-N",
@@ -278,10 +281,21 @@ impl Instance {
                 "alkstore",
             ])
             .arg(format!("--port={}", self.port))
-            .args(["-e", sql])
             .env("MYSQL_PWD", password)
-            .stdin(Stdio::null())
-            .output()
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .map_err(|e| format!("could not run the mariadb client: {e}"))?;
+        // Dropped after the write: the client reads to the end, then runs.
+        client
+            .stdin
+            .take()
+            .ok_or("the mariadb client has no standard input")?
+            .write_all(format!("{};\n", sql.trim_end().trim_end_matches(';')).as_bytes())
+            .map_err(|e| format!("could not send the mariadb client {sql:?}: {e}"))?;
+        let output = client
+            .wait_with_output()
             .map_err(|e| format!("could not run the mariadb client: {e}"))?;
         if output.status.success() {
             Ok(String::from_utf8_lossy(&output.stdout).trim().to_owned())
@@ -313,6 +327,11 @@ pub struct Pair {
     pub primary_url: String,
     /// The replica's superuser URL.
     pub replica_url: String,
+    /// The primary's URL for a superuser the replica knows too (made on
+    /// the primary and replicated), with the same password on both: an
+    /// address moved from one to the other (a failover manager's) takes
+    /// its connections.
+    pub shared_url: String,
     replica_password: String,
 }
 
@@ -384,6 +403,15 @@ impl Pair {
                 primary.port
             ),
         )?;
+        // A superuser both know, replicated.
+        let shared_password = process::random_password()?;
+        primary.sql(
+            &primary_password,
+            &format!(
+                "CREATE USER 'shared'@'127.0.0.1' IDENTIFIED BY '{shared_password}';
+                 GRANT ALL PRIVILEGES ON *.* TO 'shared'@'127.0.0.1'"
+            ),
+        )?;
         // Ready once the replica receives (with `semi_sync`: acknowledges).
         if semi_sync {
             process::until(
@@ -400,6 +428,10 @@ impl Pair {
             )?;
         }
         Ok(Pair {
+            shared_url: format!(
+                "mysql://shared:{shared_password}@127.0.0.1:{}",
+                primary.port
+            ),
             primary_url: primary.url(&primary_password),
             replica_url: replica.url(&replica_password),
             primary,
