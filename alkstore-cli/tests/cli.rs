@@ -865,15 +865,74 @@ async fn doctor_judges_mariadb_deployments() {
     let Some(asynchronous) = alkstore_testkit::mysql::Pair::start(false) else {
         return;
     };
+    // The binary log on, sync_binlog = 0 (the default): a power loss can
+    // lose an answered commit's binary-log record, and recovery then
+    // rolls the commit back.
     let (code, verdicts) = doctor(&asynchronous.primary_url);
     assert_eq!(code, 5);
-    assert_verdicts(&verdicts, "given up", "sync_binlog = 0");
+    assert_crash_given_up(&verdicts, "sync_binlog = 0");
+    // A replica grants nothing, and its settings are not the primary's.
+    let (code, verdicts) = doctor(&asynchronous.replica_url);
+    assert_eq!(code, 5, "{verdicts:?}");
+    assert_not_a_primary(&verdicts, "Slaves_running = 1");
     let Some(semi_sync) = alkstore_testkit::mysql::Pair::start(true) else {
         return;
     };
     let (code, verdicts) = doctor(&semi_sync.primary_url);
     assert_eq!(code, 0, "{verdicts:?}");
     assert_verdicts(&verdicts, "kept", "1 semi-sync replicas now");
+    // The same primary made read-only, as a failover manager fences off a
+    // demoted one.
+    run_sql(&semi_sync.primary_url, "SET GLOBAL read_only = ON").await;
+    let (code, verdicts) = doctor(&semi_sync.primary_url);
+    assert_eq!(code, 5, "{verdicts:?}");
+    assert_not_a_primary(&verdicts, "read_only = ON");
+    // Torn pages: a crash can corrupt the table.
+    let Some(torn) = alkstore_testkit::mysql::own_server(&["--innodb-doublewrite=0"]) else {
+        return;
+    };
+    let (code, verdicts) = doctor(&torn.url);
+    assert_eq!(code, 5, "{verdicts:?}");
+    assert_crash_given_up(&verdicts, "innodb_doublewrite = OFF");
+}
+
+/// Runs one statement on the server `url` names.
+async fn run_sql(url: &str, statement: &'static str) {
+    use sqlx::Connection;
+    let mut conn = sqlx::MySqlConnection::connect(url).await.unwrap();
+    sqlx::query(statement).execute(&mut conn).await.unwrap();
+}
+
+/// The crash promise given up for `why` (and so the failover promise).
+fn assert_crash_given_up(
+    verdicts: &std::collections::HashMap<String, (String, String)>,
+    why: &str,
+) {
+    let (verdict, because) = &verdicts["no_grant_lost_in_a_crash"];
+    assert_eq!(
+        (verdict.as_str(), because.contains(why)),
+        ("given up", true),
+        "{verdicts:?}"
+    );
+    assert_eq!(
+        verdicts["no_grant_lost_in_a_failover"].0, "given up",
+        "{verdicts:?}"
+    );
+}
+
+/// A server that is no primary: exclusion n/a, the durability promises
+/// unknown, each saying `why` and to run doctor on the primary.
+fn assert_not_a_primary(verdicts: &std::collections::HashMap<String, (String, String)>, why: &str) {
+    assert_eq!(verdicts["exclusion"].0, "n/a", "{verdicts:?}");
+    for promise in ["no_grant_lost_in_a_crash", "no_grant_lost_in_a_failover"] {
+        let (verdict, because) = &verdicts[promise];
+        assert_eq!(verdict, "unknown", "{verdicts:?}");
+        assert!(because.contains(why), "{verdicts:?}");
+        assert!(
+            because.contains("run doctor on the primary"),
+            "{verdicts:?}"
+        );
+    }
 }
 
 /// SQLite: a store's file keeps what one host can (exit 0); a missing file

@@ -43,29 +43,11 @@ async fn inspect(url: &str) -> Result<Report, BoxError> {
 /// (names lowercased, values uppercased).
 pub(crate) fn judge(observed: &HashMap<String, String>) -> Vec<Finding> {
     let get = |name: &str| observed.get(name).map_or("", String::as_str);
-    let flush = get("innodb_flush_log_at_trx_commit");
-    // 3 is 1 with the log written at prepare too: as durable.
-    let crash = if flush == "1" || flush == "3" {
-        Finding::kept(
-            Promise::NoGrantLostInACrash,
-            format!(
-                "innodb_flush_log_at_trx_commit = {flush}: every commit is on disk when answered"
-            ),
-        )
-    } else {
-        Finding::given_up(
-            Promise::NoGrantLostInACrash,
-            format!(
-                "innodb_flush_log_at_trx_commit = {flush}: the commits of about the last second are lost in a crash"
-            ),
-        )
-    };
     let binary_log = get("log_bin") == "ON";
-    let failover = failover(&get, &crash);
     let fences = if binary_log {
         Finding::kept(
             Promise::FencesRiseAcrossAFailover,
-            "a grant on another server_id raises the sequence by 2^32, once per promotion; after two promotions within one replication lag run `alkstore raise-fences`",
+            "a grant on another server_id raises the sequence by 2^32, once per promotion, and takes over its owner's rows of the old one; after two promotions within one replication lag run `alkstore raise-fences`",
         )
     } else {
         Finding::new(
@@ -74,6 +56,29 @@ pub(crate) fn judge(observed: &HashMap<String, String>) -> Vec<Finding> {
             "log_bin = OFF: nothing replicates from this server",
         )
     };
+    // A replica's own settings say nothing of the primary's commits, and a
+    // read-only server grants nothing (alkstore's role is no superuser).
+    if let Some(why) = replica(&get) {
+        let unknown = |promise| {
+            Finding::new(
+                promise,
+                Verdict::Unknown,
+                format!("{why}: its settings are not the primary's; run doctor on the primary"),
+            )
+        };
+        return vec![
+            Finding::new(
+                Promise::Exclusion,
+                Verdict::NotApplicable,
+                format!("{why}: it grants nothing; run doctor on the primary"),
+            ),
+            unknown(Promise::NoGrantLostInACrash),
+            unknown(Promise::NoGrantLostInAFailover),
+            fences,
+        ];
+    }
+    let crash = crash(&get);
+    let failover = failover(&get, &crash);
     vec![
         Finding::kept(
             Promise::Exclusion,
@@ -83,6 +88,65 @@ pub(crate) fn judge(observed: &HashMap<String, String>) -> Vec<Finding> {
         failover,
         fences,
     ]
+}
+
+/// Why the server is not a primary that grants: read-only, or replicating
+/// from another server. `None` for a writable server replicating from none.
+fn replica<'a>(get: &impl Fn(&str) -> &'a str) -> Option<String> {
+    let read_only = get("read_only");
+    // MariaDB 10.11 answers ON/OFF; later versions name levels (NO_LOCK…).
+    if !read_only.is_empty() && read_only != "OFF" {
+        return Some(format!(
+            "read_only = {read_only}: this server takes no writes (a replica, or a primary fenced off)"
+        ));
+    }
+    let running = get("slaves_running");
+    if running.parse::<u64>().unwrap_or(0) > 0 {
+        return Some(format!(
+            "Slaves_running = {running}: this server is a replica of another"
+        ));
+    }
+    None
+}
+
+/// No answered grant lost in a crash (a power loss included): the InnoDB
+/// log flushed at commit, no torn pages, and with the binary log on, its
+/// record of the commit synced too — it coordinates InnoDB's two-phase
+/// commit, and at 1 InnoDB leaves its commit record unsynced, so recovery
+/// rolls back a prepared transaction the binary log lost (MariaDB's
+/// "binary log group commit and InnoDB flushing performance": with
+/// `innodb_flush_log_at_trx_commit = 1`, `log_bin` and `sync_binlog = 0`,
+/// commits are not guaranteed durable; 3 syncs InnoDB's commit as well).
+fn crash<'a>(get: &impl Fn(&str) -> &'a str) -> Finding {
+    let promise = Promise::NoGrantLostInACrash;
+    let flush = get("innodb_flush_log_at_trx_commit");
+    if flush != "1" && flush != "3" {
+        return Finding::given_up(
+            promise,
+            format!(
+                "innodb_flush_log_at_trx_commit = {flush}: the commits of about the last second are lost in a crash"
+            ),
+        );
+    }
+    if get("innodb_doublewrite") == "OFF" {
+        return Finding::given_up(
+            promise,
+            "innodb_doublewrite = OFF: a page torn by a crash can corrupt the locks table",
+        );
+    }
+    let sync_binlog = get("sync_binlog");
+    if flush == "1" && get("log_bin") == "ON" && sync_binlog != "1" {
+        return Finding::given_up(
+            promise,
+            format!(
+                "sync_binlog = {sync_binlog} with log_bin = ON and innodb_flush_log_at_trx_commit = 1: InnoDB leaves the commit to the binary log, which a power loss can lose, and recovery then rolls the answered grant back (set sync_binlog = 1)"
+            ),
+        );
+    }
+    Finding::kept(
+        promise,
+        format!("innodb_flush_log_at_trx_commit = {flush}: every commit is on disk when answered"),
+    )
 }
 
 fn failover<'a>(get: &impl Fn(&str) -> &'a str, crash: &Finding) -> Finding {
@@ -161,6 +225,9 @@ mod tests {
             ("rpl_semi_sync_master_timeout", "4294967295"),
             ("rpl_semi_sync_master_status", "ON"),
             ("rpl_semi_sync_master_clients", "1"),
+            ("innodb_doublewrite", "ON"),
+            ("read_only", "OFF"),
+            ("slaves_running", "0"),
             ("version", "10.11.6-MARIADB-0+DEB12U1-LOG"),
         ]
         .into_iter()
@@ -170,6 +237,53 @@ mod tests {
             all.insert((*k).to_owned(), (*v).to_owned());
         }
         all
+    }
+
+    #[test]
+    fn a_replica_or_a_read_only_server_is_not_judged_as_a_primary() {
+        for change in [("read_only", "ON"), ("slaves_running", "1")] {
+            let findings = judge(&observed(&[change]));
+            assert_eq!(findings[0].verdict, Verdict::NotApplicable, "{change:?}");
+            assert_eq!(findings[1].verdict, Verdict::Unknown, "{change:?}");
+            assert_eq!(findings[2].verdict, Verdict::Unknown, "{change:?}");
+            assert!(findings[2].because.to_lowercase().contains(change.0));
+            assert!(findings[2].because.contains("run doctor on the primary"));
+        }
+    }
+
+    #[test]
+    fn each_setting_that_gives_the_crash_promise_up_is_named() {
+        for (changes, named) in [
+            (
+                &[("innodb_flush_log_at_trx_commit", "2")][..],
+                "innodb_flush_log_at_trx_commit",
+            ),
+            (&[("innodb_doublewrite", "OFF")][..], "innodb_doublewrite"),
+            (&[("sync_binlog", "0")][..], "sync_binlog"),
+        ] {
+            let findings = judge(&observed(changes));
+            assert_eq!(findings[1].verdict, Verdict::GivenUp, "{named}");
+            assert!(
+                findings[1].because.contains(named),
+                "{}",
+                findings[1].because
+            );
+        }
+        // Without the binary log, or with InnoDB syncing its own commit (3),
+        // sync_binlog does not matter to a crash.
+        for changes in [
+            &[("sync_binlog", "0"), ("log_bin", "OFF")][..],
+            &[
+                ("sync_binlog", "0"),
+                ("innodb_flush_log_at_trx_commit", "3"),
+            ][..],
+        ] {
+            assert_eq!(
+                judge(&observed(changes))[1].verdict,
+                Verdict::Kept,
+                "{changes:?}"
+            );
+        }
     }
 
     #[test]

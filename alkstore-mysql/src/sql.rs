@@ -209,16 +209,17 @@ WHERE EVENT_OBJECT_SCHEMA = ? AND EVENT_OBJECT_TABLE IN ('locks', 'permits', 'me
 /// needs no privilege; a variable the server lacks, such as MySQL's
 /// differently named semi-sync ones, is simply absent).
 pub(crate) const DOCTOR_VARIABLES: &str = "SHOW GLOBAL VARIABLES WHERE Variable_name IN (
-    'version', 'innodb_flush_log_at_trx_commit', 'sync_binlog', 'log_bin', 'server_id',
-    'gtid_strict_mode', 'read_only', 'rpl_semi_sync_master_enabled',
+    'version', 'innodb_flush_log_at_trx_commit', 'innodb_doublewrite', 'sync_binlog', 'log_bin',
+    'server_id', 'gtid_strict_mode', 'read_only', 'rpl_semi_sync_master_enabled',
     'rpl_semi_sync_master_wait_point', 'rpl_semi_sync_master_timeout',
     'rpl_semi_sync_master_wait_no_slave')";
 
 /// `alkstore doctor`: whether semi-sync replication is in effect now (it
-/// turns itself off after a timeout) and how many semi-sync replicas are
-/// connected.
+/// turns itself off after a timeout), how many semi-sync replicas are
+/// connected, and whether this server replicates from another (a replica:
+/// `Slaves_running` counts its running replication connections).
 pub(crate) const DOCTOR_STATUS: &str = "SHOW GLOBAL STATUS WHERE Variable_name IN (
-    'Rpl_semi_sync_master_status', 'Rpl_semi_sync_master_clients')";
+    'Rpl_semi_sync_master_status', 'Rpl_semi_sync_master_clients', 'Slaves_running')";
 
 /// Takes the creation lock of the database named `?` (a session-level named
 /// lock, released by [`UNLOCK_CREATION`] or when the session ends; the name

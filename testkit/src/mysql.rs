@@ -314,6 +314,32 @@ impl Instance {
     }
 }
 
+/// A throwaway server of the caller's own, started with more server
+/// options (`--name=value`): a test of one configuration. Removed by its
+/// watchdog when this process ends. `None` (the reason printed) as for
+/// [`Pair::start`].
+pub fn own_server(settings: &[&str]) -> Option<Server> {
+    if std::env::var(URL_VAR).is_ok_and(|url| !url.is_empty()) {
+        eprintln!("SKIPPED: a test of one configuration needs a server of its own, not {URL_VAR}");
+        return None;
+    }
+    let Some((install_db, mariadbd)) = binaries() else {
+        process::skip_or_fail(
+            "mysql",
+            "no mariadb-install-db or mariadbd found",
+            "install MariaDB's server (mariadb-server)",
+        );
+        return None;
+    };
+    let settings = settings.iter().map(|s| (*s).to_owned()).collect();
+    let (instance, password) =
+        start_instance(&install_db, mariadbd, settings).expect("start a server of its own");
+    Some(Server {
+        url: instance.url(&password),
+        instance: Some(instance),
+    })
+}
+
 /// A primary with one replica (GTID replication, binary logs on both),
 /// throwaway servers of their own for failover tests, removed by their
 /// watchdogs when this process ends.
