@@ -117,11 +117,12 @@ pub enum StoreCommand {
     /// above every fence handed out before. For what the store cannot see by
     /// itself: a restore from a backup or into a new cluster, two MariaDB
     /// promotions inside one replication lag (docs/failover.md). Never
-    /// lowers a fence; live grants keep theirs.
+    /// lowers a fence; retires the live grants (their renewals answer
+    /// false; their owners asking again get new fences).
     RaiseFences {
-        /// How far (2^20 to 2^50; default 2^40, above any number of grants
+        /// How far (2^20 to 2^56; default 2^40, above any number of grants
         /// a lost server can have handed out).
-        #[arg(long, value_name = "N", default_value_t = 1 << 40)]
+        #[arg(long, value_name = "N", default_value_t = alkstore::DEFAULT_FENCE_RAISE)]
         by: u64,
         /// Print {"raised_by": N, "next_fence_at_least": M} instead of a sentence.
         #[arg(long)]

@@ -952,3 +952,50 @@ async fn doctor_judges_an_sqlite_file_and_creates_none() {
     assert!(ran.stderr.contains("read-only"), "{ran:?}");
     assert!(!dir.path().join("missing.db").exists());
 }
+
+/// `doctor` shows the fences left in the URL's store, on every engine: up
+/// to `MAX_FENCE` from the lowest fence a later grant can get (what a
+/// raise answers), read without drawing one.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn doctor_shows_the_fences_left() {
+    let dir = tempfile::tempdir().unwrap();
+    assert_fences_left_shown(&sqlite_url(&dir)).await;
+    if let Some(server) = alkstore_testkit::pg::server() {
+        let schema = alkstore_testkit::pg::unique_schema("left");
+        let sep = if server.url.contains('?') { '&' } else { '?' };
+        assert_fences_left_shown(&format!("{}{sep}schema={schema}", server.url)).await;
+        let direct = alkstore::postgres::PgStore::connect(&server.url, &schema)
+            .await
+            .unwrap();
+        direct.drop_schema().await.unwrap();
+        direct.close().await.unwrap();
+    }
+    if let Some(server) = alkstore_testkit::mysql::server() {
+        let database = alkstore_testkit::unique_name("left");
+        assert_fences_left_shown(&format!("{}/{database}", server.url)).await;
+        let direct = alkstore::mysql::MySqlStore::connect(&server.url, &database)
+            .await
+            .unwrap();
+        direct.drop_database().await.unwrap();
+        direct.close().await.unwrap();
+    }
+}
+
+/// Opens the store `url` names, grants once, raises by the default, and
+/// checks what `doctor` says is left.
+async fn assert_fences_left_shown(url: &str) {
+    let store = alkstore::open(url).await.unwrap();
+    let lock = store.try_lock("job", "o", TTL).await.unwrap().unwrap();
+    assert!(lock.release().await.unwrap());
+    let next = store
+        .raise_fences(alkstore::DEFAULT_FENCE_RAISE)
+        .await
+        .unwrap();
+    store.close().await.unwrap();
+    let ran = run(url, &["doctor", "--json"], None);
+    let report: Value = serde_json::from_str(&ran.stdout).unwrap();
+    let left = report["settings"]["fences left"].as_str().unwrap();
+    let expected = alkstore::MAX_FENCE - next + 1;
+    let shown = format!("{expected} grants, {} raises of 2^40", expected >> 40);
+    assert!(left.starts_with(&shown), "{url}: {left}, expected {shown}");
+}

@@ -175,6 +175,28 @@ impl Report {
     }
 }
 
+/// The name of the doctor's setting line on the fence space's headroom.
+pub const FENCES_LEFT: &str = "fences left";
+
+/// The doctor's line on the fence space: how many fences are left up to
+/// [`MAX_FENCE`](crate::MAX_FENCE) when `next` is the lowest fence a later
+/// grant can get — grants, and raises by [`DEFAULT_FENCE_RAISE`](crate::DEFAULT_FENCE_RAISE)
+/// — or what kept it from being read.
+pub fn fences_left(next: Result<u64, String>) -> (String, String) {
+    let shown = match next {
+        Ok(next) => {
+            let left = crate::MAX_FENCE.saturating_sub(next.saturating_sub(1));
+            format!(
+                "{left} grants, {} raises of 2^40 (the end: {})",
+                left / crate::DEFAULT_FENCE_RAISE,
+                crate::MAX_FENCE
+            )
+        }
+        Err(why) => why,
+    };
+    (FENCES_LEFT.to_owned(), shown)
+}
+
 /// The future of [`EngineDescriptor::inspect`](crate::EngineDescriptor::inspect).
 pub type InspectFuture<'a> = Pin<Box<dyn Future<Output = crate::Result<Report>> + Send + 'a>>;
 

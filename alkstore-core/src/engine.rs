@@ -279,7 +279,16 @@ pub trait Engine: Send + Sync + 'static {
     /// Raise the fence counter so that every later grant's fence is at
     /// least `by` above every fence handed out before (`by` checked by the
     /// core); answer the lowest fence a later grant can get. Never lower
-    /// it. Durable before answered. The default: not supported.
+    /// it. Retire every row granted before ([`Store::raise_fences`](crate::Store::raise_fences)):
+    /// its renewals answer `false`, its owner's ask takes it over with a
+    /// new fence, others are refused until it expires. When the lowest
+    /// fence a later grant can get would be above [`MAX_FENCE`](crate::MAX_FENCE),
+    /// refuse with [`NoFenceLeft`](crate::NoFenceLeft) (how many are left)
+    /// and write nothing. Durable before answered. The default: not
+    /// supported.
+    ///
+    /// Grants likewise: a grant whose fence would be above `MAX_FENCE` is
+    /// refused with `NoFenceLeft { left: 0 }`, nothing written.
     async fn raise_fences(&self, by: u64) -> Result<u64, BoxError> {
         let _ = by;
         Err(crate::RaiseUnsupported.into())

@@ -94,7 +94,7 @@ impl<E: Engine> EngineStore<E> {
         let _in_flight = InFlight::new(&self.shared.grants);
         let sent = Instant::now();
         let engine = &self.shared.engine;
-        let database = |e| Error::database(operation, e);
+        let database = |e| Error::from_engine(operation, e);
         let clash = |held_as| Error::HeldAsOtherKind {
             name: name.to_owned(),
             held_as,
@@ -718,7 +718,7 @@ impl<E: Engine> Store for EngineStore<E> {
                 .engine
                 .raise_fences(by)
                 .await
-                .map_err(|e| Error::database("raise_fences", e))?;
+                .map_err(|e| Error::from_engine("raise_fences", e))?;
             tracing::Span::current().record("next", next);
             tracing::info!(by, next, "fences raised");
             Ok(next)

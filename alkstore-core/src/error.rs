@@ -94,6 +94,25 @@ pub enum Error {
         /// What holds it.
         held_as: crate::HeldAs,
     },
+    /// No fence is left for this: a grant when every fence up to
+    /// [`MAX_FENCE`](crate::MAX_FENCE) has been drawn, or a
+    /// [`raise_fences`](crate::Store::raise_fences) by at least the fences
+    /// left. Decided before anything was written: the store stays usable
+    /// (renewals, releases, reads; grants while fences are left). A fence
+    /// never wraps, repeats or changes type: past the end, grants stop.
+    #[error(
+        "{operation}: the fences have run out ({left} left below the end, {}); a fence never \
+         wraps or repeats, so grants stop there (a store restored elsewhere, or a new \
+         namespace, starts again from 1)",
+        crate::MAX_FENCE
+    )]
+    FencesExhausted {
+        /// The operation refused, such as `"try_lock"` or `"raise_fences"`.
+        operation: &'static str,
+        /// How many fences were left: 0 for a grant; for a raise, fewer
+        /// than it asked.
+        left: u64,
+    },
     /// The operation could not be carried out; the cause is the source.
     ///
     /// Sources alkstore itself puts here: [`DurationError`] (a bad lease
@@ -129,6 +148,25 @@ impl Error {
             operation,
             source: source.into(),
         }
+    }
+
+    /// An engine's error for `operation`: [`Error::FencesExhausted`] when
+    /// the engine says no fence is left ([`NoFenceLeft`]),
+    /// [`Error::Database`] otherwise.
+    /// The [`NoFenceLeft`] may sit anywhere in the source's chain (a
+    /// driver's error wrapping the engine's).
+    pub fn from_engine(operation: &'static str, source: BoxError) -> Self {
+        let mut next: Option<&(dyn std::error::Error + 'static)> = Some(&*source);
+        while let Some(error) = next {
+            if let Some(no_room) = error.downcast_ref::<NoFenceLeft>() {
+                return Error::FencesExhausted {
+                    operation,
+                    left: no_room.left,
+                };
+            }
+            next = error.source();
+        }
+        Error::database(operation, source)
     }
 
     /// Wraps [`Closed`] for `operation`.
@@ -242,6 +280,19 @@ pub struct Closed;
 #[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
 #[error("this engine cannot raise its fences")]
 pub struct RaiseUnsupported;
+
+/// What an engine answers when no fence is left for a grant or a raise
+/// (the core turns it into [`Error::FencesExhausted`]): decided before
+/// anything is written.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+#[error(
+    "no fence left for this: {left} left below the end ({})",
+    crate::MAX_FENCE
+)]
+pub struct NoFenceLeft {
+    /// How many fences are left (0: none for a grant).
+    pub left: u64,
+}
 
 /// The connection was lost while a statement that changes state ran, and
 /// the try after it could not tell whether the first took effect; found in

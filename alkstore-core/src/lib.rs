@@ -42,8 +42,8 @@ pub use engine::{
 };
 pub use engine_store::EngineStore;
 pub use error::{
-    BoxError, Closed, DurationError, Error, Field, NameProblem, OutcomeUnknown, RaiseUnsupported,
-    Result,
+    BoxError, Closed, DurationError, Error, Field, NameProblem, NoFenceLeft, OutcomeUnknown,
+    RaiseUnsupported, Result,
 };
 pub use keepalive::{KeepAlive, KeepAliveOptions, KeepAliveOptionsError, LeaseStatus, LostReason};
 pub use name::{
@@ -55,7 +55,10 @@ pub use rw::{
     Access, INTENT_SLOT, MAX_INTENT, MAX_READERS, READ_WRITE_PERMITS, RwMode, RwUnsupported,
     WRITER_SLOT, permits_row_kind,
 };
-pub use store::{Holder, Listed, Lock, MAX_FENCE_RAISE, MAX_LIST_LIMIT, MIN_FENCE_RAISE, Store};
+pub use store::{
+    DEFAULT_FENCE_RAISE, Holder, Listed, Lock, MAX_FENCE, MAX_FENCE_RAISE, MAX_LIST_LIMIT,
+    MIN_FENCE_RAISE, Store,
+};
 pub use url::{EngineDescriptor, UrlError};
 pub use wake::{ReleaseBus, Subscription};
 

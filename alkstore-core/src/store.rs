@@ -248,11 +248,20 @@ pub trait Store: Send + Sync {
     /// promotions inside one replication lag; docs/failover.md): every
     /// grant made after this answers has a fence at least `by` above every
     /// fence handed out before it began. Answers the lowest fence a later
-    /// grant can get. Never lowers a fence; live grants keep theirs.
+    /// grant can get. Never lowers a fence.
+    ///
+    /// It also retires every grant made before it: such a grant is still
+    /// live to everyone else (refused until it expires), but its renewals
+    /// answer `false`, and its own owner asking again gets a new grant
+    /// with a fence above the raise (a grant a restore or a promotion
+    /// revived may carry a fence below fences handed out since).
     ///
     /// `by` must be [`MIN_FENCE_RAISE`] to [`MAX_FENCE_RAISE`]
     /// ([`Error::InvalidRaise`](crate::Error::InvalidRaise) otherwise,
-    /// before any round trip).
+    /// before any round trip). A raise that would leave no fence
+    /// ([`MAX_FENCE`]) is refused with
+    /// [`Error::FencesExhausted`](crate::Error::FencesExhausted), nothing
+    /// written.
     async fn raise_fences(&self, by: u64) -> Result<u64> {
         let _ = by;
         Err(crate::Error::database(
@@ -338,14 +347,24 @@ pub trait Lock: Send + Sync + std::fmt::Debug {
 /// The most names one page of [`Store::list`] may ask for.
 pub const MAX_LIST_LIMIT: usize = 1000;
 
+/// The highest fence any engine hands out: 2^63 − 2 (fences are stored as
+/// signed 64-bit integers, and MariaDB's sequences end one below their
+/// maximum). A grant past it, or a raise that would leave no fence, is
+/// refused with [`Error::FencesExhausted`](crate::Error::FencesExhausted).
+pub const MAX_FENCE: u64 = (i64::MAX - 1) as u64;
+
+/// The raise `alkstore raise-fences` makes when not told: 2^40, above any
+/// number of grants a lost server can have handed out.
+pub const DEFAULT_FENCE_RAISE: u64 = 1 << 40;
+
 /// The least [`Store::raise_fences`] raises by: 2^20. A raise is one
 /// statement, but grants drawing fences meanwhile could outrun a smaller
 /// one on an engine whose counter cannot be locked (PostgreSQL sequences).
 pub const MIN_FENCE_RAISE: u64 = 1 << 20;
 
-/// The most [`Store::raise_fences`] raises by: 2^50, so that raises leave
+/// The most [`Store::raise_fences`] raises by: 2^56, so that raises leave
 /// fences room (they fit an `i64`).
-pub const MAX_FENCE_RAISE: u64 = 1 << 50;
+pub const MAX_FENCE_RAISE: u64 = 1 << 56;
 
 /// One live grant, as [`Store::list`] reports it.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -30,6 +30,15 @@ pub(crate) const DEADLOCK: u16 = 1213;
 /// `ER_LOCK_WAIT_TIMEOUT`: a lock wait ran past `innodb_lock_wait_timeout`.
 pub(crate) const LOCK_WAIT_TIMEOUT: u16 = 1205;
 
+/// `ER_SEQUENCE_RUN_OUT`: `NEXTVAL` past the sequence's end, which is
+/// `MAX_FENCE`.
+const SEQUENCE_RUN_OUT: u16 = 4084;
+
+/// Whether `error` is the `fences` sequence's end.
+pub(crate) fn sequence_ran_out(error: &sqlx::Error) -> bool {
+    error_number(error) == Some(SEQUENCE_RUN_OUT)
+}
+
 impl Dialect for MySql {
     type Database = sqlx::MySql;
 
@@ -48,6 +57,12 @@ impl Dialect for MySql {
     fn fences_gone(error: &sqlx::Error) -> bool {
         error_number(error) == Some(NO_SUCH_TABLE)
             && matches!(error, sqlx::Error::Database(db) if db.message().contains(".fences'"))
+    }
+
+    /// The sequence's end (`MAX_FENCE`): the procedure's transaction
+    /// rolled back, nothing written.
+    fn no_fence_left(error: &sqlx::Error) -> bool {
+        sequence_ran_out(error)
     }
 
     fn connection_lost(error: &sqlx::Error) -> bool {

@@ -16,12 +16,16 @@ use crate::sql;
 /// 49.7 days without a replica's answer).
 const LONGEST_SEMI_SYNC_TIMEOUT: u64 = u32::MAX as u64;
 
-/// Inspects the server `url` names (its database ignored).
+/// Inspects the server `url` names, and the fences left in its store (the
+/// URL's database, `alkstore` by default) when there is one.
 pub(crate) fn inspect_url(url: &str) -> InspectFuture<'_> {
-    inspecting(async move { inspect(&crate::url::parse(url)?.0).await })
+    inspecting(async move {
+        let (url, database) = crate::url::parse(url)?;
+        inspect(&url, &database).await
+    })
 }
 
-async fn inspect(url: &str) -> Result<Report, BoxError> {
+async fn inspect(url: &str, database: &str) -> Result<Report, BoxError> {
     let (server, mut conn) = alkstore_sqlx::connect_url::<MySql>(url).await?;
     let mut shown: Vec<(String, String)> = sqlx::query_as(sql::DOCTOR_VARIABLES)
         .fetch_all(&mut conn)
@@ -31,7 +35,15 @@ async fn inspect(url: &str) -> Result<Report, BoxError> {
             .fetch_all(&mut conn)
             .await?,
     );
+    // The sequence's next value not yet handed to any connection's cache:
+    // no fence below it is left, so what is left is at most this.
+    let next = sqlx::query_as::<_, (i64,)>(sql::doctor_next_fence(database))
+        .fetch_one(&mut conn)
+        .await
+        .map(|(next,)| alkstore_core::fence_from_sql(next))
+        .map_err(|e| format!("unknown: no store's fences in database {database:?} ({e})"));
     let _ = conn.close().await;
+    shown.push(alkstore_core::doctor::fences_left(next));
     let observed = shown
         .iter()
         .map(|(k, v)| (k.to_ascii_lowercase(), v.to_ascii_uppercase()))

@@ -239,9 +239,23 @@ impl Lifecycle for Database<'_> {
             Self::run(conn, &[&statements.create_permits]).await?;
         }
         Self::run(conn, &[&statements.record_fences]).await?;
+        let [set_locks, set_permits] = &statements.set_epochs;
         if upgrade {
+            // The columns, the epoch, and the rows' epochs before the new
+            // procedures run (their renewals test it) and again after (rows
+            // an old procedure granted meanwhile).
             let [locks, permits] = &statements.add_epochs;
-            Self::run(conn, &[locks, permits]).await?;
+            Self::run(
+                conn,
+                &[
+                    locks,
+                    permits,
+                    &statements.record_drawn_by,
+                    set_locks,
+                    set_permits,
+                ],
+            )
+            .await?;
         }
         if !objects.acquire || upgrade {
             Self::run(
@@ -255,17 +269,7 @@ impl Lifecycle for Database<'_> {
             .await?;
         }
         if upgrade {
-            let [locks, permits] = &statements.set_epochs;
-            Self::run(
-                conn,
-                &[
-                    locks,
-                    permits,
-                    &statements.record_drawn_by,
-                    &statements.record_version,
-                ],
-            )
-            .await?;
+            Self::run(conn, &[set_locks, set_permits, &statements.record_version]).await?;
         }
         Ok(())
     }

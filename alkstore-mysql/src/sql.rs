@@ -6,8 +6,8 @@
 use std::time::Instant;
 
 use alkstore_core::{
-    GrantKey, INTENT_SLOT, LeaseMillis, MAX_READERS, READ_WRITE_PERMITS, RwMode, WRITER_SLOT,
-    fence_to_sql,
+    GrantKey, INTENT_SLOT, LeaseMillis, MAX_FENCE, MAX_READERS, NoFenceLeft, READ_WRITE_PERMITS,
+    RwMode, WRITER_SLOT, fence_from_sql, fence_to_sql,
 };
 use alkstore_sqlx::{
     AcquireRow, HolderRow, ListedRow, MARKER_KEY, PermitRow, RwRow, StatementFuture, audited,
@@ -49,6 +49,14 @@ pub(crate) const CONFIRMATIONS_KEY: &str = "same_owner_confirmations";
 /// fence: a grant on another server (a promoted replica, a switchover) first
 /// raises the sequence by [`PROMOTION_GAP`].
 pub(crate) const DRAWN_BY_KEY: &str = "fences_drawn_by";
+
+/// The `meta` key holding the epoch: a count raised by each change of the
+/// server that draws fences (a promotion) and by each fence raise. A row
+/// records the epoch that granted it; a row of an older epoch is not
+/// renewed, and its owner's ask takes it over with a new fence. A count,
+/// not a `server_id`: a server promoted back (a failback) starts a new
+/// epoch too.
+pub(crate) const EPOCH_KEY: &str = "epoch";
 
 /// How far the sequence is raised when fences start being drawn on another
 /// server: 2^32, above any number of grants an old primary can have handed
@@ -221,6 +229,15 @@ pub(crate) const DOCTOR_VARIABLES: &str = "SHOW GLOBAL VARIABLES WHERE Variable_
 pub(crate) const DOCTOR_STATUS: &str = "SHOW GLOBAL STATUS WHERE Variable_name IN (
     'Rpl_semi_sync_master_status', 'Rpl_semi_sync_master_clients', 'Slaves_running')";
 
+/// `alkstore doctor`: the `fences` sequence's next value that no
+/// connection has cached yet, in `database` (read, not drawn).
+pub(crate) fn doctor_next_fence(database: &str) -> SqlStr {
+    audited(format!(
+        "SELECT next_not_cached_value FROM {}.fences",
+        quote_ident(database)
+    ))
+}
+
 /// Takes the creation lock of the database named `?` (a session-level named
 /// lock, released by [`UNLOCK_CREATION`] or when the session ends; the name
 /// is lowercased, as servers with `lower_case_table_names` fold database
@@ -269,6 +286,8 @@ pub(crate) struct Statements {
     /// first two's counts.
     pub(crate) purge: [SqlStr; 3],
     pub(crate) next_fence: SqlStr,
+    /// A fence raise's new epoch.
+    pub(crate) new_epoch: SqlStr,
     /// `SELECT SETVAL(fences, ` — the rest is a number, written in by
     /// `raise_fences` (MariaDB's `SETVAL` takes a literal only, and never
     /// moves the sequence down).
@@ -289,13 +308,16 @@ impl Statements {
         // fence is drawn: fences drawn on another server than the last ones
         // (a promoted replica) first raise the sequence past every fence
         // the other may have handed out and not replicated. One grant does
-        // it; the others wait for its row lock, then see it done.
+        // it; the others wait for its row lock, then see it done. It also
+        // starts a new epoch ([`EPOCH_KEY`]), and leaves the current one in
+        // `current_epoch`.
         let raise_after_promotion = format!(
             "SELECT MAX(value) INTO drawn_by FROM {meta} WHERE `key` = '{DRAWN_BY_KEY}';
             IF drawn_by IS NULL OR drawn_by <> @@server_id THEN
                 UPDATE {meta} SET value = @@server_id
                  WHERE `key` = '{DRAWN_BY_KEY}' AND value <> @@server_id;
                 IF ROW_COUNT() = 1 THEN
+                    UPDATE {meta} SET value = value + 1 WHERE `key` = '{EPOCH_KEY}';
                     -- SETVAL takes a literal: the statement is made with the
                     -- number in it. A routine runs in its own database, so
                     -- `fences` needs no name spliced in.
@@ -306,23 +328,28 @@ impl Statements {
                     DEALLOCATE PREPARE alkstore_raise;
                     SET @alkstore_raise = NULL;
                 END IF;
-            END IF;"
+            END IF;
+            SELECT MAX(value) INTO current_epoch FROM {meta} WHERE `key` = '{EPOCH_KEY}';"
         );
-        // The same owner's live grant, granted by another server (before a
-        // promotion: a row the promotion revived, its release lost, or one
-        // the old primary granted), is taken over with a new fence and
-        // lease, under the row lock already held (`table` names its table,
-        // `row` the condition that picks it): its old fence may be below
-        // fences the old primary handed out since, and no renewal of it is
-        // answered here. Committed; the answer is the caller's.
-        let refence_own = |table: &str, row: &str| {
+        // The same owner's live grant of an older epoch (granted before a
+        // promotion — a row the promotion revived, its release lost, or one
+        // the old primary granted — or before a fence raise) is taken over
+        // with a new fence and lease, under the row lock already held
+        // (`table` names its table, `row` the condition that picks it): its
+        // old fence may be below fences handed out since, and no renewal of
+        // it is answered here. `answer` is the grant's answer.
+        let refence_own = |table: &str, row: &str, answer: &str| {
             format!(
                 "{raise_after_promotion}
-                    UPDATE {table} SET fence = NEXTVAL({fences}), expires_at = now_ms + p_ttl,
-                           epoch = @@server_id
-                     WHERE {row};
-                    COMMIT;
-                    {RESTORE_WAITS}"
+                    IF held_epoch <> current_epoch THEN
+                        UPDATE {table} SET fence = NEXTVAL({fences}),
+                               expires_at = now_ms + p_ttl, epoch = current_epoch
+                         WHERE {row};
+                        COMMIT;
+                        {RESTORE_WAITS}
+                        {answer};
+                        LEAVE look;
+                    END IF;"
             )
         };
         // The same owner's live grant is answered only once a write of ours
@@ -365,7 +392,11 @@ impl Statements {
         // The procedure refuses to run inside an open transaction, whose
         // COMMIT would be the caller's.
         let (opening, handlers) = (procedure_opening("acquire"), procedure_handlers());
-        let refence_own_lock = refence_own(&locks, "name = p_name");
+        let refence_own_lock = refence_own(
+            &locks,
+            "name = p_name",
+            &format!("SELECT TRUE, LASTVAL({fences}), p_ttl, NULL"),
+        );
         let create_acquire = format!(
             "CREATE OR REPLACE PROCEDURE {acquire_proc}(p_name VARBINARY({TEXT_BYTES}), \
                  p_owner VARBINARY({TEXT_BYTES}), p_ttl BIGINT, p_wait_ms BIGINT)
@@ -374,6 +405,7 @@ impl Statements {
         DECLARE held_fence BIGINT;
         DECLARE held_until BIGINT;
         DECLARE held_epoch BIGINT;
+        DECLARE current_epoch BIGINT;
         DECLARE duplicate BOOL DEFAULT FALSE;
         DECLARE drawn_by BIGINT;
         DECLARE semaphore INT;
@@ -402,11 +434,8 @@ impl Statements {
             SELECT COUNT(*), MAX(owner), MAX(fence), MAX(expires_at), MAX(epoch)
               INTO found, held_owner, held_fence, held_until, held_epoch
               FROM {locks} WHERE name = p_name FOR UPDATE;
-            IF found = 1 AND held_until > now_ms AND held_owner = p_owner
-               AND held_epoch <> @@server_id THEN
+            IF found = 1 AND held_until > now_ms AND held_owner = p_owner THEN
                 {refence_own_lock}
-                SELECT TRUE, LASTVAL({fences}), p_ttl, NULL;
-                LEAVE look;
             END IF;
             IF found = 1 AND held_until > now_ms THEN
                 IF held_owner = p_owner THEN
@@ -452,7 +481,7 @@ impl Statements {
                 END IF;
                 {raise_after_promotion}
                 UPDATE {locks} SET owner = p_owner, fence = NEXTVAL({fences}),
-                       expires_at = now_ms + p_ttl, epoch = @@server_id
+                       expires_at = now_ms + p_ttl, epoch = current_epoch
                  WHERE name = p_name;
                 COMMIT;
                 {RESTORE_WAITS}
@@ -499,18 +528,20 @@ END"
         // and fence in `mine_slot`, `mine_fence`) locked and given back,
         // confirmed by a write as the lock's is; released or expired
         // meanwhile, look again. `last` is the answer's last column.
-        let refence_own_permit = refence_own(&permits, "name = p_name AND slot = mine_slot");
         let give_back = |last: &str| {
+            let refence_own_permit = refence_own(
+                &permits,
+                "name = p_name AND slot = mine_slot",
+                &format!("SELECT 'granted', LASTVAL({fences}), mine_slot, p_ttl, {last}"),
+            );
             format!(
                 "                {BOUND_WAITS}
                 SELECT COUNT(*), MAX(expires_at), MAX(epoch) INTO found, held_until, held_epoch
                   FROM {permits}
                  WHERE name = p_name AND slot = mine_slot AND fence = mine_fence
                    AND expires_at > now_ms FOR UPDATE;
-                IF found = 1 AND held_epoch <> @@server_id THEN
+                IF found = 1 THEN
                     {refence_own_permit}
-                    SELECT 'granted', LASTVAL({fences}), mine_slot, p_ttl, {last};
-                    LEAVE look;
                 END IF;
                 IF found = 1 THEN
                     {confirm_same_owner}
@@ -582,6 +613,7 @@ END"
         DECLARE mine_fence BIGINT;
         DECLARE free_slot INT;
         DECLARE held_epoch BIGINT;
+        DECLARE current_epoch BIGINT;
         DECLARE duplicate BOOL DEFAULT FALSE;
         DECLARE drawn_by BIGINT;
         {handlers}
@@ -644,13 +676,13 @@ END"
             SET duplicate = FALSE;
             IF found = 1 THEN
                 UPDATE {permits} SET owner = p_owner, fence = NEXTVAL({fences}),
-                       expires_at = now_ms + p_ttl, permits = p_permits, epoch = @@server_id
+                       expires_at = now_ms + p_ttl, permits = p_permits, epoch = current_epoch
                  WHERE name = p_name AND slot = free_slot;
             ELSE
                 -- Every insert of a permit runs under the name's gate.
                 INSERT INTO {permits} (name, slot, owner, fence, expires_at, permits, epoch)
                 VALUES (p_name, free_slot, p_owner, NEXTVAL({fences}), now_ms + p_ttl, p_permits,
-                        @@server_id);
+                        current_epoch);
             END IF;
             IF duplicate THEN
                 ROLLBACK;
@@ -738,6 +770,7 @@ END"
         DECLARE wants_intent BOOL;
         DECLARE grant_slot INT;
         DECLARE held_epoch BIGINT;
+        DECLARE current_epoch BIGINT;
         DECLARE duplicate BOOL DEFAULT FALSE;
         DECLARE drawn_by BIGINT;
         {handlers}
@@ -809,12 +842,12 @@ END"
             IF found = 1 THEN
                 UPDATE {permits} SET owner = p_owner, fence = NEXTVAL({fences}),
                        expires_at = now_ms + p_ttl, permits = {READ_WRITE_PERMITS},
-                       epoch = @@server_id
+                       epoch = current_epoch
                  WHERE name = p_name AND slot = grant_slot;
             ELSE
                 INSERT INTO {permits} (name, slot, owner, fence, expires_at, permits, epoch)
                 VALUES (p_name, grant_slot, p_owner, NEXTVAL({fences}), now_ms + p_ttl,
-                        {READ_WRITE_PERMITS}, @@server_id);
+                        {READ_WRITE_PERMITS}, current_epoch);
             END IF;
             IF duplicate THEN
                 ROLLBACK;
@@ -832,6 +865,13 @@ END"
     END;
 END"
         );
+        // A renewal's test that its row is of the current epoch, on the
+        // server that draws fences (a promoted one that has drawn none yet
+        // still names the old one: every row is older).
+        let current_epoch = format!(
+            "epoch = (SELECT value FROM {meta} WHERE `key` = '{EPOCH_KEY}')
+                   AND @@server_id = (SELECT value FROM {meta} WHERE `key` = '{DRAWN_BY_KEY}')"
+        );
         Statements {
             create_database: audited(format!(
                 "CREATE DATABASE {db} CHARACTER SET utf8mb4 COLLATE utf8mb4_bin"
@@ -847,7 +887,8 @@ END"
                      SELECT 'schema_version' AS `key`, {SCHEMA_VERSION} AS value
                      UNION ALL SELECT '{MARKER_KEY}', 1
                      UNION ALL SELECT '{CREATED_DATABASE_KEY}', {}
-                     UNION ALL SELECT '{DRAWN_BY_KEY}', @@server_id",
+                     UNION ALL SELECT '{DRAWN_BY_KEY}', @@server_id
+                     UNION ALL SELECT '{EPOCH_KEY}', 1",
                     i64::from(created_database)
                 ))
             }),
@@ -888,7 +929,8 @@ END"
             )),
             // For a layout before 3, whose `meta` had no such row.
             record_drawn_by: audited(format!(
-                "INSERT IGNORE INTO {meta} (`key`, value) VALUES ('{DRAWN_BY_KEY}', @@server_id)"
+                "INSERT IGNORE INTO {meta} (`key`, value)
+                 VALUES ('{DRAWN_BY_KEY}', @@server_id), ('{EPOCH_KEY}', 1)"
             )),
             record_version: audited(format!(
                 "UPDATE {meta} SET value = {SCHEMA_VERSION} WHERE `key` = 'schema_version'"
@@ -898,11 +940,13 @@ END"
                     "ALTER TABLE {table} ADD COLUMN IF NOT EXISTS epoch BIGINT NOT NULL DEFAULT 0"
                 ))
             }),
-            // The rows an older layout granted are taken as this server's
-            // (the upgrade runs on the primary): what that layout did.
+            // The rows an older layout granted are taken as the current
+            // epoch's (the upgrade runs on the primary): what that layout did.
             set_epochs: [&locks, &permits].map(|table| {
                 audited(format!(
-                    "UPDATE {table} SET epoch = @@server_id WHERE epoch = 0 AND fence <> 0"
+                    "UPDATE {table} SET epoch =
+                         (SELECT value FROM {meta} WHERE `key` = '{EPOCH_KEY}')
+                     WHERE epoch = 0 AND fence <> 0"
                 ))
             }),
             read_meta: audited(format!("SELECT `key`, value FROM {meta}")),
@@ -929,18 +973,20 @@ END"
             acquire_rw: audited(format!("CALL {acquire_rw_proc}(?, ?, ?, ?, ?, ?)")),
             // `FOUND_ROWS` (set by sqlx) makes the count the rows matched,
             // not the rows changed: a renewal within the same millisecond
-            // still counts. A lease another server granted (before a
-            // promotion) is not renewed: lost. ttl ms, name, owner, fence.
+            // still counts. A lease of an older epoch (granted before a
+            // promotion or a fence raise, or on another server than the one
+            // that draws fences now) is not renewed: lost. ttl ms, name,
+            // owner, fence.
             renew: audited(format!(
                 "UPDATE {locks} SET expires_at = {NOW_MS} + ?
                  WHERE name = ? AND owner = ? AND fence = ? AND expires_at > {NOW_MS}
-                   AND epoch = @@server_id"
+                   AND {current_epoch}"
             )),
             // ttl ms, name, slot, owner, fence.
             renew_permit: audited(format!(
                 "UPDATE {permits} SET expires_at = {NOW_MS} + ?
                  WHERE name = ? AND slot = ? AND owner = ? AND fence = ? AND expires_at > {NOW_MS}
-                   AND epoch = @@server_id"
+                   AND {current_epoch}"
             )),
             // name, owner, fence.
             release: audited(format!(
@@ -1025,9 +1071,18 @@ END"
                 )),
             ],
             next_fence: audited(format!("SELECT NEXTVAL({fences})")),
+            new_epoch: audited(format!(
+                "UPDATE {meta} SET value = value + 1 WHERE `key` = '{EPOCH_KEY}'"
+            )),
             set_fences_prefix: format!("SELECT SETVAL({fences}, "),
         }
     }
+}
+
+/// [`NoFenceLeft`] as a statement's error (the core finds it in the
+/// source chain).
+fn no_fence_left(left: u64) -> sqlx::Error {
+    sqlx::Error::Decode(Box::new(NoFenceLeft { left }))
 }
 
 /// A slot or a count of permits, as MariaDB answers integers (`BIGINT`
@@ -1239,20 +1294,33 @@ impl alkstore_sqlx::Statements for Statements {
         })
     }
 
-    /// Two statements on the one connection: `SETVAL` takes a literal only.
-    /// Grants drawing between the two cannot outrun a raise of at least
-    /// 2^20 (the core's least), and `SETVAL` never lowers.
+    /// Three statements on the one connection: `SETVAL` takes a literal
+    /// only. Grants drawing between the first two cannot outrun a raise of
+    /// at least 2^20 (the core's least), and `SETVAL` never lowers. Then a
+    /// new epoch retires every row granted before. A raise past
+    /// `MAX_FENCE` (the sequence's end) is refused before anything is set.
     fn raise_fences<'c>(&self, conn: &'c mut MySqlConnection, by: i64) -> StatementFuture<'c, i64> {
         let next = sqlx::query(self.next_fence.clone()).try_map(row_as::<_, (i64,)>);
         let prefix = self.set_fences_prefix.clone();
-        let no_room = || sqlx::Error::Protocol("the fences have no room for this raise".into());
+        let new_epoch = sqlx::query(self.new_epoch.clone());
         Box::pin(async move {
-            let (drawn,) = next.fetch_one(&mut *conn).await?;
-            let target = drawn.checked_add(by).ok_or_else(no_room)?;
+            let drawn = match next.fetch_one(&mut *conn).await {
+                Ok((drawn,)) => drawn,
+                Err(error) if crate::connection::sequence_ran_out(&error) => {
+                    return Err(no_fence_left(0));
+                }
+                Err(error) => return Err(error),
+            };
+            let left = fence_to_sql(MAX_FENCE).saturating_sub(drawn);
+            if by >= left {
+                return Err(no_fence_left(fence_from_sql(left)));
+            }
+            let target = drawn + by;
             sqlx::query(audited(format!("{prefix}{target})")))
-                .execute(conn)
+                .execute(&mut *conn)
                 .await?;
-            target.checked_add(1).ok_or_else(no_room)
+            new_epoch.execute(conn).await?;
+            Ok(target + 1)
         })
     }
 }

@@ -47,6 +47,11 @@ impl Dialect for Postgres {
         sqlstate(error).as_deref() == Some("55P03")
     }
 
+    /// The fence-drawing function's own error: past `MAX_FENCE`.
+    fn no_fence_left(error: &sqlx::Error) -> bool {
+        sqlstate(error).as_deref() == Some(crate::sql::NO_FENCE_LEFT)
+    }
+
     fn server(options: &PgConnectOptions) -> String {
         match options.get_socket() {
             Some(socket) => socket.display().to_string(),

@@ -29,12 +29,16 @@ impl Observed {
     }
 }
 
-/// Inspects the server `url` names (its `schema` parameter ignored).
+/// Inspects the server `url` names, and the fences left in its store (the
+/// `schema` parameter's, `alkstore` by default) when there is one.
 pub(crate) fn inspect_url(url: &str) -> InspectFuture<'_> {
-    inspecting(async move { inspect(&crate::url::parse(url)?.0).await })
+    inspecting(async move {
+        let (url, schema) = crate::url::parse(url)?;
+        inspect(&url, &schema).await
+    })
 }
 
-async fn inspect(url: &str) -> Result<Report, BoxError> {
+async fn inspect(url: &str, schema: &str) -> Result<Report, BoxError> {
     let (server, mut conn) = alkstore_sqlx::connect_url::<Postgres>(url).await?;
     let settings: Vec<(String, String)> = sqlx::query_as(sql::DOCTOR_SETTINGS)
         .fetch_all(&mut conn)
@@ -43,6 +47,19 @@ async fn inspect(url: &str) -> Result<Report, BoxError> {
         sqlx::query_as(sql::DOCTOR_STANDBYS)
             .fetch_one(&mut conn)
             .await?;
+    // The lowest fence a later grant can get (a standby draws none).
+    let next = match in_recovery {
+        true => Err("n/a: a standby draws no fences".to_owned()),
+        false => sqlx::query_as::<_, (Option<i64>,)>(sql::doctor_next_fence())
+            .bind(format!("{}.fences", sql::quote_ident(schema)))
+            .fetch_one(&mut conn)
+            .await
+            .map_err(|e| format!("unknown: {e}"))
+            .and_then(|(next,)| {
+                next.map(alkstore_core::fence_from_sql)
+                    .ok_or_else(|| format!("unknown: no store in schema {schema:?}"))
+            }),
+    };
     let _ = conn.close().await;
     let observed = Observed {
         settings: settings.iter().cloned().collect(),
@@ -63,6 +80,7 @@ async fn inspect(url: &str) -> Result<Report, BoxError> {
             "unknown (needs pg_read_all_stats)".into()
         },
     ));
+    shown.push(alkstore_core::doctor::fences_left(next));
     Ok(Report::new("postgres", server, shown, judge(&observed)))
 }
 

@@ -8,8 +8,8 @@
 use std::time::Instant;
 
 use alkstore_core::{
-    GrantKey, INTENT_SLOT, LeaseMillis, MAX_READERS, READ_WRITE_PERMITS, RwMode, WRITER_SLOT,
-    fence_to_sql,
+    GrantKey, INTENT_SLOT, LeaseMillis, MAX_FENCE, MAX_READERS, NoFenceLeft, READ_WRITE_PERMITS,
+    RwMode, WRITER_SLOT, fence_from_sql, fence_to_sql,
 };
 use alkstore_sqlx::{
     AcquireRow, HolderRow, ListedRow, MARKER_KEY, PermitRow, RwRow, StatementFuture, audited,
@@ -46,6 +46,10 @@ pub(crate) const UPGRADABLE: std::ops::RangeInclusive<i64> = 3..=8;
 /// every fence of an earlier one as long as a promotion loses fewer than
 /// 2^44 (17.6 × 10^12) grants, and timelines up to 2^19 fit an `i64`.
 pub(crate) const TIMELINE_STEP: i64 = 1 << 44;
+
+/// The SQLSTATE the fence-drawing function raises past `MAX_FENCE`: no
+/// fence left (the transaction rolls back, nothing written).
+pub(crate) const NO_FENCE_LEFT: &str = "AKF01";
 
 /// Advisory-lock class for schema creation (with `hashtext(schema)` as key).
 pub(crate) const SCHEMA_LOCK_CLASS: i32 = 0x616c_6b73; // "alks"
@@ -93,6 +97,17 @@ SELECT pg_is_in_recovery(),
        (SELECT count(*) FROM pg_stat_replication),
        (SELECT count(*) FROM pg_stat_replication WHERE sync_state IN ('sync', 'quorum'))";
 
+/// `alkstore doctor`: the lowest fence a later grant can get in the store
+/// whose sequence is `$1` (a quoted `schema.fences`), or NULL when there is
+/// no such sequence. Reads the sequence without drawing from it.
+pub(crate) fn doctor_next_fence() -> SqlStr {
+    audited(format!(
+        "SELECT coalesce(pg_sequence_last_value(s), 0) + 1 + {TIMELINE} * {TIMELINE_STEP}
+         FROM (SELECT to_regclass($1) AS s) r WHERE s IS NOT NULL
+         UNION ALL SELECT NULL WHERE to_regclass($1) IS NULL"
+    ))
+}
+
 /// The `meta` key that records whether alkstore created the schema itself
 /// (1) or found it (0): only a schema it created is ever dropped.
 pub(crate) const CREATED_SCHEMA_KEY: &str = "created_schema";
@@ -131,7 +146,8 @@ SELECT EXISTS (SELECT 1 FROM pg_class WHERE relnamespace = n.oid AND relname = '
        EXISTS (SELECT 1 FROM pg_class WHERE relnamespace = n.oid AND relname = 'fences'),
        EXISTS (SELECT 1 FROM pg_proc WHERE pronamespace = n.oid AND proname = 'acquire')
          AND EXISTS (SELECT 1 FROM pg_proc WHERE pronamespace = n.oid AND proname = 'acquire_permit')
-         AND EXISTS (SELECT 1 FROM pg_proc WHERE pronamespace = n.oid AND proname = 'acquire_rw'),
+         AND EXISTS (SELECT 1 FROM pg_proc WHERE pronamespace = n.oid AND proname = 'acquire_rw')
+         AND EXISTS (SELECT 1 FROM pg_proc WHERE pronamespace = n.oid AND proname = 'draw_fence'),
        EXISTS (SELECT 1 FROM pg_class WHERE relnamespace = n.oid AND relname = 'permits')
 FROM pg_namespace n WHERE n.nspname = $1";
 
@@ -225,6 +241,7 @@ impl Statements {
         let permits = format!("{s}.permits");
         let acquire_permit_fn = format!("{s}.acquire_permit");
         let acquire_rw_fn = format!("{s}.acquire_rw");
+        let draw_fn = format!("{s}.draw_fence");
         let meta = format!("{s}.meta");
         let fences = format!("{s}.fences");
         let acquire_fn = format!("{s}.acquire");
@@ -260,7 +277,7 @@ impl Statements {
         let refence = |alias: &str| {
             format!(
                 "CASE WHEN {alias}.epoch = timeline THEN {alias}.fence
-                                ELSE nextval({fences_regclass}::regclass) + timeline * {TIMELINE_STEP} END"
+                                ELSE {draw_fn}(timeline) END"
             )
         };
         let (refence_lock, refence_permit) = (refence("l"), refence("p"));
@@ -365,7 +382,7 @@ DECLARE
         IF was_there THEN
             UPDATE {locks} l
                SET owner = p_owner,
-                   fence = nextval({fences_regclass}::regclass) + timeline * {TIMELINE_STEP},
+                   fence = {draw_fn}(timeline),
                    expires_at = now_ms + p_ttl,
                    epoch = timeline
              WHERE l.name = p_name
@@ -374,7 +391,7 @@ DECLARE
             -- Every insert of a name runs under its advisory lock: no
             -- conflict can come up here but from outside alkstore.
             INSERT INTO {locks} AS l (name, owner, fence, expires_at, epoch)
-            VALUES (p_name, p_owner, nextval({fences_regclass}::regclass) + timeline * {TIMELINE_STEP},
+            VALUES (p_name, p_owner, {draw_fn}(timeline),
                     now_ms + p_ttl, timeline)
             ON CONFLICT (name) DO NOTHING
             RETURNING l.fence INTO drawn;
@@ -431,7 +448,7 @@ END"
         IF FOUND AND ends <= now_ms THEN
             UPDATE {permits} p
                SET owner = p_owner,
-                   fence = nextval({fences_regclass}::regclass) + timeline * {TIMELINE_STEP},
+                   fence = {draw_fn}(timeline),
                    expires_at = now_ms + p_ttl,
                    permits = {permits_value},
                    epoch = timeline
@@ -440,7 +457,7 @@ END"
         ELSIF NOT FOUND THEN
             INSERT INTO {permits} AS p (name, slot, owner, fence, expires_at, permits, epoch)
             VALUES (p_name, {slot}, p_owner,
-                    nextval({fences_regclass}::regclass) + timeline * {TIMELINE_STEP},
+                    {draw_fn}(timeline),
                     now_ms + p_ttl, {permits_value}, timeline)
             ON CONFLICT ON CONSTRAINT permits_pkey DO NOTHING
             RETURNING p.fence INTO drawn;
@@ -668,7 +685,23 @@ DECLARE
     END LOOP;
 END"
         );
-        let tag = dollar_tag(&format!("{body}{permit_body}{rw_body}"));
+        // Every fence drawn: the sequence's next value above the timeline's
+        // base, or — past `MAX_FENCE` — an error of its own, raised before
+        // the grant writes (its transaction rolls back whole).
+        let draw_body = format!(
+            "
+DECLARE
+    n bigint := nextval({fences_regclass}::regclass);
+BEGIN
+    IF n > {max} - p_timeline * {TIMELINE_STEP} THEN
+        RAISE EXCEPTION 'alkstore: no fence left below the end (%)', {max}
+            USING ERRCODE = '{NO_FENCE_LEFT}';
+    END IF;
+    RETURN n + p_timeline * {TIMELINE_STEP};
+END",
+            max = fence_to_sql(MAX_FENCE)
+        );
+        let tag = dollar_tag(&format!("{body}{permit_body}{rw_body}{draw_body}"));
         Statements {
             channel: String::new(),
             tag: store_tag(),
@@ -702,7 +735,9 @@ END"
                 // Dropped first: an older layout's acquire function answered
                 // fewer columns, which OR REPLACE cannot change. One
                 // transaction (the creation lock's) holds both.
-                "DROP FUNCTION IF EXISTS {acquire_fn}(text, text, bigint, integer);
+                "CREATE OR REPLACE FUNCTION {draw_fn}(p_timeline bigint) RETURNS bigint
+                 LANGUAGE plpgsql VOLATILE AS {tag}{draw_body}{tag};
+                 DROP FUNCTION IF EXISTS {acquire_fn}(text, text, bigint, integer);
                  CREATE FUNCTION {acquire_fn}(p_name text, p_owner text, p_ttl bigint, p_wait_ms integer)
                  RETURNS TABLE (granted boolean, fence bigint, expires_in_ms bigint,
                                 held_as_semaphore integer)
@@ -727,14 +762,14 @@ END"
             record_version: audited(format!(
                 "UPDATE {meta} SET value = $1 WHERE key = 'schema_version'"
             )),
-            // Layout 8 and older: each row's timeline, from its fence's high
-            // part (a row of layout 4, below 2^44, gets 0: another
-            // timeline's). Idempotent.
+            // Layout 8 and older: the rows already there taken as this
+            // timeline's (the upgrade runs on the primary): what that layout
+            // did, so that an upgrade ends no lease. Idempotent.
             add_epochs: audited(format!(
                 "ALTER TABLE {locks} ADD COLUMN IF NOT EXISTS epoch bigint NOT NULL DEFAULT 0;
                  ALTER TABLE {permits} ADD COLUMN IF NOT EXISTS epoch bigint NOT NULL DEFAULT 0;
-                 UPDATE {locks} SET epoch = fence >> 44 WHERE epoch = 0 AND fence >= {TIMELINE_STEP};
-                 UPDATE {permits} SET epoch = fence >> 44 WHERE epoch = 0 AND fence >= {TIMELINE_STEP};"
+                 UPDATE {locks} SET epoch = {TIMELINE} WHERE epoch = 0;
+                 UPDATE {permits} SET epoch = {TIMELINE} WHERE epoch = 0;"
             )),
             read_meta: audited(format!("SELECT key, value FROM {meta}")),
             // No CASCADE: whatever someone else built on these objects stays,
@@ -744,6 +779,7 @@ END"
                 "DROP FUNCTION IF EXISTS {acquire_fn};
                  DROP FUNCTION IF EXISTS {acquire_permit_fn};
                  DROP FUNCTION IF EXISTS {acquire_rw_fn};
+                 DROP FUNCTION IF EXISTS {draw_fn};
                  DROP TABLE IF EXISTS {permits};
                  DROP TABLE IF EXISTS {locks};
                  DROP SEQUENCE IF EXISTS {fences};
@@ -963,16 +999,28 @@ END"
                  FROM gone"
             )),
             // $1 how far. Raises the sequence, durably (nextval and setval
-            // give the transaction an id, so its commit flushes); answers the
-            // lowest fence a later grant can get. Grants drawing between the
+            // give the transaction an id, so its commit flushes), and
+            // retires every row granted before (epoch -1, no timeline's);
+            // answers the lowest fence a later grant can get, and how many
+            // fences were left. Past `MAX_FENCE`, nothing is set or retired
+            // and the first column is NULL. Grants drawing between the
             // nextval and the setval could outrun a raise smaller than they
             // are many: the core asks at least 2^20.
             raise_fences: audited(format!(
-                "WITH {DURABLE_COMMIT_CTE}
-                 SELECT setval({fences_regclass}::regclass,
-                               nextval({fences_regclass}::regclass) + $1) + 1
-                        + {TIMELINE} * {TIMELINE_STEP}
-                 FROM durable_commit"
+                "WITH {DURABLE_COMMIT_CTE},
+                 drawn AS (SELECT nextval({fences_regclass}::regclass) AS n,
+                                  {TIMELINE} * {TIMELINE_STEP} AS base
+                           FROM durable_commit),
+                 room AS (SELECT n, base, greatest({max} - base - n, 0) AS left_over,
+                                 {max} - base - n > $1 AS fits FROM drawn),
+                 retired_locks AS (UPDATE {locks} SET epoch = -1
+                                   WHERE epoch <> -1 AND (SELECT fits FROM room) RETURNING 1),
+                 retired_permits AS (UPDATE {permits} SET epoch = -1
+                                     WHERE epoch <> -1 AND (SELECT fits FROM room) RETURNING 1)
+                 SELECT CASE WHEN fits THEN setval({fences_regclass}::regclass, n + $1) + 1 + base END,
+                        left_over
+                 FROM room",
+                max = fence_to_sql(MAX_FENCE)
             )),
             // Each table's expired rows, one statement (and transaction)
             // each, so that a purge never holds rows of both tables (grants
@@ -1201,8 +1249,15 @@ impl alkstore_sqlx::Statements for Statements {
     fn raise_fences<'c>(&self, conn: &'c mut PgConnection, by: i64) -> StatementFuture<'c, i64> {
         let raise = sqlx::query(self.raise_fences.clone())
             .bind(by)
-            .try_map(row_as::<_, (i64,)>);
-        Box::pin(async move { Ok(raise.fetch_one(conn).await?.0) })
+            .try_map(row_as::<_, (Option<i64>, i64)>);
+        Box::pin(async move {
+            match raise.fetch_one(conn).await? {
+                (Some(next), _) => Ok(next),
+                (None, left) => Err(sqlx::Error::Decode(Box::new(NoFenceLeft {
+                    left: fence_from_sql(left),
+                }))),
+            }
+        })
     }
 }
 

@@ -54,6 +54,10 @@ fn inspect_file(path: &Path) -> Result<Report, BoxError> {
     )
     .map_err(|e| format!("cannot open {} read-only: {e}", path.display()))?;
     let journal_mode: String = conn.query_row(sql::JOURNAL_MODE, [], |row| row.get(0))?;
+    let next = conn
+        .query_row(sql::LAST_FENCE, [], |row| row.get::<_, i64>(0))
+        .map(|last| alkstore_core::fence_from_sql(last) + 1)
+        .map_err(|e| format!("unknown: no store's fence counter in this file ({e})"));
     let crash = if journal_mode.eq_ignore_ascii_case("wal") {
         Finding::kept(
             Promise::NoGrantLostInACrash,
@@ -70,7 +74,10 @@ fn inspect_file(path: &Path) -> Result<Report, BoxError> {
     Ok(Report::new(
         "sqlite",
         path.display().to_string(),
-        vec![("journal_mode".into(), journal_mode)],
+        vec![
+            ("journal_mode".into(), journal_mode),
+            alkstore_core::doctor::fences_left(next),
+        ],
         vec![
             Finding::kept(
                 Promise::Exclusion,

@@ -7,8 +7,9 @@ use std::time::{Duration, Instant};
 use alkstore_core::clock::system_millis;
 use alkstore_core::{
     Access, Attempt, BoxError, Engine, GrantKey, HeldAs, Holder, INTENT_SLOT, LeaseMillis, Listed,
-    MAX_READERS, PermitAttempt, PermitSlot, READ_WRITE_PERMITS, ReleaseBus, RwAttempt, RwMode,
-    WRITER_SLOT, fence_from_sql, fence_to_sql, holder_from_sql, lease_left, permits_row_kind,
+    MAX_FENCE, MAX_READERS, NoFenceLeft, PermitAttempt, PermitSlot, READ_WRITE_PERMITS, ReleaseBus,
+    RwAttempt, RwMode, WRITER_SLOT, fence_from_sql, fence_to_sql, holder_from_sql, lease_left,
+    permits_row_kind,
 };
 use async_trait::async_trait;
 use rusqlite::{Connection, ErrorCode, OptionalExtension, TransactionBehavior, params};
@@ -55,6 +56,8 @@ struct Row {
     owner: String,
     fence: i64,
     expires_at: i64,
+    /// Retired by a fence raise: not renewed, its owner's ask granted anew.
+    retired: bool,
 }
 
 fn read_row(conn: &Connection, name: &str) -> rusqlite::Result<Option<Row>> {
@@ -64,6 +67,7 @@ fn read_row(conn: &Connection, name: &str) -> rusqlite::Result<Option<Row>> {
                 owner: r.get(0)?,
                 fence: r.get(1)?,
                 expires_at: r.get(2)?,
+                retired: r.get::<_, i64>(3)? != 0,
             })
         })
         .optional()
@@ -78,9 +82,10 @@ fn holder_of(r: &rusqlite::Row<'_>, first: usize) -> rusqlite::Result<Holder> {
     ))
 }
 
-/// What a live row means for `owner`; `None` when there is no live row.
+/// What a live row means for `owner`; `None` when there is no live row,
+/// or when it is the owner's own retired by a fence raise (granted anew).
 fn decide(row: Option<&Row>, owner: &str, now: i64) -> Option<Attempt> {
-    let row = row.filter(|r| r.expires_at > now)?;
+    let row = row.filter(|r| r.expires_at > now && !(r.retired && r.owner == owner))?;
     let expires_in = lease_left(row.expires_at - now);
     Some(if row.owner == owner {
         Attempt::Granted {
@@ -92,6 +97,21 @@ fn decide(row: Option<&Row>, owner: &str, now: i64) -> Option<Attempt> {
             expires_in: Some(expires_in),
         }
     })
+}
+
+/// The next fence, drawn in the caller's transaction; past [`MAX_FENCE`],
+/// [`NoFenceLeft`] (carried as the error's source) and nothing drawn.
+fn next_fence(conn: &Connection) -> rusqlite::Result<i64> {
+    conn.prepare_cached(sql::NEXT_FENCE)?
+        .query_row([fence_to_sql(MAX_FENCE)], |r| r.get(0))
+        .optional()?
+        .ok_or_else(|| no_fence_left(0))
+}
+
+/// [`NoFenceLeft`] as an SQLite job's error (the core finds it in the
+/// source chain).
+fn no_fence_left(left: u64) -> rusqlite::Error {
+    rusqlite::Error::ToSqlConversionFailure(Box::new(NoFenceLeft { left }))
 }
 
 /// Acquires `name` for `owner`. With a `deadline` (a waiting acquire), the
@@ -146,9 +166,7 @@ fn grant(conn: &mut Connection, name: &str, owner: &str, ttl: i64) -> rusqlite::
         Some(_) => return Ok(Attempt::HeldAsReadWrite),
         None => {}
     }
-    let fence: i64 = tx
-        .prepare_cached(sql::NEXT_FENCE)?
-        .query_row([], |r| r.get(0))?;
+    let fence = next_fence(&tx)?;
     tx.prepare_cached(sql::GRANT)?
         .execute(params![name, owner, fence, now + ttl])?;
     tx.commit()?;
@@ -173,6 +191,8 @@ struct PermitRow {
     fence: i64,
     expires_at: i64,
     permits: u32,
+    /// Retired by a fence raise: not renewed, its owner's ask granted anew.
+    retired: bool,
 }
 
 fn live_permits(conn: &Connection, name: &str, now: i64) -> rusqlite::Result<Vec<PermitRow>> {
@@ -184,6 +204,7 @@ fn live_permits(conn: &Connection, name: &str, now: i64) -> rusqlite::Result<Vec
                 fence: r.get(2)?,
                 expires_at: r.get(3)?,
                 permits: r.get(4)?,
+                retired: r.get::<_, i64>(5)? != 0,
             })
         })?
         .collect()
@@ -210,6 +231,10 @@ fn decide_permit(
     }
     // Every live row is this semaphore's permit: its slot is 0..permits.
     if let Some(mine) = live.iter().find(|p| p.owner == owner) {
+        if mine.retired {
+            // Retired by a fence raise: its own slot, granted anew.
+            return Ok(Err(mine.slot as u32));
+        }
         return Ok(Ok(PermitAttempt::Granted {
             fence: fence_from_sql(mine.fence),
             slot: mine.slot as u32,
@@ -283,7 +308,11 @@ fn decide_rw(
     };
     Ok(match mode {
         RwMode::Read => {
-            if let Some(row) = readers().find(|p| p.owner == owner) {
+            if let Some(row) = readers().find(|p| p.owner == owner && p.retired) {
+                Grant(Access::Read {
+                    slot: row.slot as u32,
+                })
+            } else if let Some(row) = readers().find(|p| p.owner == owner) {
                 Answer(mine(
                     row,
                     Access::Read {
@@ -300,7 +329,9 @@ fn decide_rw(
             }
         }
         RwMode::Write => {
-            if let Some(row) = writer.filter(|p| p.owner == owner) {
+            if writer.is_some_and(|p| p.owner == owner && p.retired) {
+                Grant(Access::Write)
+            } else if let Some(row) = writer.filter(|p| p.owner == owner) {
                 Answer(mine(row, Access::Write))
             } else if writer.is_some() || readers().next().is_some() {
                 // Another writer's intent may end first: this writer's turn.
@@ -371,9 +402,7 @@ pub(crate) fn acquire_rw(
                     refused
                 }
                 RwDecision::Grant(access) => {
-                    let fence: i64 = tx
-                        .prepare_cached(sql::NEXT_FENCE)?
-                        .query_row([], |r| r.get(0))?;
+                    let fence = next_fence(&tx)?;
                     tx.prepare_cached(sql::GRANT_PERMIT)?.execute(params![
                         name,
                         access.row_slot(),
@@ -431,9 +460,7 @@ pub(crate) fn acquire_permit(
             Ok(answer) => return Ok(answer),
             Err(slot) => slot,
         };
-        let fence: i64 = tx
-            .prepare_cached(sql::NEXT_FENCE)?
-            .query_row([], |r| r.get(0))?;
+        let fence = next_fence(&tx)?;
         tx.prepare_cached(sql::GRANT_PERMIT)?.execute(params![
             name,
             slot,
@@ -537,13 +564,29 @@ fn force_release(
     Ok(removed)
 }
 
-/// Raises the fence counter by `by`, synced; the lowest fence a later grant
-/// can get.
-fn raise_fences(conn: &Connection, by: u64) -> rusqlite::Result<u64> {
+/// Raises the fence counter by `by` and retires every row granted before,
+/// in one synced transaction; the lowest fence a later grant can get. A
+/// raise that would leave no fence is refused ([`NoFenceLeft`]), nothing
+/// written.
+fn raise_fences(conn: &mut Connection, by: u64) -> rusqlite::Result<u64> {
     commit_mode(conn, Commit::Synced)?;
-    let last: i64 = conn
+    let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
+    let last: i64 = tx
+        .prepare_cached(sql::LAST_FENCE)?
+        .query_row([], |r| r.get(0))?;
+    let left = MAX_FENCE.saturating_sub(fence_from_sql(last));
+    if by >= left {
+        return Err(no_fence_left(left));
+    }
+    let last: i64 = tx
         .prepare_cached(sql::RAISE_FENCES)?
-        .query_row([fence_to_sql(by)], |r| r.get(0))?;
+        .query_row(params![fence_to_sql(by), fence_to_sql(MAX_FENCE)], |r| {
+            r.get(0)
+        })?;
+    for retire in sql::RETIRE {
+        tx.prepare_cached(retire)?.execute([])?;
+    }
+    tx.commit()?;
     Ok(fence_from_sql(last) + 1)
 }
 

@@ -40,6 +40,15 @@ pub(crate) fn prepare(conn: &mut Connection) -> Result<(), BoxError> {
     conn.execute_batch(sql::PRAGMAS)?;
     let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
     tx.execute_batch(sql::CREATE_SCHEMA)?;
+    for (table, add) in ["alkstore_locks", "alkstore_permits"]
+        .into_iter()
+        .zip(sql::ADD_EPOCH)
+    {
+        let has: i64 = tx.query_row(sql::HAS_EPOCH, [table], |r| r.get(0))?;
+        if has == 0 {
+            tx.execute(add, [])?;
+        }
+    }
     tx.execute(sql::UPGRADE, [])?;
     let found: i64 = tx.query_row(sql::SCHEMA_VERSION_READ, [], |r| r.get(0))?;
     SchemaVersionError::check(found, sql::SCHEMA_VERSION)?;

@@ -1,12 +1,13 @@
 //! Every SQL text of the SQLite engine, in one place.
 
-/// The schema version this crate writes and reads: 3 since reader-writer
-/// locks (their rows live in `alkstore_permits`, marked with permits 0),
-/// 2 since semaphores (`alkstore_permits`). An older file is upgraded in
+/// The schema version this crate writes and reads: 4 since rows record
+/// whether a fence raise retired them (`epoch`: 0 current, -1 retired), 3
+/// since reader-writer locks (their rows live in `alkstore_permits`,
+/// marked with permits 0), 2 since semaphores (`alkstore_permits`). An older file is upgraded in
 /// place when opened ([`UPGRADE`]); a build that knows only an older
 /// version then refuses the file, so no old process grants a lock or a
 /// permit over grants it cannot read.
-pub(crate) const SCHEMA_VERSION: i64 = 3;
+pub(crate) const SCHEMA_VERSION: i64 = 4;
 
 /// WAL, so readers never wait for the writer. Answers the mode now in effect.
 pub(crate) const WAL_MODE: &str = "PRAGMA journal_mode = WAL";
@@ -38,7 +39,8 @@ CREATE TABLE IF NOT EXISTS alkstore_locks (
     name       TEXT PRIMARY KEY,
     owner      TEXT NOT NULL,
     fence      INTEGER NOT NULL,
-    expires_at INTEGER NOT NULL -- Unix milliseconds, host clock
+    expires_at INTEGER NOT NULL, -- Unix milliseconds, host clock
+    epoch      INTEGER NOT NULL DEFAULT 0 -- 0, or -1: retired by a fence raise
 ) WITHOUT ROWID;
 CREATE TABLE IF NOT EXISTS alkstore_permits (
     name       TEXT NOT NULL,
@@ -47,41 +49,67 @@ CREATE TABLE IF NOT EXISTS alkstore_permits (
     fence      INTEGER NOT NULL,
     expires_at INTEGER NOT NULL, -- Unix milliseconds, host clock
     permits    INTEGER NOT NULL, -- the semaphore's permits, as its grant asked; 0: a reader-writer lock's
+    epoch      INTEGER NOT NULL DEFAULT 0, -- 0, or -1: retired by a fence raise
     PRIMARY KEY (name, slot)
 ) WITHOUT ROWID;
-INSERT OR IGNORE INTO alkstore_meta (key, value) VALUES ('schema_version', 3), ('last_fence', 0);
+INSERT OR IGNORE INTO alkstore_meta (key, value) VALUES ('schema_version', 4), ('last_fence', 0);
 ";
 
 /// Version 1 had no `alkstore_permits` ([`CREATE_SCHEMA`], run first in the
 /// same transaction, made it); version 2 the same tables, without
-/// reader-writer rows.
+/// reader-writer rows; 3 no `epoch` columns ([`HAS_EPOCH`], [`ADD_EPOCH`]).
 pub(crate) const UPGRADE: &str =
-    "UPDATE alkstore_meta SET value = 3 WHERE key = 'schema_version' AND value IN (1, 2)";
+    "UPDATE alkstore_meta SET value = 4 WHERE key = 'schema_version' AND value IN (1, 2, 3)";
+
+/// ?1 a table: whether it has its `epoch` column.
+pub(crate) const HAS_EPOCH: &str =
+    "SELECT count(*) FROM pragma_table_info(?1) WHERE name = 'epoch'";
+
+/// The `epoch` column, for a table of version 3 or older (its rows current).
+pub(crate) const ADD_EPOCH: [&str; 2] = [
+    "ALTER TABLE alkstore_locks ADD COLUMN epoch INTEGER NOT NULL DEFAULT 0",
+    "ALTER TABLE alkstore_permits ADD COLUMN epoch INTEGER NOT NULL DEFAULT 0",
+];
 
 pub(crate) const SCHEMA_VERSION_READ: &str =
     "SELECT value FROM alkstore_meta WHERE key = 'schema_version'";
 
-pub(crate) const ROW: &str = "SELECT owner, fence, expires_at FROM alkstore_locks WHERE name = ?1";
+pub(crate) const ROW: &str =
+    "SELECT owner, fence, expires_at, epoch FROM alkstore_locks WHERE name = ?1";
+
+/// The last fence handed out.
+pub(crate) const LAST_FENCE: &str = "SELECT value FROM alkstore_meta WHERE key = 'last_fence'";
+
+/// Raises the fence counter by `?1` when it stays at most `?2` (the caller
+/// checked that it does: never past the end, where `value + ?1` would
+/// overflow into a REAL); answers the new last fence.
+pub(crate) const RAISE_FENCES: &str = "UPDATE alkstore_meta SET value = value + ?1
+WHERE key = 'last_fence' AND value <= ?2 - ?1 RETURNING value";
+
+/// A raise retires every row granted before it.
+pub(crate) const RETIRE: [&str; 2] = [
+    "UPDATE alkstore_locks SET epoch = -1 WHERE epoch <> -1",
+    "UPDATE alkstore_permits SET epoch = -1 WHERE epoch <> -1",
+];
 
 /// The next fencing token: one counter for the file, so a token is never
-/// reused for any name, across releases, purges and restarts.
-/// Raises the fence counter by `?1`; answers the new last fence.
-pub(crate) const RAISE_FENCES: &str =
-    "UPDATE alkstore_meta SET value = value + ?1 WHERE key = 'last_fence' RETURNING value";
-
-pub(crate) const NEXT_FENCE: &str =
-    "UPDATE alkstore_meta SET value = value + 1 WHERE key = 'last_fence' RETURNING value";
+/// reused for any name, across releases, purges and restarts. No row when
+/// the last one handed out is `?1` (`MAX_FENCE`): none is left.
+pub(crate) const NEXT_FENCE: &str = "UPDATE alkstore_meta SET value = value + 1
+WHERE key = 'last_fence' AND value < ?1 RETURNING value";
 
 /// Insert, or take over the expired row (the caller checked it is expired
 /// inside the same IMMEDIATE transaction).
 pub(crate) const GRANT: &str = "
-INSERT INTO alkstore_locks (name, owner, fence, expires_at) VALUES (?1, ?2, ?3, ?4)
-ON CONFLICT (name) DO UPDATE SET owner = excluded.owner, fence = excluded.fence, expires_at = excluded.expires_at";
+INSERT INTO alkstore_locks (name, owner, fence, expires_at, epoch) VALUES (?1, ?2, ?3, ?4, 0)
+ON CONFLICT (name) DO UPDATE SET owner = excluded.owner, fence = excluded.fence,
+    expires_at = excluded.expires_at, epoch = 0";
 
-/// ?5 is now: only a live row of this very grant is extended.
+/// ?5 is now: only a live row of this very grant is extended, and not
+/// one a fence raise retired.
 pub(crate) const RENEW: &str = "
 UPDATE alkstore_locks SET expires_at = ?5 + ?4
-WHERE name = ?1 AND owner = ?2 AND fence = ?3 AND expires_at > ?5";
+WHERE name = ?1 AND owner = ?2 AND fence = ?3 AND expires_at > ?5 AND epoch = 0";
 
 /// Deletes this grant's row whether or not it expired (the holder's own stale row).
 pub(crate) const RELEASE: &str =
@@ -138,7 +166,7 @@ pub(crate) const PURGE_PERMITS: &str = "DELETE FROM alkstore_permits WHERE expir
 
 /// ?1 the name, ?2 now: the live permits of a semaphore, in slot order.
 pub(crate) const LIVE_PERMITS: &str = "
-SELECT slot, owner, fence, expires_at, permits FROM alkstore_permits
+SELECT slot, owner, fence, expires_at, permits, epoch FROM alkstore_permits
 WHERE name = ?1 AND expires_at > ?2 ORDER BY slot";
 
 /// ?1 the name, ?2 now: the permits a live row of `name` in
@@ -151,16 +179,16 @@ pub(crate) const SEMAPHORE_OF: &str =
 /// IMMEDIATE transaction, that no live permit holds it): ?1 name, ?2 slot,
 /// ?3 owner, ?4 fence, ?5 expiry, ?6 permits.
 pub(crate) const GRANT_PERMIT: &str = "
-INSERT INTO alkstore_permits (name, slot, owner, fence, expires_at, permits)
-VALUES (?1, ?2, ?3, ?4, ?5, ?6)
+INSERT INTO alkstore_permits (name, slot, owner, fence, expires_at, permits, epoch)
+VALUES (?1, ?2, ?3, ?4, ?5, ?6, 0)
 ON CONFLICT (name, slot) DO UPDATE SET owner = excluded.owner, fence = excluded.fence,
-    expires_at = excluded.expires_at, permits = excluded.permits";
+    expires_at = excluded.expires_at, permits = excluded.permits, epoch = 0";
 
 /// ?1 name, ?2 slot, ?3 owner, ?4 fence, ?5 ttl, ?6 now: only a live row
-/// of this very grant is extended.
+/// of this very grant is extended, and not one a fence raise retired.
 pub(crate) const RENEW_PERMIT: &str = "
 UPDATE alkstore_permits SET expires_at = ?6 + ?5
-WHERE name = ?1 AND slot = ?2 AND owner = ?3 AND fence = ?4 AND expires_at > ?6";
+WHERE name = ?1 AND slot = ?2 AND owner = ?3 AND fence = ?4 AND expires_at > ?6 AND epoch = 0";
 
 /// ?1 name, ?2 slot, ?3 owner, ?4 fence: this grant's row, expired or not.
 pub(crate) const RELEASE_PERMIT: &str =

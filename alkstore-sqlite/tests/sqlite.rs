@@ -254,16 +254,18 @@ async fn newer_schema_version_is_refused() {
     assert_eq!(found.found, 99);
 }
 
-/// A version 1 file (no permits table) and a version 2 file (no
-/// reader-writer rows) are upgraded in place on open: the live lock and the
-/// fence counter stay, semaphores and reader-writer locks work, and the
-/// file then says version 3, which a build that knows only 1 or 2 refuses.
+/// A version 1 file (no permits table), a version 2 file (no
+/// reader-writer rows) and a version 3 file (no `epoch` columns) are
+/// upgraded in place on open: the live lock and the fence counter stay
+/// (the lock is given back to its owner with its fence: not retired),
+/// semaphores and reader-writer locks work, and the file then says
+/// version 4, which an older build refuses.
 #[tokio::test]
 async fn older_files_are_upgraded_in_place() {
     let permits_table = "CREATE TABLE alkstore_permits (name TEXT NOT NULL, slot INTEGER NOT NULL,
              owner TEXT NOT NULL, fence INTEGER NOT NULL, expires_at INTEGER NOT NULL,
              permits INTEGER NOT NULL, PRIMARY KEY (name, slot)) WITHOUT ROWID;";
-    for (version, extra) in [(1, ""), (2, permits_table)] {
+    for (version, extra) in [(1, ""), (2, permits_table), (3, permits_table)] {
         let dir = tempfile::tempdir().unwrap();
         let db = dir.path().join(format!("v{version}.db"));
         let conn = rusqlite::Connection::open(&db).unwrap();
@@ -285,6 +287,14 @@ async fn older_files_are_upgraded_in_place() {
             .expect("the live lock stays");
         assert_eq!((holder.owner.as_str(), holder.fence), ("old", 41));
         let ttl = Duration::from_secs(30);
+        let again = store.try_lock("held", "old", ttl).await.unwrap().unwrap();
+        assert_eq!(
+            again.fence(),
+            41,
+            "a grant of the older file is not retired"
+        );
+        assert!(again.renew(ttl).await.unwrap());
+        again.let_lapse();
         let permit = store
             .try_acquire_permit("pool", 2, "a", ttl)
             .await
@@ -307,7 +317,7 @@ async fn older_files_are_upgraded_in_place() {
                 |r| r.get(0),
             )
             .unwrap();
-        assert_eq!(found, 3, "version {version} upgraded");
+        assert_eq!(found, 4, "version {version} upgraded");
     }
 }
 

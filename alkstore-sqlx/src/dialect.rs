@@ -45,6 +45,14 @@ pub trait Dialect: Send + Sync + 'static {
         false
     }
 
+    /// The acquire statement found no fence left below `MAX_FENCE`: it
+    /// wrote nothing, and the engine answers
+    /// [`NoFenceLeft`](alkstore_core::NoFenceLeft). The default: never.
+    fn no_fence_left(error: &sqlx::Error) -> bool {
+        let _ = error;
+        false
+    }
+
     /// Where connections go, for an error to say (host and port, or the
     /// socket; never a password).
     fn server(options: &Options<Self>) -> String;

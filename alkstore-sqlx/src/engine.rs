@@ -302,6 +302,13 @@ impl<S: Statements> SqlxEngine<S> {
             Err(error)
                 if error
                     .downcast_ref::<sqlx::Error>()
+                    .is_some_and(S::Dialect::no_fence_left) =>
+            {
+                Err(alkstore_core::NoFenceLeft { left: 0 }.into())
+            }
+            Err(error)
+                if error
+                    .downcast_ref::<sqlx::Error>()
                     .is_some_and(S::Dialect::fences_gone) =>
             {
                 Err(LostFencesError {

@@ -29,12 +29,12 @@
 
 // What a lock user needs, at the root.
 pub use alkstore_core::{
-    Access, BoxError, Closed, DurationError, Error, Field, HeldAs, Holder, KeepAlive,
-    KeepAliveOptions, KeepAliveOptionsError, LeaseStatus, Listed, Lock, LostReason,
-    MAX_LEASE_MILLIS, MAX_LIST_LIMIT, MAX_NAME_BYTES, MAX_PERMITS, MAX_READERS, NameProblem,
-    PermitSlot, PermitsUnsupported, RESERVED_PREFIX, Result, RwUnsupported, Store, UrlError,
-    doctor, schedule, unique_owner, validate_listing, validate_name, validate_owner,
-    validate_permits,
+    Access, BoxError, Closed, DEFAULT_FENCE_RAISE, DurationError, Error, Field, HeldAs, Holder,
+    KeepAlive, KeepAliveOptions, KeepAliveOptionsError, LeaseStatus, Listed, Lock, LostReason,
+    MAX_FENCE, MAX_FENCE_RAISE, MAX_LEASE_MILLIS, MAX_LIST_LIMIT, MAX_NAME_BYTES, MAX_PERMITS,
+    MAX_READERS, MIN_FENCE_RAISE, NameProblem, PermitSlot, PermitsUnsupported, RESERVED_PREFIX,
+    Result, RwUnsupported, Store, UrlError, doctor, schedule, unique_owner, validate_listing,
+    validate_name, validate_owner, validate_permits,
 };
 
 /// For engine authors: what an engine implements and what the core gives
@@ -42,9 +42,9 @@ pub use alkstore_core::{
 pub mod engine {
     pub use alkstore_core::{
         Attempt, Engine, EngineDescriptor, EngineStore, GrantKey, INTENT_SLOT, LeaseMillis,
-        PermitAttempt, READ_WRITE_PERMITS, ReleaseBus, RwAttempt, RwMode, SchemaVersionError,
-        Subscription, WRITER_SLOT, check_text, clock, delegate_store, fence_from_sql, fence_to_sql,
-        holder_from_sql, lease_left, permits_row_kind, url, wait,
+        NoFenceLeft, PermitAttempt, READ_WRITE_PERMITS, ReleaseBus, RwAttempt, RwMode,
+        SchemaVersionError, Subscription, WRITER_SLOT, check_text, clock, delegate_store,
+        fence_from_sql, fence_to_sql, holder_from_sql, lease_left, permits_row_kind, url, wait,
     };
 }
 

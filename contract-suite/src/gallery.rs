@@ -74,6 +74,12 @@ pub enum Flaw {
     RefusesAPassedDeadline,
     /// Answers a fence raise as done without raising anything.
     IgnoresTheFenceRaise,
+    /// Raises the fences but leaves the grants made before as they were:
+    /// renewed, and given back to their owners with their old fences.
+    RaiseKeepsLiveGrants,
+    /// At the end of the fence space, grants on past it (the counter
+    /// going beyond `MAX_FENCE`, as an unchecked `value + 1` would).
+    GrantsPastTheEnd,
     /// When every permit is held, hands out the slot that ends soonest
     /// over its live holder: one holder more than the permits.
     GrantsOneMorePermit,
@@ -115,7 +121,7 @@ macro_rules! cases {
 
 impl Flaw {
     /// Every flaw in the gallery.
-    pub const ALL: [Flaw; 35] = [
+    pub const ALL: [Flaw; 37] = [
         Flaw::GrantsOverALiveRow,
         Flaw::NeverExpires,
         Flaw::KeepsTheFenceOnTakeover,
@@ -140,6 +146,8 @@ impl Flaw {
         Flaw::WaitingGrantIgnoresTheTtl,
         Flaw::RefusesAPassedDeadline,
         Flaw::IgnoresTheFenceRaise,
+        Flaw::RaiseKeepsLiveGrants,
+        Flaw::GrantsPastTheEnd,
         Flaw::GrantsOneMorePermit,
         Flaw::PermitTakeoverKeepsTheFence,
         Flaw::IgnoresThePermitCount,
@@ -186,6 +194,8 @@ impl Flaw {
             Flaw::WaitingGrantIgnoresTheTtl => "lock grants the ttl it was asked for",
             Flaw::RefusesAPassedDeadline => "lock with a zero wait tries once",
             Flaw::IgnoresTheFenceRaise => "every grant after a fence raise is above it",
+            Flaw::RaiseKeepsLiveGrants => "a fence raise retires every grant made before it",
+            Flaw::GrantsPastTheEnd => "past the end of the fences, grants are refused",
             Flaw::GrantsOneMorePermit => "at most `permits` holders of a semaphore at a time",
             Flaw::PermitTakeoverKeepsTheFence => "a permit's takeover carries a higher fence",
             Flaw::IgnoresThePermitCount => "a permit asked with another count is refused",
@@ -206,6 +216,7 @@ impl Flaw {
         match self {
             Flaw::GrantsOverALiveRow => cases!(
                 calls_racing_close_finish_or_fail_closed,
+                dropping_a_handle_leaves_its_grant,
                 exclusion_many_contenders,
                 exclusion_two_owners,
                 expiry_lets_another_owner_in,
@@ -220,6 +231,7 @@ impl Flaw {
                 lock_woken_by_release,
                 model_based_sequences,
                 per_holder_owners_count_exactly,
+                raise_fences_lifts_every_later_fence,
                 reacquire_same_owner_keeps_grant,
                 safety_many_holders_one_name,
                 schedule_crashed_run_is_not_run_again,
@@ -256,6 +268,8 @@ impl Flaw {
                 sub_millisecond_ttl_rounds_up
             ),
             Flaw::RegrantsTheSameOwner => cases!(
+                a_lowered_deadline_is_signalled,
+                dropping_a_handle_leaves_its_grant,
                 fences_strictly_increase,
                 handles_of_one_grant_are_one_grant,
                 model_based_sequences,
@@ -263,13 +277,20 @@ impl Flaw {
                 release_false_second_time,
                 renew_false_ends_valid_until
             ),
-            Flaw::RefreshesOnReacquire => cases!(reacquire_same_owner_keeps_grant),
+            Flaw::RefreshesOnReacquire => cases!(
+                raise_fences_lifts_every_later_fence,
+                reacquire_same_owner_keeps_grant
+            ),
             Flaw::RenewIgnoresTheFence => cases!(handle_never_touches_later_grant),
-            Flaw::ReleaseIgnoresTheFence => cases!(handle_never_touches_later_grant),
+            Flaw::ReleaseIgnoresTheFence => cases!(
+                handle_never_touches_later_grant,
+                raise_fences_lifts_every_later_fence
+            ),
             Flaw::RenewMatchesTheNameOnly => {
                 cases!(handle_never_touches_later_grant, renew_false_after_takeover)
             }
             Flaw::ReleaseAlwaysAnswersTrue => cases!(
+                a_lowered_deadline_is_signalled,
                 expired_rows_stay_until_purged,
                 force_release_ends_the_grant,
                 handle_never_touches_later_grant,
@@ -277,6 +298,7 @@ impl Flaw {
                 permit_handle_never_touches_a_later_grant_of_its_slot,
                 permit_release_ends_its_grant_only,
                 purge_removes_only_expired_rows,
+                raise_fences_lifts_every_later_fence,
                 reacquire_same_owner_keeps_grant,
                 release_false_after_takeover,
                 release_false_second_time,
@@ -291,6 +313,7 @@ impl Flaw {
             Flaw::RenewsALapsedRow => cases!(
                 a_lapsed_lease_stays_lost_once_the_other_kind_holds_the_name,
                 permit_renew_is_a_full_window_and_false_when_lost,
+                raise_fences_lifts_every_later_fence,
                 renew_false_after_lapse,
                 rw_leases_renew_release_and_lapse
             ),
@@ -350,9 +373,17 @@ impl Flaw {
             ),
             Flaw::WaitingGrantIgnoresTheTtl => cases!(lock_grants_the_ttl_asked_for),
             Flaw::RefusesAPassedDeadline => cases!(lock_with_a_zero_wait_tries_once),
-            Flaw::IgnoresTheFenceRaise => cases!(raise_fences_lifts_every_later_fence),
+            Flaw::IgnoresTheFenceRaise => cases!(
+                raise_fences_lifts_every_later_fence,
+                fences_end_with_a_typed_error_and_the_store_goes_on
+            ),
+            Flaw::RaiseKeepsLiveGrants => cases!(raise_fences_lifts_every_later_fence),
+            Flaw::GrantsPastTheEnd => {
+                cases!(fences_end_with_a_typed_error_and_the_store_goes_on)
+            }
             Flaw::GrantsOneMorePermit => cases!(
                 acquire_permit_woken_by_release,
+                dropping_a_handle_leaves_its_grant,
                 keepalive_holds_a_permit_past_its_ttl,
                 permit_expiry_lets_another_owner_in,
                 semaphore_admits_at_most_its_permits
@@ -363,10 +394,16 @@ impl Flaw {
             ),
             Flaw::IgnoresThePermitCount => cases!(permit_count_mismatch_is_refused),
             Flaw::LockIgnoresLivePermits => cases!(lock_and_semaphore_names_never_mix),
-            Flaw::RegrantsTheSameOwnersPermit => cases!(permit_same_owner_gets_its_permit_back),
-            Flaw::PermitReleaseIgnoresTheFence => {
-                cases!(permit_handle_never_touches_a_later_grant_of_its_slot)
-            }
+            Flaw::RegrantsTheSameOwnersPermit => cases!(
+                a_lowered_deadline_is_signalled,
+                dropping_a_handle_leaves_its_grant,
+                permit_same_owner_gets_its_permit_back,
+                raise_fences_lifts_every_later_fence
+            ),
+            Flaw::PermitReleaseIgnoresTheFence => cases!(
+                permit_handle_never_touches_a_later_grant_of_its_slot,
+                raise_fences_lifts_every_later_fence
+            ),
             Flaw::TwoWriters => cases!(
                 readers_and_writers_never_overlap,
                 readers_share_a_name_and_a_writer_holds_it_alone
@@ -374,6 +411,7 @@ impl Flaw {
             Flaw::WriterBesideReader => cases!(
                 a_waiting_writer_holds_new_readers_back,
                 a_writers_intent_ends_with_its_wait,
+                dropping_a_handle_leaves_its_grant,
                 readers_and_writers_never_overlap,
                 readers_share_a_name_and_a_writer_holds_it_alone,
                 rw_grants_are_listed_and_released_by_force_one_at_a_time,
@@ -387,6 +425,7 @@ impl Flaw {
             ),
             Flaw::ReaderFenceBelowWriter => cases!(
                 a_waiting_writer_holds_new_readers_back,
+                raise_fences_lifts_every_later_fence,
                 readers_and_writers_never_overlap,
                 rw_fences_rise_past_every_writer,
                 rw_grants_are_listed_and_released_by_force_one_at_a_time
@@ -475,6 +514,24 @@ impl Engine for Broken {
         // window between a look and a write that breaks another.
         let flawed = self.with_rows(|rows| {
             let ttl = ttl.as_duration();
+            if self.flaw == Flaw::GrantsPastTheEnd
+                && rows.last_fence >= alkstore_core::MAX_FENCE
+                && rows.live(name, now).is_none()
+            {
+                // The unchecked counter: on past the end.
+                rows.last_fence += 1;
+                let row = crate::reference::Row {
+                    owner: owner.to_owned(),
+                    fence: rows.last_fence,
+                    expires_at: now + ttl,
+                    retired: false,
+                };
+                rows.rows.insert(name.to_owned(), row);
+                return Some(Attempt::Granted {
+                    fence: rows.last_fence,
+                    expires_in: ttl,
+                });
+            }
             let row = rows.rows.get_mut(name)?;
             let live = row.expires_at > now;
             match self.flaw {
@@ -538,7 +595,7 @@ impl Engine for Broken {
         _deadline: Option<Instant>,
     ) -> Result<PermitAttempt, BoxError> {
         let (now, ttl) = (Instant::now(), ttl.as_duration());
-        Ok(self.with_rows(|rows| {
+        let attempt = self.with_rows(|rows| {
             let live: Vec<(u32, PermitRow)> = rows
                 .live_permits(name, now)
                 .map(|(slot, permit)| (slot, permit.clone()))
@@ -592,7 +649,8 @@ impl Engine for Broken {
                 }
                 attempt => attempt,
             }
-        }))
+        });
+        self.with_rows(|rows| rows.no_fence_left(attempt))
     }
 
     async fn acquire_rw(
@@ -610,7 +668,7 @@ impl Engine for Broken {
             _ => intent.map(LeaseMillis::as_duration),
         };
         let mut reader_fences = self.reader_fences.lock().unwrap();
-        Ok(self.with_rows(|rows| {
+        let attempt = self.with_rows(|rows| {
             let live: Vec<(i64, String)> = rows
                 .live_rw(name, now)
                 .map(|(slot, row)| (slot, row.owner.clone()))
@@ -660,7 +718,8 @@ impl Engine for Broken {
                 }
                 attempt => attempt,
             }
-        }))
+        });
+        self.with_rows(|rows| rows.no_fence_left(attempt))
     }
 
     async fn renew(&self, grant: &GrantKey, ttl: LeaseMillis) -> Result<bool, BoxError> {
@@ -686,7 +745,8 @@ impl Engine for Broken {
                 || (row.owner == grant.owner
                     && (row.fence == grant.fence || self.flaw == Flaw::RenewIgnoresTheFence));
             let live = row.expires_at > now || self.flaw == Flaw::RenewsALapsedRow;
-            if !(ours && live) {
+            let retired = row.retired;
+            if !(ours && live) || retired {
                 return Some(false);
             }
             row.expires_at = match self.flaw {
@@ -841,7 +901,17 @@ impl Engine for Broken {
         if self.flaw == Flaw::IgnoresTheFenceRaise {
             return Ok(self.with_rows(|rows| rows.last_fence + by + 1));
         }
-        self.inner.raise_fences(by).await
+        let next = self.inner.raise_fences(by).await?;
+        if self.flaw == Flaw::RaiseKeepsLiveGrants {
+            self.with_rows(|rows| {
+                let every_row = rows.rows.values_mut();
+                let permits = rows.permits.values_mut().map(|permit| &mut permit.row);
+                for row in every_row.chain(permits).chain(rows.rw.values_mut()) {
+                    row.retired = false;
+                }
+            });
+        }
+        Ok(next)
     }
 
     async fn close(&self) -> Result<(), BoxError> {

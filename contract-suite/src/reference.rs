@@ -11,7 +11,8 @@ use std::time::{Duration, Instant};
 
 use alkstore_core::{
     Access, Attempt, BoxError, Engine, GrantKey, HeldAs, Holder, INTENT_SLOT, LeaseMillis, Listed,
-    MAX_READERS, PermitAttempt, PermitSlot, ReleaseBus, RwAttempt, RwMode, WRITER_SLOT,
+    MAX_FENCE, MAX_READERS, NoFenceLeft, PermitAttempt, PermitSlot, ReleaseBus, RwAttempt, RwMode,
+    WRITER_SLOT,
 };
 
 /// One grant's row.
@@ -23,6 +24,9 @@ pub struct Row {
     pub fence: u64,
     /// When the lease ends, by this engine's clock.
     pub expires_at: Instant,
+    /// Retired by a fence raise: live to others, never renewed, taken over
+    /// by its own owner's ask with a new fence.
+    pub retired: bool,
 }
 
 /// One permit's row: a grant's row, and its semaphore's permits.
@@ -47,9 +51,32 @@ pub struct Rows {
     pub rw: BTreeMap<(String, i64), Row>,
     /// The last fence handed out.
     pub last_fence: u64,
+    /// Set by a grant that found no fence left (it wrote nothing and
+    /// answered "held"): the engine answers [`NoFenceLeft`] instead
+    /// ([`Rows::no_fence_left`]).
+    pub out_of_fences: bool,
 }
 
 impl Rows {
+    /// The next fence, or `None` when none is left (noted for
+    /// [`Rows::no_fence_left`]).
+    fn draw(&mut self) -> Option<u64> {
+        if self.last_fence >= MAX_FENCE {
+            self.out_of_fences = true;
+            return None;
+        }
+        self.last_fence += 1;
+        Some(self.last_fence)
+    }
+
+    /// `answer`, unless a grant found no fence left meanwhile.
+    pub fn no_fence_left<T>(&mut self, answer: T) -> Result<T, BoxError> {
+        if std::mem::take(&mut self.out_of_fences) {
+            return Err(NoFenceLeft { left: 0 }.into());
+        }
+        Ok(answer)
+    }
+
     /// The live holder of `name` at `now`, if any.
     pub fn live(&self, name: &str, now: Instant) -> Option<Holder> {
         self.rows
@@ -129,6 +156,10 @@ impl Rows {
         match mode {
             RwMode::Read => {
                 if let Some((slot, mine)) = readers().find(|(_, row)| row.owner == owner) {
+                    if mine.retired {
+                        let access = Access::Read { slot: *slot as u32 };
+                        return self.grant_rw(name, access, owner, ttl, now);
+                    }
                     return RwAttempt::Granted {
                         fence: mine.fence,
                         access: Access::Read { slot: *slot as u32 },
@@ -147,6 +178,9 @@ impl Rows {
             }
             RwMode::Write => {
                 if let Some(mine) = writer.filter(|row| row.owner == owner) {
+                    if mine.retired {
+                        return self.grant_rw(name, Access::Write, owner, ttl, now);
+                    }
                     return RwAttempt::Granted {
                         fence: mine.fence,
                         access: Access::Write,
@@ -169,6 +203,7 @@ impl Rows {
                             owner: owner.to_owned(),
                             fence: 0,
                             expires_at: now + intent,
+                            retired: false,
                         };
                         self.rw.insert((name.to_owned(), INTENT_SLOT), row);
                     }
@@ -191,15 +226,18 @@ impl Rows {
         ttl: Duration,
         now: Instant,
     ) -> RwAttempt {
-        self.last_fence += 1;
+        let Some(fence) = self.draw() else {
+            return RwAttempt::Held { expires_in: None };
+        };
         let row = Row {
             owner: owner.to_owned(),
-            fence: self.last_fence,
+            fence,
             expires_at: now + ttl,
+            retired: false,
         };
         self.rw.insert((name.to_owned(), access.row_slot()), row);
         RwAttempt::Granted {
-            fence: self.last_fence,
+            fence,
             access,
             expires_in: ttl,
         }
@@ -285,6 +323,9 @@ impl Rows {
             };
         }
         if let Some((slot, mine)) = live.iter().find(|(_, p)| p.row.owner == owner) {
+            if mine.row.retired {
+                return self.grant_permit(name, *slot, permits, owner, ttl, now);
+            }
             return PermitAttempt::Granted {
                 fence: mine.row.fence,
                 slot: *slot,
@@ -309,16 +350,19 @@ impl Rows {
         ttl: Duration,
         now: Instant,
     ) -> PermitAttempt {
-        self.last_fence += 1;
+        let Some(fence) = self.draw() else {
+            return PermitAttempt::Held { expires_in: None };
+        };
         let row = Row {
             owner: owner.to_owned(),
-            fence: self.last_fence,
+            fence,
             expires_at: now + ttl,
+            retired: false,
         };
         self.permits
             .insert((name.to_owned(), slot), PermitRow { row, permits });
         PermitAttempt::Granted {
-            fence: self.last_fence,
+            fence,
             slot,
             expires_in: ttl,
         }
@@ -355,15 +399,18 @@ impl Rows {
     /// A new grant of `name` to `owner`: the next fence, drawn under the
     /// same lock that makes the grant visible, so fences follow commit order.
     pub fn grant(&mut self, name: &str, owner: &str, ttl: Duration, now: Instant) -> Attempt {
-        self.last_fence += 1;
+        let Some(fence) = self.draw() else {
+            return Attempt::Held { expires_in: None };
+        };
         let row = Row {
             owner: owner.to_owned(),
-            fence: self.last_fence,
+            fence,
             expires_at: now + ttl,
+            retired: false,
         };
         self.rows.insert(name.to_owned(), row);
         Attempt::Granted {
-            fence: self.last_fence,
+            fence,
             expires_in: ttl,
         }
     }
@@ -419,27 +466,29 @@ impl Engine for MemoryEngine {
         _deadline: Option<Instant>,
     ) -> Result<Attempt, BoxError> {
         let now = Instant::now();
-        Ok(self.with_rows(|rows| {
-            if let Some(row) = rows.rows.get(name).filter(|row| row.expires_at > now) {
-                return if row.owner == owner {
-                    Attempt::Granted {
-                        fence: row.fence,
-                        expires_in: row.expires_at - now,
-                    }
-                } else {
-                    Attempt::Held {
-                        expires_in: Some(row.expires_at - now),
-                    }
-                };
-            }
-            match rows.held_by_other_kind(name, now) {
-                Some(HeldAs::Semaphore { permits }) => Attempt::HeldAsSemaphore { permits },
-                Some(_) => Attempt::HeldAsReadWrite,
-                None => rows.grant(name, owner, ttl.as_duration(), now),
-            }
-        }))
+        self.with_rows(|rows| {
+            let live = rows.rows.get(name).filter(|row| row.expires_at > now);
+            let attempt = match live {
+                // Its owner's retired grant: a new one, with a new fence.
+                Some(row) if row.owner == owner && row.retired => {
+                    rows.grant(name, owner, ttl.as_duration(), now)
+                }
+                Some(row) if row.owner == owner => Attempt::Granted {
+                    fence: row.fence,
+                    expires_in: row.expires_at - now,
+                },
+                Some(row) => Attempt::Held {
+                    expires_in: Some(row.expires_at - now),
+                },
+                None => match rows.held_by_other_kind(name, now) {
+                    Some(HeldAs::Semaphore { permits }) => Attempt::HeldAsSemaphore { permits },
+                    Some(_) => Attempt::HeldAsReadWrite,
+                    None => rows.grant(name, owner, ttl.as_duration(), now),
+                },
+            };
+            rows.no_fence_left(attempt)
+        })
     }
-
     async fn acquire_permit(
         &self,
         name: &str,
@@ -449,11 +498,10 @@ impl Engine for MemoryEngine {
         _deadline: Option<Instant>,
     ) -> Result<PermitAttempt, BoxError> {
         let now = Instant::now();
-        Ok(
-            self.with_rows(|rows| {
-                rows.acquire_permit(name, permits, owner, ttl.as_duration(), now)
-            }),
-        )
+        self.with_rows(|rows| {
+            let attempt = rows.acquire_permit(name, permits, owner, ttl.as_duration(), now);
+            rows.no_fence_left(attempt)
+        })
     }
 
     async fn acquire_rw(
@@ -467,7 +515,10 @@ impl Engine for MemoryEngine {
     ) -> Result<RwAttempt, BoxError> {
         let (now, ttl) = (Instant::now(), ttl.as_duration());
         let intent = intent.map(LeaseMillis::as_duration);
-        Ok(self.with_rows(|rows| rows.acquire_rw(name, mode, owner, ttl, intent, now)))
+        self.with_rows(|rows| {
+            let attempt = rows.acquire_rw(name, mode, owner, ttl, intent, now);
+            rows.no_fence_left(attempt)
+        })
     }
 
     async fn renew(&self, grant: &GrantKey, ttl: LeaseMillis) -> Result<bool, BoxError> {
@@ -479,7 +530,8 @@ impl Engine for MemoryEngine {
                 Some(row)
                     if row.owner == grant.owner
                         && row.fence == grant.fence
-                        && row.expires_at > now =>
+                        && row.expires_at > now
+                        && !row.retired =>
                 {
                     row.expires_at = now + ttl.as_duration();
                     true
@@ -517,10 +569,20 @@ impl Engine for MemoryEngine {
     }
 
     async fn raise_fences(&self, by: u64) -> Result<u64, BoxError> {
-        Ok(self.with_rows(|rows| {
+        self.with_rows(|rows| {
+            // The lowest fence a later grant can get must be a fence.
+            let left = MAX_FENCE - rows.last_fence.min(MAX_FENCE);
+            if by >= left {
+                return Err(NoFenceLeft { left }.into());
+            }
             rows.last_fence += by;
-            rows.last_fence + 1
-        }))
+            let every_row = rows.rows.values_mut();
+            let permits = rows.permits.values_mut().map(|permit| &mut permit.row);
+            for row in every_row.chain(permits).chain(rows.rw.values_mut()) {
+                row.retired = true;
+            }
+            Ok(rows.last_fence + 1)
+        })
     }
 
     async fn force_release(

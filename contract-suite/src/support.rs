@@ -262,3 +262,15 @@ pub async fn rw_round_trips(store: &dyn Store, flights: impl Fn() -> u64) -> Vec
     }
     trips.split_off(3)
 }
+
+/// How long a waiting-acquire case lets its waiter wait before the holder
+/// lets go, in round `round`: over 600 ms (for the waiter's back-off to
+/// reach its ceiling), plus an offset that differs from round to round, so
+/// that the let-go falls at a different phase of any fixed poll each time
+/// (13, 50, 87, 24, 61 ms past a multiple of 100 ms): a waiter that only
+/// polls every 100 ms is granted 87, 50, 13, 76 and 39 ms after the
+/// let-go, a median of 50 ms, where one woken by it takes a few.
+pub fn before_letting_go(round: usize) -> Duration {
+    const OFFSETS_MS: [u64; 5] = [13, 50, 87, 24, 61];
+    Duration::from_millis(600 + OFFSETS_MS[round % OFFSETS_MS.len()])
+}

@@ -3,12 +3,12 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use alkstore_core::{Error, MAX_FENCE_RAISE, MIN_FENCE_RAISE, Store};
+use alkstore_core::{Error, MAX_FENCE, MAX_FENCE_RAISE, MIN_FENCE_RAISE, Store};
 
 use crate::safety::Rng;
 use crate::safety::history::check;
 use crate::safety::workload::Race;
-use crate::support::{granted, outlive};
+use crate::support::{granted, outlive, refused};
 
 /// Fences strictly increase over grants, releases, expiries, takeovers and
 /// purges of one name; a same-owner re-acquire is the same grant, same fence.
@@ -108,12 +108,17 @@ pub async fn fences_in_commit_order_across_stores(stores: crate::Stores) {
 
 /// The operator's fence raise: every grant made after it has a fence at
 /// least the raise above every fence before (and at least the fence it
-/// answered); a live grant keeps its fence and its lease; a raise out of
-/// range is refused before storage.
+/// answered); a raise out of range is refused before storage. It retires
+/// every grant made before it — a lock, a permit, a reader: still live to
+/// everyone else, its renewals answer false, and its own owner asking again
+/// gets a new grant with a fence at least the raise's answer (a grant a
+/// restore revived may carry a fence below fences handed out since).
 pub async fn raise_fences_lifts_every_later_fence(store: Arc<dyn Store>) {
     let ttl = Duration::from_secs(30);
     let held = granted(store.try_lock("held", "a", ttl).await);
-    let before = held.fence();
+    let permit = granted(store.try_acquire_permit("pool", 2, "p", ttl).await);
+    let reader = granted(store.try_read_lock("shared", "r", ttl).await);
+    let before = reader.fence();
     for by in [0, MIN_FENCE_RAISE - 1, MAX_FENCE_RAISE + 1] {
         let refused = store.raise_fences(by).await;
         assert!(
@@ -130,13 +135,30 @@ pub async fn raise_fences_lifts_every_later_fence(store: Arc<dyn Store>) {
     let holder = store.holder("held").await.unwrap().map(|h| h.fence);
     assert_eq!(
         holder,
-        Some(before),
-        "rule: a raise leaves live grants as they are"
+        Some(held.fence()),
+        "rule: a grant a raise retired is still live to others, with its fence"
     );
-    assert!(
-        held.renew(ttl).await.unwrap(),
-        "rule: a raise leaves live grants as they are"
-    );
+    refused(store.try_lock("held", "b", ttl).await);
+    for (old, what) in [(&held, "lock"), (&permit, "permit"), (&reader, "reader")] {
+        assert!(
+            !old.renew(ttl).await.unwrap(),
+            "rule: a {what} granted before a fence raise is not renewed after it"
+        );
+    }
+    let again = [
+        granted(store.try_lock("held", "a", ttl).await),
+        granted(store.try_acquire_permit("pool", 2, "p", ttl).await),
+        granted(store.try_read_lock("shared", "r", ttl).await),
+    ];
+    for lock in &again {
+        assert!(
+            lock.fence() >= next,
+            "rule: an owner asking again for its grant retired by a raise gets a new fence at \
+             least the raise's answer; {} saw {} after a raise answering {next}",
+            lock.name(),
+            lock.fence()
+        );
+    }
     let after = granted(store.try_lock("after", "b", ttl).await);
     assert!(
         after.fence() >= next,
@@ -144,6 +166,117 @@ pub async fn raise_fences_lifts_every_later_fence(store: Arc<dyn Store>) {
          after a raise answering {next}",
         after.fence()
     );
-    assert!(after.release().await.unwrap());
+    assert!(after.renew(ttl).await.unwrap());
+    for old in [held, permit, reader] {
+        assert!(
+            !old.release().await.unwrap(),
+            "rule: the retired grant's handle never touches its owner's new grant"
+        );
+    }
+    for lock in again.into_iter().chain([after]) {
+        assert!(lock.release().await.unwrap());
+    }
+}
+
+/// The end of the fence space ([`MAX_FENCE`]): raises by the most refused
+/// once they would leave no fence, with [`Error::FencesExhausted`] and
+/// nothing written; grants go on while fences are left, each above the
+/// last and never past the end, until one is refused the same way; the
+/// store stays usable (renewals, releases, reads, other grants' handles).
+pub async fn fences_end_with_a_typed_error_and_the_store_goes_on(store: Arc<dyn Store>) {
+    let ttl = Duration::from_secs(60);
+    let first = granted(store.try_lock("first", "a", ttl).await);
+    let mut last = first.fence();
+    first.let_lapse();
+    let mut raises = 0u32;
+    let left = loop {
+        match store.raise_fences(MAX_FENCE_RAISE).await {
+            Ok(next) => {
+                assert!(
+                    next > last,
+                    "rule: a raise never lowers; saw {next} after {last}"
+                );
+                last = next;
+                raises += 1;
+                assert!(raises < 10_000, "rule: the fences end below 2^63");
+            }
+            Err(Error::FencesExhausted {
+                operation: "raise_fences",
+                left,
+            }) => break left,
+            Err(e) => panic!(
+                "rule: a raise past the end of the fences is FencesExhausted; saw {e:?} after \
+                 {raises} raises"
+            ),
+        }
+    };
+    assert!(
+        left <= MAX_FENCE_RAISE && last.saturating_add(left) <= MAX_FENCE.saturating_add(1),
+        "rule: a refused raise says how many fences are left, fewer than it asked; saw {left} \
+         after the lowest later fence {last}"
+    );
+    // Still granting, above every fence before.
+    let held = granted(store.try_lock("held", "b", ttl).await);
+    assert!(held.fence() >= last && held.fence() <= MAX_FENCE);
+    // Close to the end, in one raise: a handful of fences left.
+    let left = MAX_FENCE - held.fence();
+    assert!(
+        left > MIN_FENCE_RAISE + 16,
+        "precondition: room for a raise to the last fences; {left} left"
+    );
+    store.raise_fences(left - 16).await.unwrap();
+    let mut last = held.fence();
+    let mut grants = 0;
+    let refusal = loop {
+        match store.try_lock(&format!("n{grants}"), "c", ttl).await {
+            Ok(Some(lock)) => {
+                assert!(
+                    lock.fence() > last && lock.fence() <= MAX_FENCE,
+                    "rule: a fence never wraps or repeats; saw {} after {last} (the end is \
+                     {MAX_FENCE})",
+                    lock.fence()
+                );
+                last = lock.fence();
+                grants += 1;
+                assert!(grants < 64, "rule: the fences end at {MAX_FENCE}");
+                lock.let_lapse();
+            }
+            other => break other,
+        }
+    };
+    assert!(
+        matches!(
+            refusal,
+            Err(Error::FencesExhausted {
+                operation: "try_lock",
+                left: 0
+            })
+        ),
+        "rule: a grant past the end of the fences is FencesExhausted; saw {refusal:?} after \
+         fence {last}"
+    );
+    for grant in [
+        store.try_acquire_permit("pool", 2, "p", ttl).await,
+        store.try_write_lock("rw", "w", ttl).await,
+    ] {
+        assert!(
+            matches!(grant, Err(Error::FencesExhausted { left: 0, .. })),
+            "rule: every grant past the end is FencesExhausted; saw {grant:?}"
+        );
+    }
+    let raise = store.raise_fences(MIN_FENCE_RAISE).await;
+    assert!(
+        matches!(raise, Err(Error::FencesExhausted { left: 0, .. })),
+        "rule: a raise past the end is FencesExhausted; saw {raise:?}"
+    );
+    // Nothing was written by the refusals; the store stays usable.
+    assert_eq!(store.holders("pool").await.unwrap(), Vec::new());
+    assert_eq!(store.holders("rw").await.unwrap(), Vec::new());
+    assert_eq!(
+        store.holder("held").await.unwrap().map(|h| h.fence),
+        Some(held.fence())
+    );
+    refused(store.try_lock("held", "z", ttl).await);
     assert!(held.release().await.unwrap());
+    assert_eq!(store.holder("held").await.unwrap(), None);
 }

@@ -100,3 +100,48 @@ pub async fn keepalive_signals_lost_before_valid_until(store: Arc<dyn Store>) {
         ),
     }
 }
+
+/// A handle that offers a deadline-lowering signal
+/// ([`Lock::valid_until_lowered`](alkstore_core::Lock::valid_until_lowered))
+/// notifies it when its deadline comes down: here, when a twin handle of
+/// the same grant (the same owner asking again) releases it, so that a
+/// keep-alive sleeping until its next renewal hears of it at once. A
+/// handle that offers no signal passes (keep-alives look at it on their
+/// own).
+pub async fn a_lowered_deadline_is_signalled(store: Arc<dyn Store>) {
+    let ttl = Duration::from_secs(120);
+    for (i, kind) in ["lock", "permit", "reader"].into_iter().enumerate() {
+        let name = format!("lowered-{kind}");
+        let ask = || async {
+            match i {
+                0 => store.try_lock(&name, "a", ttl).await,
+                1 => store.try_acquire_permit(&name, 2, "a", ttl).await,
+                _ => store.try_read_lock(&name, "a", ttl).await,
+            }
+        };
+        let kept = granted(ask().await);
+        let twin = granted(ask().await);
+        assert_eq!(twin.fence(), kept.fence(), "the same grant");
+        let Some(signal) = kept.valid_until_lowered() else {
+            assert!(twin.release().await.unwrap());
+            continue;
+        };
+        let lowered = signal.notified();
+        tokio::pin!(lowered);
+        lowered.as_mut().enable();
+        let before = kept.valid_until();
+        assert!(twin.release().await.unwrap());
+        assert!(
+            tokio::time::timeout(Duration::from_secs(5), lowered)
+                .await
+                .is_ok(),
+            "rule: a handle's deadline-lowering signal is notified when its deadline comes down; \
+             the {kind}'s twin released the grant and no signal came within 5 s"
+        );
+        assert!(
+            kept.valid_until() < before && kept.valid_until() <= Instant::now(),
+            "rule: a grant released through a twin handle leaves the other with no lease"
+        );
+        assert!(!kept.release().await.unwrap());
+    }
+}

@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use alkstore_core::Store;
 
-use crate::support::{granted, outlive};
+use crate::support::{granted, outlive, refused};
 
 const LONG: Duration = Duration::from_secs(30);
 
@@ -127,4 +127,45 @@ pub async fn handle_never_touches_later_grant(store: Arc<dyn Store>) {
         new.release().await.unwrap(),
         "rule: release answers true for its own live grant; saw false, expected true"
     );
+}
+
+/// Dropping a live handle without `release` does nothing to storage: the
+/// grant stays — its holder and fence, others refused, its owner given it
+/// back — until its lease lapses; for a lock, a permit and a reader alike.
+/// (A release spawned from `Drop` could land after the same owner asked
+/// again and delete that grant.) Such a release lands within milliseconds:
+/// the case looks 200 ms after the drops.
+pub async fn dropping_a_handle_leaves_its_grant(store: Arc<dyn Store>) {
+    let lock = granted(store.try_lock("dropped", "a", LONG).await);
+    let permit = granted(store.try_acquire_permit("dropped-pool", 1, "p", LONG).await);
+    let reader = granted(store.try_read_lock("dropped-rw", "r", LONG).await);
+    let fences = [lock.fence(), permit.fence(), reader.fence()];
+    drop(lock);
+    drop(permit);
+    drop(reader);
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let holder = store.holder("dropped").await.unwrap();
+    assert_eq!(
+        holder.map(|h| (h.owner, h.fence)),
+        Some(("a".to_owned(), fences[0])),
+        "rule: dropping a handle does nothing to storage; the lock's grant is gone"
+    );
+    refused(store.try_lock("dropped", "b", LONG).await);
+    refused(store.try_acquire_permit("dropped-pool", 1, "q", LONG).await);
+    refused(store.try_write_lock("dropped-rw", "w", LONG).await);
+    let again = [
+        granted(store.try_lock("dropped", "a", LONG).await),
+        granted(store.try_acquire_permit("dropped-pool", 1, "p", LONG).await),
+        granted(store.try_read_lock("dropped-rw", "r", LONG).await),
+    ];
+    for (lock, fence) in again.into_iter().zip(fences) {
+        assert_eq!(
+            lock.fence(),
+            fence,
+            "rule: dropping a handle does nothing to storage; {}'s owner was not given its \
+             grant back",
+            lock.name()
+        );
+        assert!(lock.release().await.unwrap());
+    }
 }

@@ -75,7 +75,7 @@ async fn handoffs(store: &Arc<dyn Store>, let_go: LetGo) -> (Duration, Vec<Durat
                 (asked_at, Instant::now(), lock)
             })
         };
-        tokio::time::sleep(Duration::from_millis(600)).await;
+        tokio::time::sleep(crate::support::before_letting_go(round)).await;
         assert!(
             !waiter.is_finished(),
             "rule: one owner holds a name at a time; round {round}: saw the waiter finished \
