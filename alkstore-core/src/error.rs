@@ -109,8 +109,8 @@ pub enum Error {
     FencesExhausted {
         /// The operation refused, such as `"try_lock"` or `"raise_fences"`.
         operation: &'static str,
-        /// How many fences were left: 0 for a grant; for a raise, fewer
-        /// than it asked.
+        /// How many fences were left: 0 for a grant; for a raise, no more
+        /// than it asked (the lowest later fence must itself be a fence).
         left: u64,
     },
     /// The operation could not be carried out; the cause is the source.

@@ -310,7 +310,11 @@ impl Statements {
         // the other may have handed out and not replicated. One grant does
         // it; the others wait for its row lock, then see it done. It also
         // starts a new epoch ([`EPOCH_KEY`]), and leaves the current one in
-        // `current_epoch`.
+        // `current_epoch`, read under a shared lock held to the grant's
+        // commit: a fence raise's new epoch waits for grants that read the
+        // old one, and grants after it see the new one (a grant answered
+        // after a raise is never born retired).
+        let max = fence_to_sql(MAX_FENCE);
         let raise_after_promotion = format!(
             "SELECT MAX(value) INTO drawn_by FROM {meta} WHERE `key` = '{DRAWN_BY_KEY}';
             IF drawn_by IS NULL OR drawn_by <> @@server_id THEN
@@ -321,15 +325,18 @@ impl Statements {
                     -- SETVAL takes a literal: the statement is made with the
                     -- number in it. A routine runs in its own database, so
                     -- `fences` needs no name spliced in.
+                    -- Near the end of the fences, to the end (`MAX_FENCE`):
+                    -- the grant's own draw then meets the sequence's end.
                     SET @alkstore_raise = CONCAT('DO SETVAL(fences, ',
-                        NEXTVAL({fences}) + {PROMOTION_GAP}, ')');
+                        LEAST(NEXTVAL({fences}), {max} - {PROMOTION_GAP}) + {PROMOTION_GAP}, ')');
                     PREPARE alkstore_raise FROM @alkstore_raise;
                     EXECUTE alkstore_raise;
                     DEALLOCATE PREPARE alkstore_raise;
                     SET @alkstore_raise = NULL;
                 END IF;
             END IF;
-            SELECT MAX(value) INTO current_epoch FROM {meta} WHERE `key` = '{EPOCH_KEY}';"
+            SELECT MAX(value) INTO current_epoch FROM {meta} WHERE `key` = '{EPOCH_KEY}'
+              LOCK IN SHARE MODE;"
         );
         // The same owner's live grant of an older epoch (granted before a
         // promotion — a row the promotion revived, its release lost, or one

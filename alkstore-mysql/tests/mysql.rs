@@ -513,14 +513,7 @@ async fn layout_1_is_upgraded_in_place() {
     )
     .await;
     store.close().await.unwrap();
-    let reopened = MySqlStore::connect(&db.url, &db.name).await.unwrap();
-    let (version,): (i64,) = sqlx::query_as(sqlx::AssertSqlSafe(format!(
-        "SELECT value FROM {q}.meta WHERE `key` = 'schema_version'"
-    )))
-    .fetch_one(reopened.pool())
-    .await
-    .unwrap();
-    assert_eq!(version, alkstore_mysql::SCHEMA_VERSION);
+    let reopened = db.reopened().await;
     let after = reopened.try_lock("job", "a", TTL).await.unwrap().unwrap();
     assert!(after.fence() > before);
     assert!(after.release().await.unwrap());
@@ -550,14 +543,7 @@ async fn layout_4_is_upgraded_in_place_with_semaphores() {
     .await;
     held.let_lapse();
     store.close().await.unwrap();
-    let reopened = MySqlStore::connect(&db.url, &db.name).await.unwrap();
-    let (version,): (i64,) = sqlx::query_as(sqlx::AssertSqlSafe(format!(
-        "SELECT value FROM {q}.meta WHERE `key` = 'schema_version'"
-    )))
-    .fetch_one(reopened.pool())
-    .await
-    .unwrap();
-    assert_eq!(version, alkstore_mysql::SCHEMA_VERSION);
+    let reopened = db.reopened().await;
     let holder = reopened.holder("held").await.unwrap().expect("still held");
     let permit = reopened.try_acquire_permit("pool", 2, "b", TTL).await;
     let permit = permit.unwrap().expect("a permit after the upgrade");
@@ -806,14 +792,7 @@ async fn layout_6_is_upgraded_in_place_with_epochs() {
         ),
     )
     .await;
-    let reopened = MySqlStore::connect(&db.url, &db.name).await.unwrap();
-    let (version,): (i64,) = sqlx::query_as(sqlx::AssertSqlSafe(format!(
-        "SELECT value FROM {q}.meta WHERE `key` = 'schema_version'"
-    )))
-    .fetch_one(reopened.pool())
-    .await
-    .unwrap();
-    assert_eq!(version, alkstore_mysql::SCHEMA_VERSION);
+    let reopened = db.reopened().await;
     assert!(held.renew(TTL).await.unwrap(), "a grant of this server");
     assert!(permit.renew(TTL).await.unwrap(), "a permit of this server");
     let again = reopened.try_lock("held", "a", TTL).await.unwrap().unwrap();

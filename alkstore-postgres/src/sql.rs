@@ -34,7 +34,8 @@ use sqlx::{PgConnection, SqlStr};
 /// rows did not say which timeline granted them, so that a row a promotion
 /// revived was given back to its owner with its old fence, below fences
 /// the old primary had handed out since, and renewed (9: `epoch`, added in
-/// place, set from each row's fence, whose high part is its timeline).
+/// place, the rows already there taken as the current timeline's, as
+/// layout 8 took them).
 pub const SCHEMA_VERSION: i64 = 9;
 
 /// Older layouts an opener upgrades in place, under the creation lock: the
@@ -101,8 +102,12 @@ SELECT pg_is_in_recovery(),
 /// whose sequence is `$1` (a quoted `schema.fences`), or NULL when there is
 /// no such sequence. Reads the sequence without drawing from it.
 pub(crate) fn doctor_next_fence() -> SqlStr {
+    // Past the end (a draw refused there still moved the sequence): one
+    // above `MAX_FENCE`, none left.
+    let end = fence_to_sql(MAX_FENCE) + 1;
     audited(format!(
-        "SELECT coalesce(pg_sequence_last_value(s), 0) + 1 + {TIMELINE} * {TIMELINE_STEP}
+        "SELECT least(coalesce(pg_sequence_last_value(s), 0)::numeric + 1
+                      + {TIMELINE} * {TIMELINE_STEP}, {end})::bigint
          FROM (SELECT to_regclass($1) AS s) r WHERE s IS NOT NULL
          UNION ALL SELECT NULL WHERE to_regclass($1) IS NULL"
     ))
@@ -227,6 +232,7 @@ pub(crate) struct Statements {
     pub(crate) force_release: SqlStr,
     pub(crate) purge: [SqlStr; 2],
     pub(crate) raise_fences: SqlStr,
+    pub(crate) lock_for_raise: SqlStr,
     /// The channel releases notify on ([`channel`]; set once the schema's
     /// OID is known).
     pub(crate) channel: String,
@@ -998,6 +1004,15 @@ END",
                  SELECT owner, fence, expires_at - {NOW_MS}, pg_notify($2, $3 || ':' || $1)::text
                  FROM gone"
             )),
+            // Before a raise, in its transaction: no grant writes while the
+            // raise retires every row (grants wait, then see the raise
+            // whole). Both tables at once, before anything is raised: a
+            // deadlock with a grant (which may hold one table and want the
+            // other) rolls the raise back having done nothing, or the grant,
+            // which runs again.
+            lock_for_raise: audited(format!(
+                "LOCK TABLE {locks}, {permits} IN SHARE ROW EXCLUSIVE MODE"
+            )),
             // $1 how far. Raises the sequence, durably (nextval and setval
             // give the transaction an id, so its commit flushes), and
             // retires every row granted before (epoch -1, no timeline's);
@@ -1246,13 +1261,21 @@ impl alkstore_sqlx::Statements for Statements {
         })
     }
 
+    /// One transaction: both tables locked against grants' writes, then
+    /// the raise and the retirement in one statement.
     fn raise_fences<'c>(&self, conn: &'c mut PgConnection, by: i64) -> StatementFuture<'c, i64> {
+        let lock = sqlx::query(self.lock_for_raise.clone());
         let raise = sqlx::query(self.raise_fences.clone())
             .bind(by)
             .try_map(row_as::<_, (Option<i64>, i64)>);
         Box::pin(async move {
-            match raise.fetch_one(conn).await? {
-                (Some(next), _) => Ok(next),
+            let mut tx = sqlx::Connection::begin(conn).await?;
+            lock.execute(&mut *tx).await?;
+            match raise.fetch_one(&mut *tx).await? {
+                (Some(next), _) => {
+                    tx.commit().await?;
+                    Ok(next)
+                }
                 (None, left) => Err(sqlx::Error::Decode(Box::new(NoFenceLeft {
                     left: fence_from_sql(left),
                 }))),

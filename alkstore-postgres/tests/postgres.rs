@@ -543,14 +543,7 @@ async fn layout_3_is_upgraded_in_place() {
     .unwrap();
     store.close().await.unwrap();
 
-    let reopened = PgStore::connect(&schema.url, &schema.name).await.unwrap();
-    let (version,): (i64,) = sqlx::query_as(sqlx::AssertSqlSafe(format!(
-        "SELECT value FROM {s}.meta WHERE key = 'schema_version'"
-    )))
-    .fetch_one(reopened.pool())
-    .await
-    .unwrap();
-    assert_eq!(version, alkstore_postgres::SCHEMA_VERSION);
+    let reopened = schema.reopened().await;
     let (upgraded,): (String,) = sqlx::query_as(sqlx::AssertSqlSafe(format!(
         "SELECT pg_get_functiondef('{}.acquire'::regproc)",
         s.replace('\'', "''")
@@ -597,14 +590,7 @@ async fn layout_6_is_upgraded_in_place_with_semaphores() {
     held.let_lapse();
     store.close().await.unwrap();
 
-    let reopened = PgStore::connect(&schema.url, &schema.name).await.unwrap();
-    let (version,): (i64,) = sqlx::query_as(sqlx::AssertSqlSafe(format!(
-        "SELECT value FROM {s}.meta WHERE key = 'schema_version'"
-    )))
-    .fetch_one(reopened.pool())
-    .await
-    .unwrap();
-    assert_eq!(version, alkstore_postgres::SCHEMA_VERSION);
+    let reopened = schema.reopened().await;
     let holder = reopened.holder("held").await.unwrap().expect("still held");
     assert_eq!(holder.owner, "a");
     let permit = reopened
@@ -725,14 +711,7 @@ async fn layout_8_is_upgraded_in_place_with_epochs() {
     .await
     .unwrap();
 
-    let reopened = PgStore::connect(&schema.url, &schema.name).await.unwrap();
-    let (version,): (i64,) = sqlx::query_as(sqlx::AssertSqlSafe(format!(
-        "SELECT value FROM {s}.meta WHERE key = 'schema_version'"
-    )))
-    .fetch_one(reopened.pool())
-    .await
-    .unwrap();
-    assert_eq!(version, alkstore_postgres::SCHEMA_VERSION);
+    let reopened = schema.reopened().await;
     assert!(held.renew(TTL).await.unwrap(), "a grant of this timeline");
     assert!(
         permit.renew(TTL).await.unwrap(),

@@ -170,6 +170,9 @@ pub async fn keep(store: &dyn Store) -> Kept {
 /// What the promoted server answered the grants of an older server.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Revived {
+    /// Kept grants (from before the cut) live on the promoted server, of
+    /// how many were kept.
+    pub kept_there: (usize, usize),
     /// Kept grants (from before the cut, on the promoted server) whose
     /// handle's renewal answered `true`: a lease of an older server.
     pub renewed: usize,
@@ -192,6 +195,11 @@ impl Revived {
             "no grant of the old primary was live on the promoted server"
         );
         assert_eq!(
+            self.kept_there.0, self.kept_there.1,
+            "grants kept from before the cut missing on the promoted server: their renewals \
+             prove nothing"
+        );
+        assert_eq!(
             self.renewed, 0,
             "leases of the old primary renewed on the promoted server"
         );
@@ -209,6 +217,13 @@ impl Revived {
 async fn revived(store: &dyn Store, written: &Written, kept: Kept) -> Revived {
     let mut renewed = 0;
     let patience = Patience::new("a renewal on the promoted server", Duration::from_secs(30));
+    let (mut kept_there, kept_count) = (0, kept.handles.len());
+    for handle in &kept.handles {
+        let live = store.holders(handle.name()).await.unwrap();
+        if live.iter().any(|l| l.holder.fence == handle.fence()) {
+            kept_there += 1;
+        }
+    }
     for handle in &kept.handles {
         // The first calls may meet connections to the dead primary.
         let answer = loop {
@@ -259,6 +274,7 @@ async fn revived(store: &dyn Store, written: &Written, kept: Kept) -> Revived {
         }
     }
     Revived {
+        kept_there: (kept_there, kept_count),
         renewed,
         asked,
         fences_not_above,

@@ -314,23 +314,31 @@ impl Instance {
     }
 }
 
-/// A throwaway server of the caller's own, started with more server
-/// options (`--name=value`): a test of one configuration. Removed by its
-/// watchdog when this process ends. `None` (the reason printed) as for
-/// [`Pair::start`].
-pub fn own_server(settings: &[&str]) -> Option<Server> {
+/// The binaries to start servers of a test's own (`mariadb-install-db`,
+/// `mariadbd`); `None`, the reason printed, when a server is given by URL
+/// (`why`: what the test needs of its own) or there are none.
+fn own_binaries(why: &str) -> Option<(PathBuf, PathBuf)> {
     if std::env::var(URL_VAR).is_ok_and(|url| !url.is_empty()) {
-        eprintln!("SKIPPED: a test of one configuration needs a server of its own, not {URL_VAR}");
+        eprintln!("SKIPPED: {why} of its own, not {URL_VAR}");
         return None;
     }
-    let Some((install_db, mariadbd)) = binaries() else {
+    let found = binaries();
+    if found.is_none() {
         process::skip_or_fail(
             "mysql",
             "no mariadb-install-db or mariadbd found",
             "install MariaDB's server (mariadb-server)",
         );
-        return None;
-    };
+    }
+    found
+}
+
+/// A throwaway server of the caller's own, started with more server
+/// options (`--name=value`): a test of one configuration. Removed by its
+/// watchdog when this process ends. `None` (the reason printed) as for
+/// [`Pair::start`].
+pub fn own_server(settings: &[&str]) -> Option<Server> {
+    let (install_db, mariadbd) = own_binaries("a test of one configuration needs a server")?;
     let settings = settings.iter().map(|s| (*s).to_owned()).collect();
     let (instance, password) =
         start_instance(&install_db, mariadbd, settings).expect("start a server of its own");
@@ -371,18 +379,7 @@ impl Pair {
     /// printed) when there are no server binaries, or when a server is
     /// given by URL.
     pub fn start(semi_sync: bool) -> Option<Pair> {
-        if std::env::var(URL_VAR).is_ok_and(|url| !url.is_empty()) {
-            eprintln!("SKIPPED: a failover test needs servers of its own, not {URL_VAR}");
-            return None;
-        }
-        let Some((install_db, mariadbd)) = binaries() else {
-            process::skip_or_fail(
-                "mysql",
-                "no mariadb-install-db or mariadbd found",
-                "install MariaDB's server (mariadb-server)",
-            );
-            return None;
-        };
+        let (install_db, mariadbd) = own_binaries("a failover test needs servers")?;
         Some(
             Self::start_with(&install_db, mariadbd, semi_sync)
                 .expect("start a primary and a replica"),

@@ -45,6 +45,21 @@ impl Database {
         format!("`{}`", self.name.replace('`', "``"))
     }
 
+    /// The store opened again (an older layout upgraded in place by the
+    /// open), its `meta` saying this build's layout.
+    pub async fn reopened(&self) -> MySqlStore {
+        let reopened = MySqlStore::connect(&self.url, &self.name).await.unwrap();
+        let (version,): (i64,) = sqlx::query_as(sqlx::AssertSqlSafe(format!(
+            "SELECT value FROM {}.meta WHERE `key` = 'schema_version'",
+            self.quoted()
+        )))
+        .fetch_one(reopened.pool())
+        .await
+        .unwrap();
+        assert_eq!(version, alkstore_mysql::SCHEMA_VERSION);
+        reopened
+    }
+
     pub async fn drop(self) {
         let sweeper = MySqlStore::connect(&self.url, &self.name)
             .await

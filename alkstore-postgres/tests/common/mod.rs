@@ -33,6 +33,21 @@ pub struct Schema {
 }
 
 impl Schema {
+    /// The store opened again (an older layout upgraded in place by the
+    /// open), its `meta` saying this build's layout.
+    pub async fn reopened(&self) -> PgStore {
+        let reopened = PgStore::connect(&self.url, &self.name).await.unwrap();
+        let (version,): (i64,) = sqlx::query_as(sqlx::AssertSqlSafe(format!(
+            "SELECT value FROM {}.meta WHERE key = 'schema_version'",
+            quoted_schema(&reopened)
+        )))
+        .fetch_one(reopened.pool())
+        .await
+        .unwrap();
+        assert_eq!(version, alkstore_postgres::SCHEMA_VERSION);
+        reopened
+    }
+
     pub async fn drop(self) {
         let sweeper = PgStore::connect(&self.url, &self.name)
             .await
