@@ -364,14 +364,18 @@ async fn sqlite_list_show_release() {
     list_show_release(&sqlite_url(&dir)).await;
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn postgres_list_show_release() {
+/// Runs `check` on the URL of a new store in a schema of its own on the
+/// test server, then drops the schema.
+async fn on_a_postgres_store<F: Future<Output = ()>>(
+    prefix: &str,
+    check: impl FnOnce(String) -> F,
+) {
     let Some(server) = alkstore_testkit::pg::server() else {
         return;
     };
-    let schema = alkstore_testkit::pg::unique_schema("cli");
+    let schema = alkstore_testkit::pg::unique_schema(prefix);
     let sep = if server.url.contains('?') { '&' } else { '?' };
-    list_show_release(&format!("{}{sep}schema={schema}", server.url)).await;
+    check(format!("{}{sep}schema={schema}", server.url)).await;
     let direct = alkstore::postgres::PgStore::connect(&server.url, &schema)
         .await
         .unwrap();
@@ -379,18 +383,29 @@ async fn postgres_list_show_release() {
     direct.close().await.unwrap();
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn mysql_list_show_release() {
+/// Runs `check` on the URL of a new store in a database of its own on the
+/// test server, then drops the database.
+async fn on_a_mysql_store<F: Future<Output = ()>>(prefix: &str, check: impl FnOnce(String) -> F) {
     let Some(server) = alkstore_testkit::mysql::server() else {
         return;
     };
-    let database = alkstore_testkit::unique_name("cli");
-    list_show_release(&format!("{}/{database}", server.url)).await;
+    let database = alkstore_testkit::unique_name(prefix);
+    check(format!("{}/{database}", server.url)).await;
     let direct = alkstore::mysql::MySqlStore::connect(&server.url, &database)
         .await
         .unwrap();
     direct.drop_database().await.unwrap();
     direct.close().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn postgres_list_show_release() {
+    on_a_postgres_store("cli", |url| async move { list_show_release(&url).await }).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn mysql_list_show_release() {
+    on_a_mysql_store("cli", |url| async move { list_show_release(&url).await }).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -960,25 +975,16 @@ async fn doctor_judges_an_sqlite_file_and_creates_none() {
 async fn doctor_shows_the_fences_left() {
     let dir = tempfile::tempdir().unwrap();
     assert_fences_left_shown(&sqlite_url(&dir)).await;
-    if let Some(server) = alkstore_testkit::pg::server() {
-        let schema = alkstore_testkit::pg::unique_schema("left");
-        let sep = if server.url.contains('?') { '&' } else { '?' };
-        assert_fences_left_shown(&format!("{}{sep}schema={schema}", server.url)).await;
-        let direct = alkstore::postgres::PgStore::connect(&server.url, &schema)
-            .await
-            .unwrap();
-        direct.drop_schema().await.unwrap();
-        direct.close().await.unwrap();
-    }
-    if let Some(server) = alkstore_testkit::mysql::server() {
-        let database = alkstore_testkit::unique_name("left");
-        assert_fences_left_shown(&format!("{}/{database}", server.url)).await;
-        let direct = alkstore::mysql::MySqlStore::connect(&server.url, &database)
-            .await
-            .unwrap();
-        direct.drop_database().await.unwrap();
-        direct.close().await.unwrap();
-    }
+    on_a_postgres_store(
+        "left",
+        |url| async move { assert_fences_left_shown(&url).await },
+    )
+    .await;
+    on_a_mysql_store(
+        "left",
+        |url| async move { assert_fences_left_shown(&url).await },
+    )
+    .await;
 }
 
 /// Opens the store `url` names, grants once, raises by the default, and

@@ -1004,14 +1004,17 @@ END",
                  SELECT owner, fence, expires_at - {NOW_MS}, pg_notify($2, $3 || ':' || $1)::text
                  FROM gone"
             )),
-            // Before a raise, in its transaction: no grant writes while the
-            // raise retires every row (grants wait, then see the raise
-            // whole). Both tables at once, before anything is raised: a
-            // deadlock with a grant (which may hold one table and want the
-            // other) rolls the raise back having done nothing, or the grant,
-            // which runs again.
+            // Before a raise, in its transaction: no grant locks a row or
+            // writes while the raise retires every row (grants wait, then
+            // see the raise whole; plain reads go on). EXCLUSIVE, not less:
+            // a row lock a grant took (`FOR UPDATE`, which SHARE ROW
+            // EXCLUSIVE lets through) would make the raise's own statement
+            // wait, after its sequence moved. So the raise waits only here,
+            // before anything is raised: a deadlock with a grant (which may
+            // hold one table and want the other) rolls the raise back having
+            // done nothing, or the grant, which runs again.
             lock_for_raise: audited(format!(
-                "LOCK TABLE {locks}, {permits} IN SHARE ROW EXCLUSIVE MODE"
+                "LOCK TABLE {locks}, {permits} IN EXCLUSIVE MODE"
             )),
             // $1 how far. Raises the sequence, durably (nextval and setval
             // give the transaction an id, so its commit flushes), and
