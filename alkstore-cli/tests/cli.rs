@@ -987,6 +987,49 @@ async fn doctor_shows_the_fences_left() {
     .await;
 }
 
+/// Past the end of the fences (a grant refused there still moved
+/// PostgreSQL's sequence), `doctor` says none is left, on every engine.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn doctor_shows_no_fences_left_past_the_end() {
+    let dir = tempfile::tempdir().unwrap();
+    assert_none_left_shown(sqlite_url(&dir)).await;
+    on_a_postgres_store("end", assert_none_left_shown).await;
+    on_a_mysql_store("end", assert_none_left_shown).await;
+}
+
+/// Raises the store `url` names to its last fences, grants until refused,
+/// and checks what `doctor` says is left.
+async fn assert_none_left_shown(url: String) {
+    let store = alkstore::open(&url).await.unwrap();
+    while store.raise_fences(alkstore::MAX_FENCE_RAISE).await.is_ok() {}
+    let held = store.try_lock("held", "o", TTL).await.unwrap().unwrap();
+    let left = alkstore::MAX_FENCE - held.fence();
+    store.raise_fences(left - 4).await.unwrap();
+    let mut grants = 0;
+    let refused = loop {
+        match store.try_lock(&format!("n{grants}"), "o", TTL).await {
+            Ok(Some(lock)) => lock.let_lapse(),
+            other => break other,
+        }
+        grants += 1;
+        assert!(grants < 16, "the fences end");
+    };
+    assert!(
+        matches!(
+            refused,
+            Err(alkstore::Error::FencesExhausted { left: 0, .. })
+        ),
+        "{refused:?}"
+    );
+    held.let_lapse();
+    store.close().await.unwrap();
+    let ran = run(&url, &["doctor", "--json"], None);
+    let report: Value = serde_json::from_str(&ran.stdout).unwrap();
+    let shown = report["settings"]["fences left"].as_str().unwrap();
+    let url = alkstore::engine::url::masked(&url);
+    assert!(shown.starts_with("0 grants, 0 raises"), "{url}: {shown}");
+}
+
 /// Opens the store `url` names, grants once, raises by the default, and
 /// checks what `doctor` says is left.
 async fn assert_fences_left_shown(url: &str) {
@@ -1003,5 +1046,6 @@ async fn assert_fences_left_shown(url: &str) {
     let left = report["settings"]["fences left"].as_str().unwrap();
     let expected = alkstore::MAX_FENCE - next + 1;
     let shown = format!("{expected} grants, {} raises of 2^40", expected >> 40);
+    let url = alkstore::engine::url::masked(url);
     assert!(left.starts_with(&shown), "{url}: {left}, expected {shown}");
 }
