@@ -6,8 +6,8 @@
 use std::time::Instant;
 
 use alkstore_core::{
-    GrantKey, INTENT_SLOT, LeaseMillis, MAX_FENCE, MAX_READERS, NoFenceLeft, READ_WRITE_PERMITS,
-    RwMode, WRITER_SLOT, fence_from_sql, fence_to_sql,
+    GrantKey, INTENT_SLOT, LeaseMillis, MAX_FENCE, MAX_READERS, READ_WRITE_PERMITS, RwMode,
+    WRITER_SLOT, fence_from_sql, fence_to_sql,
 };
 use alkstore_sqlx::{
     AcquireRow, HolderRow, ListedRow, MARKER_KEY, PermitRow, RwRow, StatementFuture, audited,
@@ -1086,12 +1086,6 @@ END"
     }
 }
 
-/// [`NoFenceLeft`] as a statement's error (the core finds it in the
-/// source chain).
-fn no_fence_left(left: u64) -> sqlx::Error {
-    sqlx::Error::Decode(Box::new(NoFenceLeft { left }))
-}
-
 /// A slot or a count of permits, as MariaDB answers integers (`BIGINT`
 /// through a procedure's or a union's result).
 fn int(value: i64) -> Result<i32, sqlx::Error> {
@@ -1314,13 +1308,13 @@ impl alkstore_sqlx::Statements for Statements {
             let drawn = match next.fetch_one(&mut *conn).await {
                 Ok((drawn,)) => drawn,
                 Err(error) if crate::connection::sequence_ran_out(&error) => {
-                    return Err(no_fence_left(0));
+                    return Err(alkstore_sqlx::no_fence_left(0));
                 }
                 Err(error) => return Err(error),
             };
             let left = fence_to_sql(MAX_FENCE).saturating_sub(drawn);
             if by >= left {
-                return Err(no_fence_left(fence_from_sql(left)));
+                return Err(alkstore_sqlx::no_fence_left(fence_from_sql(left)));
             }
             let target = drawn + by;
             sqlx::query(audited(format!("{prefix}{target})")))

@@ -8,8 +8,8 @@
 use std::time::Instant;
 
 use alkstore_core::{
-    GrantKey, INTENT_SLOT, LeaseMillis, MAX_FENCE, MAX_READERS, NoFenceLeft, READ_WRITE_PERMITS,
-    RwMode, WRITER_SLOT, fence_from_sql, fence_to_sql,
+    GrantKey, INTENT_SLOT, LeaseMillis, MAX_FENCE, MAX_READERS, READ_WRITE_PERMITS, RwMode,
+    WRITER_SLOT, fence_from_sql, fence_to_sql,
 };
 use alkstore_sqlx::{
     AcquireRow, HolderRow, ListedRow, MARKER_KEY, PermitRow, RwRow, StatementFuture, audited,
@@ -1279,9 +1279,7 @@ impl alkstore_sqlx::Statements for Statements {
                     tx.commit().await?;
                     Ok(next)
                 }
-                (None, left) => Err(sqlx::Error::Decode(Box::new(NoFenceLeft {
-                    left: fence_from_sql(left),
-                }))),
+                (None, left) => Err(alkstore_sqlx::no_fence_left(fence_from_sql(left))),
             }
         })
     }

@@ -63,6 +63,13 @@ pub trait Dialect: Send + Sync + 'static {
     ) -> impl Future<Output = Result<(), sqlx::Error>> + Send;
 }
 
+/// [`NoFenceLeft`](alkstore_core::NoFenceLeft) as a statement's error, for
+/// a raise refused at the end of the fences (the core finds it in the
+/// source chain).
+pub fn no_fence_left(left: u64) -> sqlx::Error {
+    sqlx::Error::Decode(Box::new(alkstore_core::NoFenceLeft { left }))
+}
+
 /// The connect options of a dialect's database.
 pub type Options<D> = <<<D as Dialect>::Database as Database>::Connection as Connection>::Options;
 

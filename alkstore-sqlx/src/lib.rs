@@ -66,7 +66,7 @@ pub use connections::{
     OutOfTime, RETRY_GRACE, ROLLED_BACK_RETRIES, StatementFuture, Try, check_connect, connect,
     connect_pool, connect_url,
 };
-pub use dialect::{Conn, Dialect, Options, lock_wait_ms, ran_out_of_time};
+pub use dialect::{Conn, Dialect, Options, lock_wait_ms, no_fence_left, ran_out_of_time};
 pub use engine::{
     AcquireRow, HolderRow, ListedRow, PermitOutcome, PermitRow, Polling, RwRow, SqlxEngine,
     Statements, Wakeups,

@@ -904,9 +904,7 @@ impl Engine for Broken {
         let next = self.inner.raise_fences(by).await?;
         if self.flaw == Flaw::RaiseKeepsLiveGrants {
             self.with_rows(|rows| {
-                let every_row = rows.rows.values_mut();
-                let permits = rows.permits.values_mut().map(|permit| &mut permit.row);
-                for row in every_row.chain(permits).chain(rows.rw.values_mut()) {
+                for row in rows.every_row_mut() {
                     row.retired = false;
                 }
             });

@@ -77,6 +77,15 @@ impl Rows {
         Ok(answer)
     }
 
+    /// Every row, of every kind, live or not.
+    pub fn every_row_mut(&mut self) -> impl Iterator<Item = &mut Row> {
+        let permits = self.permits.values_mut().map(|permit| &mut permit.row);
+        self.rows
+            .values_mut()
+            .chain(permits)
+            .chain(self.rw.values_mut())
+    }
+
     /// The live holder of `name` at `now`, if any.
     pub fn live(&self, name: &str, now: Instant) -> Option<Holder> {
         self.rows
@@ -576,9 +585,7 @@ impl Engine for MemoryEngine {
                 return Err(NoFenceLeft { left }.into());
             }
             rows.last_fence += by;
-            let every_row = rows.rows.values_mut();
-            let permits = rows.permits.values_mut().map(|permit| &mut permit.row);
-            for row in every_row.chain(permits).chain(rows.rw.values_mut()) {
+            for row in rows.every_row_mut() {
                 row.retired = true;
             }
             Ok(rows.last_fence + 1)
