@@ -1,7 +1,26 @@
 //! What the shared connection layer needs to know about PostgreSQL.
 
+use alkstore_core::{BoxError, Error};
 use alkstore_sqlx::Dialect;
 use sqlx::postgres::{PgConnectOptions, PgConnection};
+
+/// The connect options of a driver URL, as the store makes its connections.
+pub(crate) fn options(url: &str) -> Result<PgConnectOptions, Error> {
+    let options: PgConnectOptions = url
+        .parse()
+        .map_err(|e: sqlx::Error| Error::database("connect", e))?;
+    Ok(store_options(&options))
+}
+
+/// The options of every connection the store makes (its pool's, its own,
+/// its listener's): no `extra_float_digits` startup parameter, which
+/// PgBouncer refuses unless told to ignore it (the store reads no float).
+/// No startup `options` either (PgBouncer refuses those too): what the
+/// statements need of the session is set after connecting, or per
+/// transaction behind a pooler in transaction mode.
+pub(crate) fn store_options(options: &PgConnectOptions) -> PgConnectOptions {
+    options.clone().extra_float_digits(None)
+}
 
 /// PostgreSQL's answers to the connection layer's questions.
 #[derive(Debug)]
@@ -19,10 +38,16 @@ impl Dialect for Postgres {
 
     const ENGINE: &'static str = "postgres";
 
-    /// READ COMMITTED pinned: the statements rely on it, whatever the
-    /// role's or database's default.
+    /// As [`store_options`]; READ COMMITTED is pinned by the statements'
+    /// [`Setup`](alkstore_sqlx::Setup), or per transaction.
     fn store_options(pool: &PgConnectOptions) -> PgConnectOptions {
-        pool.clone().options([crate::sql::ISOLATION_OPTION])
+        store_options(pool)
+    }
+
+    /// A standby answering, or a pooler in transaction mode dropping the
+    /// store's prepared statements: named as such ([`crate::errors`]).
+    fn explain(error: sqlx::Error) -> BoxError {
+        crate::errors::explain(error)
     }
 
     /// An I/O failure, or the server saying it terminated the session
@@ -59,10 +84,12 @@ impl Dialect for Postgres {
         }
     }
 
-    /// Nothing: what the statements need of the session is pinned by the
-    /// connect options (READ COMMITTED) or set by each statement for its own
-    /// transaction (`synchronous_commit`), which survives a settings reload
-    /// under an open connection and a transaction-pooling proxy.
+    /// Nothing: what the statements need of the session is set by their
+    /// [`Setup`](alkstore_sqlx::Setup) (READ COMMITTED, where the session
+    /// keeps it) or by each statement for its own transaction
+    /// (`synchronous_commit`, and READ COMMITTED behind a pooler in
+    /// transaction mode), which survives a settings reload under an open
+    /// connection and a transaction-pooling proxy.
     async fn prepare(_conn: &mut PgConnection) -> Result<(), sqlx::Error> {
         Ok(())
     }

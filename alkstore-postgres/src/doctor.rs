@@ -8,7 +8,10 @@ use alkstore_core::BoxError;
 use alkstore_core::doctor::{Finding, InspectFuture, Promise, Report, Verdict, inspecting};
 use sqlx::Connection;
 
+use alkstore_sqlx::Dialect;
+
 use crate::connection::Postgres;
+use crate::protocol::{Call, Protocol};
 use crate::sql;
 
 /// What the server showed.
@@ -33,32 +36,59 @@ impl Observed {
 /// `schema` parameter's, `alkstore` by default) when there is one.
 pub(crate) fn inspect_url(url: &str) -> InspectFuture<'_> {
     inspecting(async move {
-        let (url, schema) = crate::url::parse(url)?;
-        inspect(&url, &schema).await
+        let url = crate::url::parse(url)?;
+        inspect(&url).await
     })
 }
 
-async fn inspect(url: &str, schema: &str) -> Result<Report, BoxError> {
-    let (server, mut conn) = alkstore_sqlx::connect_url::<Postgres>(url).await?;
-    let settings: Vec<(String, String)> = sqlx::query_as(sql::DOCTOR_SETTINGS)
-        .fetch_all(&mut conn)
-        .await?;
+/// The rows `call` answers, by the URL's protocol, read as `T`.
+async fn read<T>(
+    protocol: Protocol,
+    conn: &mut sqlx::PgConnection,
+    call: Call,
+) -> Result<Vec<T>, sqlx::Error>
+where
+    T: for<'r> sqlx::FromRow<'r, sqlx::postgres::PgRow>,
+{
+    protocol
+        .fetch_all(call, conn)
+        .await?
+        .into_iter()
+        .map(alkstore_sqlx::row_as)
+        .collect()
+}
+
+async fn inspect(url: &crate::url::Parsed) -> Result<Report, BoxError> {
+    let schema = url.schema();
+    let protocol = crate::Deployment::new().pooler(url.pooler).protocol();
+    let options = crate::connection::options(&url.driver)?;
+    let mut conn = alkstore_sqlx::connect::<Postgres>(&options).await?;
+    let server = Postgres::server(&options);
+    let settings: Vec<(String, String)> =
+        read(protocol, &mut conn, Call::new(sql::DOCTOR_SETTINGS)).await?;
     let (in_recovery, sees_standbys, standbys, synchronous_standbys): (bool, bool, i64, i64) =
-        sqlx::query_as(sql::DOCTOR_STANDBYS)
-            .fetch_one(&mut conn)
-            .await?;
+        read(protocol, &mut conn, Call::new(sql::DOCTOR_STANDBYS))
+            .await?
+            .pop()
+            .ok_or(sqlx::Error::RowNotFound)?;
     // The lowest fence a later grant can get (a standby draws none).
     let next = match in_recovery {
         true => Err("n/a: a standby draws no fences".to_owned()),
-        false => sqlx::query_as::<_, (Option<i64>,)>(sql::doctor_next_fence())
-            .bind(format!("{}.fences", sql::quote_ident(schema)))
-            .fetch_one(&mut conn)
-            .await
-            .map_err(|e| format!("unknown: {e}"))
-            .and_then(|(next,)| {
-                next.map(alkstore_core::fence_from_sql)
-                    .ok_or_else(|| format!("unknown: no store in schema {schema:?}"))
-            }),
+        false => read::<(Option<i64>,)>(
+            protocol,
+            &mut conn,
+            Call::new(sql::doctor_next_fence())
+                .text(&format!("{}.fences", sql::quote_ident(&schema))),
+        )
+        .await
+        .map_err(|e| format!("unknown: {e}"))
+        .and_then(|rows| {
+            rows.into_iter()
+                .next()
+                .and_then(|(next,)| next)
+                .map(alkstore_core::fence_from_sql)
+                .ok_or_else(|| format!("unknown: no store in schema {schema:?}"))
+        }),
     };
     let _ = conn.close().await;
     let observed = Observed {

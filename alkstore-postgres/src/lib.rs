@@ -28,19 +28,24 @@
 //! ```
 
 mod connection;
+mod deployment;
 mod doctor;
+mod errors;
 mod listener;
+mod protocol;
 mod schema;
 mod sql;
 mod url;
 
 use alkstore_core::{EngineStore, Error, Result};
-use alkstore_sqlx::{Namespace, SqlxEngine};
+use alkstore_sqlx::{Namespace, Polling, SqlxEngine, Wakeups};
 use sqlx::PgPool;
 
-use crate::connection::Postgres;
 use crate::listener::Notifications;
 use crate::sql::Statements;
+
+pub use deployment::{Deployment, Pooler};
+pub use errors::DeploymentError;
 
 pub use alkstore_core::SchemaVersionError;
 pub use alkstore_sqlx::{CONNECT_TIMEOUT, ConnectError, DEFAULT_MAX_CONNECTIONS};
@@ -62,36 +67,60 @@ pub struct PgStore {
 
 impl PgStore {
     /// Connects a pool of up to [`DEFAULT_MAX_CONNECTIONS`] to `url` and opens
-    /// the store in `schema`, creating it if missing.
+    /// the store in `schema`, creating it if missing. The URL's `pooler`
+    /// and `listen` parameters say what stands between ([`Deployment`]);
+    /// its `schema` parameter, if any, is ignored for the argument.
     pub async fn connect(url: &str, schema: &str) -> Result<Self> {
         schema::validate(schema)?;
-        Self::open(alkstore_sqlx::connect_pool::<Postgres>(url).await?, schema).await
+        let parsed = url::parse(url).map_err(|e| Error::database("connect", e))?;
+        Self::connect_parsed(&parsed, schema).await
+    }
+
+    /// [`PgStore::connect`] on a URL already parsed.
+    pub(crate) async fn connect_parsed(url: &url::Parsed, schema: &str) -> Result<Self> {
+        schema::validate(schema)?;
+        let options = connection::options(&url.driver)?;
+        let mut deployment = Deployment::new().pooler(url.pooler);
+        if let Some((host, port)) = &url.listen {
+            deployment = deployment.listen_directly(options.clone().host(host).port(*port));
+        }
+        let pool = alkstore_sqlx::connect_pool_with::<connection::Postgres>(options).await?;
+        Self::open_with(pool, schema, deployment).await
     }
 
     /// Opens the store in `schema` over an existing pool, creating the schema
     /// if missing. Safe when several processes open the same schema at once.
+    /// The pool's connections go straight to the server, or through a
+    /// pooler in session mode ([`PgStore::open_with`] for others).
     pub async fn open(pool: PgPool, schema: &str) -> Result<Self> {
+        Self::open_with(pool, schema, Deployment::new()).await
+    }
+
+    /// Opens the store in `schema` over an existing pool whose connections
+    /// go as `deployment` says (through a pooler in transaction mode, for
+    /// one), creating the schema if missing.
+    pub async fn open_with(pool: PgPool, schema: &str, deployment: Deployment) -> Result<Self> {
         schema::validate(schema)?;
-        let mut statements = Statements::new(schema);
+        let protocol = deployment.protocol();
+        let mut statements = Statements::new(schema, protocol);
         let lifecycle = schema::Schema::new(schema, &statements);
         let oid = async {
             alkstore_sqlx::lifecycle::open(&lifecycle, &pool).await?;
             lifecycle.oid(&pool).await
         }
         .await
-        .map_err(|e| Error::database("open", e))?;
+        .map_err(|e| Error::database("open", errors::explain_boxed(e)))?;
         statements.channel = sql::channel(oid);
-        let notifications = Notifications::new(
-            (*pool.connect_options()).clone(),
-            &statements.channel,
-            &statements.tag,
-        );
-        let engine = SqlxEngine::new(
-            Namespace::schema(schema),
-            pool,
-            statements,
-            Box::new(notifications),
-        );
+        let store_options = connection::store_options(&pool.connect_options());
+        let wakeups: Box<dyn Wakeups> = match deployment.listen_options(&store_options) {
+            Some(options) => Box::new(Notifications::new(
+                options,
+                &statements.channel,
+                &statements.tag,
+            )),
+            None => Box::new(Polling(listener::POLL_CEILING)),
+        };
+        let engine = SqlxEngine::new(Namespace::schema(schema), pool, statements, wakeups);
         Ok(PgStore {
             inner: EngineStore::new(engine),
         })

@@ -14,7 +14,7 @@ use tokio::task::JoinHandle;
 
 /// How long a waiter polls at most when no notification comes (expiries
 /// notify nobody, and a notification can be lost while the listener reconnects).
-const POLL_CEILING: Duration = Duration::from_millis(250);
+pub(crate) const POLL_CEILING: Duration = Duration::from_millis(250);
 
 /// Releases in other processes reach a store's waiters by LISTEN/NOTIFY:
 /// one listener per store, started by its first waiting acquire.

@@ -4,11 +4,12 @@
 
 use alkstore_core::{BoxError, Error, Field, check_text};
 use alkstore_sqlx::lifecycle::Lifecycle;
-use alkstore_sqlx::{Layout, Namespace, Objects};
+use alkstore_sqlx::{Layout, Namespace, Objects, row_as};
 use async_trait::async_trait;
 use sqlx::{PgConnection, PgPool, SqlStr};
 
 use crate::connection::Postgres;
+use crate::protocol::Call;
 use crate::sql::{self, Statements};
 
 /// PostgreSQL keeps at most 63 bytes of an identifier and silently truncates
@@ -73,12 +74,16 @@ impl<'a> Schema<'a> {
 
     /// The schema's OID, which names its release channel.
     pub(crate) async fn oid(&self, pool: &PgPool) -> Result<i64, BoxError> {
-        let (oid,): (i64,) = sqlx::query_as(sql::SCHEMA_OID)
-            .bind(&self.namespace.name)
-            .fetch_optional(pool)
+        let call = Call::new(sql::SCHEMA_OID)
+            .text(&self.namespace.name)
+            .in_transaction();
+        let row = self
+            .statements
+            .protocol
+            .fetch_optional(call, pool)
             .await?
             .ok_or("the schema vanished after it was opened")?;
-        Ok(oid)
+        Ok(row_as::<_, (i64,)>(row)?.0)
     }
 
     /// Runs DDL, naming a refusal for want of rights.
@@ -113,10 +118,11 @@ impl Lifecycle for Schema<'_> {
     }
 
     async fn inspect(&self, conn: &mut PgConnection) -> Result<Option<Objects>, sqlx::Error> {
-        let row: Option<(bool, bool, bool, bool, bool)> = sqlx::query_as(sql::INSPECT)
-            .bind(&self.namespace.name)
-            .fetch_optional(conn)
-            .await?;
+        let call = Call::new(sql::INSPECT)
+            .text(&self.namespace.name)
+            .in_transaction();
+        let row = self.statements.protocol.fetch_optional(call, conn).await?;
+        let row: Option<(bool, bool, bool, bool, bool)> = row.map(row_as).transpose()?;
         Ok(row.map(|(meta, locks, fences, acquire, permits)| Objects {
             meta,
             locks,
@@ -127,9 +133,9 @@ impl Lifecycle for Schema<'_> {
     }
 
     async fn meta_rows(&self, conn: &mut PgConnection) -> Result<Vec<(String, i64)>, sqlx::Error> {
-        sqlx::query_as(self.statements.read_meta.clone())
-            .fetch_all(conn)
-            .await
+        let call = Call::new(self.statements.read_meta.clone()).in_transaction();
+        let rows = self.statements.protocol.fetch_all(call, conn).await?;
+        rows.into_iter().map(row_as).collect()
     }
 
     /// 42703: undefined column.
@@ -139,12 +145,12 @@ impl Lifecycle for Schema<'_> {
 
     async fn lock(&self, pool: &PgPool) -> Result<Self::Locked, BoxError> {
         let mut tx = pool.begin().await?;
-        sqlx::query(sql::READ_COMMITTED).execute(&mut *tx).await?;
-        sqlx::query(sql::LOCK_SCHEMA_CREATION)
-            .bind(sql::SCHEMA_LOCK_CLASS)
-            .bind(&self.namespace.name)
-            .execute(&mut *tx)
-            .await?;
+        sqlx::raw_sql(sql::READ_COMMITTED).execute(&mut *tx).await?;
+        let call = Call::new(sql::LOCK_SCHEMA_CREATION)
+            .int4(sql::SCHEMA_LOCK_CLASS)
+            .text(&self.namespace.name)
+            .in_transaction();
+        self.statements.protocol.execute(call, &mut *tx).await?;
         Ok(tx)
     }
 
@@ -162,11 +168,11 @@ impl Lifecycle for Schema<'_> {
         created_schema: bool,
     ) -> Result<(), BoxError> {
         self.create(conn, &self.statements.create_meta).await?;
-        sqlx::query(self.statements.record_meta.clone())
-            .bind(sql::SCHEMA_VERSION)
-            .bind(i64::from(created_schema))
-            .execute(conn)
-            .await?;
+        let call = Call::new(self.statements.record_meta.clone())
+            .int8(sql::SCHEMA_VERSION)
+            .int8(i64::from(created_schema))
+            .in_transaction();
+        self.statements.protocol.execute(call, conn).await?;
         Ok(())
     }
 
@@ -198,10 +204,10 @@ impl Lifecycle for Schema<'_> {
             sqlx::raw_sql(statements.add_epochs.clone())
                 .execute(&mut *conn)
                 .await?;
-            sqlx::query(statements.record_version.clone())
-                .bind(sql::SCHEMA_VERSION)
-                .execute(conn)
-                .await?;
+            let call = Call::new(statements.record_version.clone())
+                .int8(sql::SCHEMA_VERSION)
+                .in_transaction();
+            statements.protocol.execute(call, conn).await?;
         }
         Ok(())
     }

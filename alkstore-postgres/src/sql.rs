@@ -17,6 +17,8 @@ use alkstore_sqlx::{
 };
 use sqlx::{PgConnection, SqlStr};
 
+use crate::protocol::{Call, Protocol};
+
 /// The schema version this crate writes and reads. 1 drew fences from an
 /// identity column, out of commit order, and 2's acquire function took no
 /// bound on its lock waits: neither is migrated. 3's acquire function keyed
@@ -130,7 +132,7 @@ pub(crate) fn quote_ident(ident: &str) -> String {
 
 /// Quotes a string literal as an escape string (`E'…'`), which reads the
 /// same whatever `standard_conforming_strings` says.
-fn quote_literal(text: &str) -> String {
+pub(crate) fn quote_literal(text: &str) -> String {
     format!("E'{}'", text.replace('\\', "\\\\").replace('\'', "''"))
 }
 
@@ -166,9 +168,11 @@ pub(crate) const LOCK_SCHEMA_CREATION: &str = "SELECT pg_advisory_xact_lock($1, 
 /// transaction on a connection that may default to another level).
 pub(crate) const READ_COMMITTED: &str = "SET TRANSACTION ISOLATION LEVEL READ COMMITTED";
 
-/// The connection setting that pins READ COMMITTED on the store's own connections.
-pub(crate) const ISOLATION_OPTION: (&str, &str) =
-    ("default_transaction_isolation", "read committed");
+/// Pins READ COMMITTED for the session: run on each new connection of a
+/// store whose connections keep their session (no pooler, or one in session
+/// mode), whatever the role's or database's default.
+pub(crate) const SESSION_READ_COMMITTED: &str =
+    "SET SESSION CHARACTERISTICS AS TRANSACTION ISOLATION LEVEL READ COMMITTED";
 
 /// A CTE that makes the statement's own commit durable when the session's
 /// `synchronous_commit` is `off` (a role's, database's or server's default —
@@ -238,10 +242,12 @@ pub(crate) struct Statements {
     pub(crate) channel: String,
     /// This store's mark on the notifications its releases send.
     pub(crate) tag: String,
+    /// How the statements travel.
+    pub(crate) protocol: Protocol,
 }
 
 impl Statements {
-    pub(crate) fn new(schema: &str) -> Self {
+    pub(crate) fn new(schema: &str, protocol: Protocol) -> Self {
         let s = quote_ident(schema);
         let locks = format!("{s}.locks");
         let permits = format!("{s}.permits");
@@ -711,6 +717,7 @@ END",
         Statements {
             channel: String::new(),
             tag: store_tag(),
+            protocol,
             create_schema: audited(format!("CREATE SCHEMA {s}")),
             create_meta: audited(format!(
                 "CREATE TABLE {meta} (key text PRIMARY KEY, value bigint NOT NULL)"
@@ -1088,9 +1095,27 @@ fn slot_to_sql(slot: i64) -> i32 {
     i32::try_from(slot).unwrap_or(i32::MAX)
 }
 
-/// Each operation's statement with its binds, `$1`, `$2`, … in order.
+/// Each operation's statement with its binds, `$1`, `$2`, … in order,
+/// sent by the store's [`Protocol`].
 impl alkstore_sqlx::Statements for Statements {
     type Dialect = crate::connection::Postgres;
+
+    /// READ COMMITTED pinned for the session, where the session is the
+    /// store's own; behind a pooler in transaction mode each statement sets
+    /// it for its own transaction instead.
+    fn setup(&self) -> Option<alkstore_sqlx::Setup<Self::Dialect>> {
+        match self.protocol {
+            Protocol::Prepared => Some(std::sync::Arc::new(|conn: &mut PgConnection| {
+                Box::pin(async move {
+                    sqlx::raw_sql(SESSION_READ_COMMITTED)
+                        .execute(conn)
+                        .await
+                        .map(drop)
+                })
+            })),
+            Protocol::Simple => None,
+        }
+    }
 
     fn acquire<'c>(
         &self,
@@ -1101,15 +1126,12 @@ impl alkstore_sqlx::Statements for Statements {
         bound: Option<Instant>,
     ) -> StatementFuture<'c, Option<AcquireRow>> {
         let (statement, wait_ms) = by_bound(bound, &self.acquire, &self.acquire_waiting);
-        Box::pin(
-            sqlx::query(statement)
-                .bind(name)
-                .bind(owner)
-                .bind(ttl.as_i64())
-                .bind(wait_ms)
-                .try_map(row_as)
-                .fetch_optional(conn),
-        )
+        let call = Call::new(statement)
+            .text(name)
+            .text(owner)
+            .int8(ttl.as_i64())
+            .int4(wait_ms);
+        self.fetch_optional(conn, call)
     }
 
     fn acquire_permit<'c>(
@@ -1123,17 +1145,14 @@ impl alkstore_sqlx::Statements for Statements {
     ) -> StatementFuture<'c, Option<PermitRow>> {
         let (statement, wait_ms) =
             by_bound(bound, &self.acquire_permit, &self.acquire_permit_waiting);
-        Box::pin(
-            sqlx::query(statement)
-                .bind(name)
-                // At most MAX_PERMITS (validated by the core), so it fits.
-                .bind(i32::try_from(permits).unwrap_or(i32::MAX))
-                .bind(owner)
-                .bind(ttl.as_i64())
-                .bind(wait_ms)
-                .try_map(row_as)
-                .fetch_optional(conn),
-        )
+        let call = Call::new(statement)
+            .text(name)
+            // At most MAX_PERMITS (validated by the core), so it fits.
+            .int4(i32::try_from(permits).unwrap_or(i32::MAX))
+            .text(owner)
+            .int8(ttl.as_i64())
+            .int4(wait_ms);
+        self.fetch_optional(conn, call)
     }
 
     fn acquire_rw<'c>(
@@ -1147,17 +1166,14 @@ impl alkstore_sqlx::Statements for Statements {
         bound: Option<Instant>,
     ) -> StatementFuture<'c, Option<RwRow>> {
         let (statement, wait_ms) = by_bound(bound, &self.acquire_rw, &self.acquire_rw_waiting);
-        Box::pin(
-            sqlx::query(statement)
-                .bind(name)
-                .bind(mode == RwMode::Write)
-                .bind(owner)
-                .bind(ttl.as_i64())
-                .bind(intent.map(LeaseMillis::as_i64))
-                .bind(wait_ms)
-                .try_map(row_as)
-                .fetch_optional(conn),
-        )
+        let call = Call::new(statement)
+            .text(name)
+            .boolean(mode == RwMode::Write)
+            .text(owner)
+            .int8(ttl.as_i64())
+            .int8(intent.map(LeaseMillis::as_i64))
+            .int4(wait_ms);
+        self.fetch_optional(conn, call)
     }
 
     fn renew<'c>(
@@ -1166,20 +1182,20 @@ impl alkstore_sqlx::Statements for Statements {
         grant: &GrantKey,
         ttl: LeaseMillis,
     ) -> StatementFuture<'c, u64> {
-        let renew = match grant.row_slot() {
-            None => sqlx::query(self.renew.clone())
-                .bind(&grant.name)
-                .bind(&grant.owner)
-                .bind(fence_to_sql(grant.fence))
-                .bind(ttl.as_i64()),
-            Some(slot) => sqlx::query(self.renew_permit.clone())
-                .bind(&grant.name)
-                .bind(slot_to_sql(slot))
-                .bind(&grant.owner)
-                .bind(fence_to_sql(grant.fence))
-                .bind(ttl.as_i64()),
+        let call = match grant.row_slot() {
+            None => Call::new(self.renew.clone())
+                .text(&grant.name)
+                .text(&grant.owner)
+                .int8(fence_to_sql(grant.fence))
+                .int8(ttl.as_i64()),
+            Some(slot) => Call::new(self.renew_permit.clone())
+                .text(&grant.name)
+                .int4(slot_to_sql(slot))
+                .text(&grant.owner)
+                .int8(fence_to_sql(grant.fence))
+                .int8(ttl.as_i64()),
         };
-        Box::pin(async move { Ok(renew.execute(conn).await?.rows_affected()) })
+        Box::pin(self.protocol.execute(call, conn))
     }
 
     fn release<'c>(
@@ -1187,21 +1203,24 @@ impl alkstore_sqlx::Statements for Statements {
         conn: &'c mut PgConnection,
         grant: &GrantKey,
     ) -> StatementFuture<'c, u64> {
-        let release = match grant.row_slot() {
-            None => sqlx::query(self.release.clone())
-                .bind(&grant.name)
-                .bind(&grant.owner)
-                .bind(fence_to_sql(grant.fence)),
-            Some(slot) => sqlx::query(self.release_permit.clone())
-                .bind(&grant.name)
-                .bind(slot_to_sql(slot))
-                .bind(&grant.owner)
-                .bind(fence_to_sql(grant.fence)),
+        let call = match grant.row_slot() {
+            None => Call::new(self.release.clone())
+                .text(&grant.name)
+                .text(&grant.owner)
+                .int8(fence_to_sql(grant.fence)),
+            Some(slot) => Call::new(self.release_permit.clone())
+                .text(&grant.name)
+                .int4(slot_to_sql(slot))
+                .text(&grant.owner)
+                .int8(fence_to_sql(grant.fence)),
         }
-        .bind(&self.channel)
-        .bind(&self.tag)
-        .try_map(row_as::<_, (i64,)>);
-        Box::pin(async move { Ok(release.fetch_one(conn).await?.0.unsigned_abs()) })
+        .text(&self.channel)
+        .text(&self.tag);
+        let released = self.fetch_optional::<(i64,)>(conn, call);
+        Box::pin(async move {
+            let (count,) = released.await?.ok_or(sqlx::Error::RowNotFound)?;
+            Ok(count.unsigned_abs())
+        })
     }
 
     fn holder<'c>(
@@ -1209,12 +1228,7 @@ impl alkstore_sqlx::Statements for Statements {
         conn: &'c mut PgConnection,
         name: &str,
     ) -> StatementFuture<'c, Option<HolderRow>> {
-        Box::pin(
-            sqlx::query(self.holder.clone())
-                .bind(name)
-                .try_map(row_as)
-                .fetch_optional(conn),
-        )
+        self.fetch_optional(conn, Call::new(self.holder.clone()).text(name))
     }
 
     fn list<'c>(
@@ -1224,14 +1238,19 @@ impl alkstore_sqlx::Statements for Statements {
         after: &str,
         limit: i64,
     ) -> StatementFuture<'c, Vec<ListedRow>> {
-        Box::pin(
-            sqlx::query(self.list.clone())
-                .bind(prefix)
-                .bind(after)
-                .bind(limit)
-                .try_map(row_as)
-                .fetch_all(conn),
-        )
+        let call = Call::new(self.list.clone())
+            .text(prefix)
+            .text(after)
+            .int8(limit);
+        let protocol = self.protocol;
+        Box::pin(async move {
+            protocol
+                .fetch_all(call, conn)
+                .await?
+                .into_iter()
+                .map(row_as)
+                .collect()
+        })
     }
 
     fn force_release<'c>(
@@ -1240,47 +1259,77 @@ impl alkstore_sqlx::Statements for Statements {
         name: &str,
         fence: Option<i64>,
     ) -> StatementFuture<'c, Option<HolderRow>> {
-        Box::pin(
-            sqlx::query(self.force_release.clone())
-                .bind(name)
-                .bind(&self.channel)
-                .bind(&self.tag)
-                .bind(fence)
-                // The fourth column is the notification's (empty) result.
-                .try_map(|row| {
-                    let (owner, fence, left, _): (String, i64, i64, Option<String>) = row_as(row)?;
-                    Ok((owner, fence, left))
-                })
-                .fetch_optional(conn),
-        )
+        let call = Call::new(self.force_release.clone())
+            .text(name)
+            .text(&self.channel)
+            .text(&self.tag)
+            .int8(fence);
+        // The fourth column is the notification's (empty) result.
+        let removed = self.fetch_optional::<(String, i64, i64, Option<String>)>(conn, call);
+        Box::pin(async move {
+            Ok(removed
+                .await?
+                .map(|(owner, fence, left, _)| (owner, fence, left)))
+        })
     }
 
     /// Two statements on the one connection: `locks`, then `permits`.
     fn purge<'c>(&self, conn: &'c mut PgConnection) -> StatementFuture<'c, u64> {
-        let [locks, permits] = self.purge.clone().map(sqlx::query);
+        let [locks, permits] = self.purge.clone().map(Call::new);
+        let protocol = self.protocol;
         Box::pin(async move {
-            Ok(locks.execute(&mut *conn).await?.rows_affected()
-                + permits.execute(conn).await?.rows_affected())
+            Ok(
+                protocol.execute(locks, &mut *conn).await?
+                    + protocol.execute(permits, conn).await?,
+            )
         })
     }
 
     /// One transaction: both tables locked against grants' writes, then
     /// the raise and the retirement in one statement.
     fn raise_fences<'c>(&self, conn: &'c mut PgConnection, by: i64) -> StatementFuture<'c, i64> {
-        let lock = sqlx::query(self.lock_for_raise.clone());
-        let raise = sqlx::query(self.raise_fences.clone())
-            .bind(by)
-            .try_map(row_as::<_, (Option<i64>, i64)>);
+        let lock = Call::new(self.lock_for_raise.clone()).in_transaction();
+        let raise = Call::new(self.raise_fences.clone())
+            .int8(by)
+            .in_transaction();
+        let protocol = self.protocol;
         Box::pin(async move {
             let mut tx = sqlx::Connection::begin(conn).await?;
-            lock.execute(&mut *tx).await?;
-            match raise.fetch_one(&mut *tx).await? {
+            // The transaction's first statement: its isolation level.
+            sqlx::raw_sql(READ_COMMITTED).execute(&mut *tx).await?;
+            protocol.execute(lock, &mut *tx).await?;
+            let row = protocol
+                .fetch_optional(raise, &mut *tx)
+                .await?
+                .ok_or(sqlx::Error::RowNotFound)?;
+            match row_as::<_, (Option<i64>, i64)>(row)? {
                 (Some(next), _) => {
                     tx.commit().await?;
                     Ok(next)
                 }
                 (None, left) => Err(alkstore_sqlx::no_fence_left(fence_from_sql(left))),
             }
+        })
+    }
+}
+
+impl Statements {
+    /// Runs `call` by the store's protocol; its first row read as `T`.
+    fn fetch_optional<'c, T>(
+        &self,
+        conn: &'c mut PgConnection,
+        call: Call,
+    ) -> StatementFuture<'c, Option<T>>
+    where
+        T: for<'r> sqlx::FromRow<'r, sqlx::postgres::PgRow> + Send + 'c,
+    {
+        let protocol = self.protocol;
+        Box::pin(async move {
+            protocol
+                .fetch_optional(call, conn)
+                .await?
+                .map(row_as)
+                .transpose()
         })
     }
 }
@@ -1304,7 +1353,7 @@ mod tests {
         assert_eq!(fence_lock_class("alkstore"), fence_lock_class("alkstore"));
         assert_ne!(fence_lock_class("alkstore"), fence_lock_class("alkstore2"));
         assert!(
-            Statements::new("a")
+            Statements::new("a", Protocol::Prepared)
                 .create_acquire
                 .as_str()
                 .contains(&format!(
@@ -1320,7 +1369,7 @@ mod tests {
         let hostile = "x$alkstore$y$alkstorx$";
         let tag = dollar_tag(hostile);
         assert!(!hostile.contains(&tag), "{tag}");
-        let statements = Statements::new("s$alkstore$; DROP SCHEMA public; --");
+        let statements = Statements::new("s$alkstore$; DROP SCHEMA public; --", Protocol::Prepared);
         assert!(statements.create_acquire.as_str().contains("$alkstorex$"));
     }
 }

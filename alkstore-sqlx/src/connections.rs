@@ -94,9 +94,37 @@ pub async fn connect_url<D: Dialect>(url: &str) -> Result<(String, Conn<D>), Box
 #[error("the wait ran out before a connection was ready")]
 pub struct OutOfTime;
 
+/// What runs once on each new connection of a store, after
+/// [`Dialect::prepare`] and before its first statement: session state the
+/// store's statements rely on, where the deployment keeps it (a pooler in
+/// transaction mode does not, and a store behind one has none).
+pub type Setup<D> =
+    Arc<dyn for<'c> Fn(&'c mut Conn<D>) -> StatementFuture<'c, ()> + Send + Sync + 'static>;
+
+/// A new connection was let in, but its first statement had no answer in
+/// [`CONNECT_TIMEOUT`]: a pooler between the store and the server most
+/// likely queued it for a server connection none of its clients gave back
+/// (in session mode each client keeps one for its whole life).
+#[derive(Debug, thiserror::Error)]
+#[error(
+    "a new connection to {server} was let in, but its first statement had no answer \
+     within {CONNECT_TIMEOUT:?}: a pooler in session mode has no server connection free \
+     for it (this store makes up to {max} connections, and one more to listen while \
+     someone waits); raise the pooler's pool (PgBouncer: default_pool_size, \
+     max_db_connections), use transaction mode, or lower the store's max_connections"
+)]
+pub struct NoServerConnection {
+    /// Host and port (or socket) the connection went to.
+    pub server: String,
+    /// The most connections the store makes.
+    pub max: u32,
+}
+
 /// Idle connections and the permits that bound how many exist.
 pub struct Connections<D: Dialect> {
     options: Options<D>,
+    setup: Option<Setup<D>>,
+    max: u32,
     idle: Mutex<Vec<Conn<D>>>,
     permits: Arc<Semaphore>,
     closed: AtomicBool,
@@ -117,10 +145,18 @@ impl<D: Dialect> Connections<D> {
     pub fn new(options: Options<D>, max: u32) -> Self {
         Connections {
             options,
+            setup: None,
+            max: max.max(1),
             idle: Mutex::new(Vec::new()),
             permits: Arc::new(Semaphore::new(max.max(1) as usize)),
             closed: AtomicBool::new(false),
         }
+    }
+
+    /// With `setup` run on each new connection ([`Setup`]).
+    pub fn with_setup(mut self, setup: Setup<D>) -> Self {
+        self.setup = Some(setup);
+        self
     }
 
     /// Runs one statement (`statement`, given the connection and the
@@ -175,7 +211,7 @@ impl<D: Dialect> Connections<D> {
                 Err(error) if checkout.reused && D::connection_lost(&error) => {
                     self.idle.lock().unwrap_or_else(|e| e.into_inner()).clear();
                     if on_lost == OnLostConnection::Fail {
-                        return Err(error.into());
+                        return Err(D::explain(error));
                     }
                     tracing::debug!(%error, "idle connection was dead; retrying on a new one");
                     attempt = Try {
@@ -183,7 +219,7 @@ impl<D: Dialect> Connections<D> {
                         after_lost_connection: true,
                     };
                 }
-                Err(error) => return Err(error.into()),
+                Err(error) => return Err(D::explain(error)),
             }
         }
     }
@@ -217,7 +253,21 @@ impl<D: Dialect> Connections<D> {
                     false => until(deadline, connect).await?,
                 };
                 let mut connected = connected.map_err(|_| sqlx::Error::PoolTimedOut)??;
-                D::prepare(&mut connected).await?;
+                // Bounded: a pooler may queue the first statement for a
+                // server connection without end.
+                let first = async {
+                    D::prepare(&mut connected).await?;
+                    match &self.setup {
+                        Some(setup) => setup(&mut connected).await,
+                        None => Ok(()),
+                    }
+                };
+                tokio::time::timeout(CONNECT_TIMEOUT, first)
+                    .await
+                    .map_err(|_| NoServerConnection {
+                        server: D::server(&self.options),
+                        max: self.max,
+                    })??;
                 // Closed while connecting: send nothing after `close()`.
                 if self.closed.load(Ordering::Acquire) {
                     return Err(Closed.into());
@@ -309,8 +359,17 @@ pub const DEFAULT_MAX_CONNECTIONS: u32 = 10;
 pub async fn connect_pool<D: Dialect>(
     url: &str,
 ) -> Result<sqlx::Pool<D::Database>, alkstore_core::Error> {
+    let options: Options<D> = url
+        .parse()
+        .map_err(|e: sqlx::Error| alkstore_core::Error::database("connect", e))?;
+    connect_pool_with::<D>(options).await
+}
+
+/// As [`connect_pool`], with connect options made already.
+pub async fn connect_pool_with<D: Dialect>(
+    options: Options<D>,
+) -> Result<sqlx::Pool<D::Database>, alkstore_core::Error> {
     let failed = |e: BoxError| alkstore_core::Error::database("connect", e);
-    let options: Options<D> = url.parse().map_err(|e: sqlx::Error| failed(e.into()))?;
     check_connect::<D>(&options)
         .await
         .map_err(|e| failed(e.into()))?;

@@ -53,6 +53,14 @@ pub trait Dialect: Send + Sync + 'static {
         false
     }
 
+    /// A statement's error as the store answers it: where the dialect
+    /// knows what a raw error means for the deployment (a standby answering,
+    /// a pooler dropping prepared statements), an error that names the cause
+    /// and the fix, with the raw one as its source. The default: as it is.
+    fn explain(error: sqlx::Error) -> BoxError {
+        error.into()
+    }
+
     /// Where connections go, for an error to say (host and port, or the
     /// socket; never a password).
     fn server(options: &Options<Self>) -> String;

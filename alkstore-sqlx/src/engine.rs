@@ -21,8 +21,8 @@ use alkstore_core::{
 use async_trait::async_trait;
 
 use crate::{
-    Conn, Connections, Dialect, LostFencesError, Namespace, OnLostConnection, StatementFuture,
-    removed,
+    Conn, Connections, Dialect, LostFencesError, Namespace, OnLostConnection, Setup,
+    StatementFuture, removed,
 };
 
 /// A holder's row: owner, fence, lease left in milliseconds.
@@ -79,6 +79,12 @@ impl PermitOutcome {
 pub trait Statements: Debug + Send + Sync + 'static {
     /// The database the statements are written for.
     type Dialect: Dialect;
+
+    /// What to run on each new connection of the store ([`Setup`]). The
+    /// default: nothing.
+    fn setup(&self) -> Option<Setup<Self::Dialect>> {
+        None
+    }
 
     /// Grants `name` to `owner` for `ttl` unless someone else's live lease
     /// holds it; `bound`, for a waiting acquire, is when its lock waits
@@ -249,10 +255,13 @@ impl<S: Statements> SqlxEngine<S> {
         statements: S,
         wakeups: Box<dyn Wakeups>,
     ) -> Self {
-        let connections = Connections::new(
+        let mut connections = Connections::new(
             S::Dialect::store_options(&pool.connect_options()),
             pool.options().get_max_connections(),
         );
+        if let Some(setup) = statements.setup() {
+            connections = connections.with_setup(setup);
+        }
         SqlxEngine {
             namespace,
             pool,

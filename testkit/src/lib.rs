@@ -12,6 +12,7 @@
 pub mod child;
 pub mod mysql;
 pub mod pg;
+pub mod pgbouncer;
 pub mod process;
 pub mod wire;
 

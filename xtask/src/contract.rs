@@ -4,10 +4,23 @@ use std::process::Command;
 
 use crate::{Outcome, Table};
 
-/// The engines of the workspace and the package that runs the suite on
-/// each: every `alkstore-<engine>` package with a `tests/contract.rs`, found
-/// on disk, so that a new engine crate needs no line here.
-pub(crate) fn engines() -> Result<Vec<(String, String)>, String> {
+/// One column of the table: an engine, or an engine behind middleware.
+#[derive(Debug, Clone)]
+pub(crate) struct Column {
+    /// `sqlite`, `postgres`, `postgres+pgbouncer-tx`, …
+    pub(crate) name: String,
+    /// The package whose tests run it.
+    pub(crate) package: String,
+    /// Its test target: `contract`, `contract_pgbouncer_tx`, …
+    pub(crate) test: String,
+}
+
+/// The columns of the table: every `alkstore-<engine>` package with a
+/// `tests/contract.rs` (column `<engine>`), and each of its
+/// `tests/contract_<middleware>.rs` (column `<engine>+<middleware>`, `_` as
+/// `-`: the suite through that middleware), found on disk, so that a new
+/// engine crate or deployment needs no line here.
+pub(crate) fn engines() -> Result<Vec<Column>, String> {
     let root = crate::workspace_root();
     let mut found = Vec::new();
     let dirs =
@@ -22,16 +35,42 @@ pub(crate) fn engines() -> Result<Vec<(String, String)>, String> {
         else {
             continue;
         };
-        if let Some(engine) = package.strip_prefix("alkstore-") {
-            found.push((engine.to_owned(), package.to_owned()));
+        let Some(engine) = package.strip_prefix("alkstore-") else {
+            continue;
+        };
+        let mut tests: Vec<String> = std::fs::read_dir(dir.path().join("tests"))
+            .map_err(|e| format!("cannot list {}/tests: {e}", dir.path().display()))?
+            .flatten()
+            .filter_map(|e| e.file_name().to_str()?.strip_suffix(".rs").map(str::to_owned))
+            .filter(|t| t == "contract" || t.starts_with("contract_"))
+            .collect();
+        tests.sort();
+        for test in tests {
+            let name = match test.strip_prefix("contract_") {
+                Some(middleware) => format!("{engine}+{}", middleware.replace('_', "-")),
+                None => engine.to_owned(),
+            };
+            found.push(Column {
+                name,
+                package: package.to_owned(),
+                test,
+            });
         }
     }
     // The embedded default first, then the servers by name.
-    found.sort_by_key(|(engine, _)| (engine != "sqlite", engine.clone()));
+    found.sort_by_key(|c| (c.name != "sqlite", c.name.clone()));
     if found.is_empty() {
         return Err("no engine package with tests/contract.rs found".into());
     }
     Ok(found)
+}
+
+/// Whether a column must not be skipped: its engine or its middleware
+/// (`postgres+pgbouncer-tx`: `postgres`, `pgbouncer`) is [`required`].
+fn column_required(column: &str) -> bool {
+    column
+        .split('+')
+        .any(|part| required(part.split('-').next().unwrap_or(part)))
 }
 
 /// As `alkstore_testkit::required` (xtask stays free of the workspace's
@@ -50,16 +89,16 @@ pub(crate) fn run() -> Result<(), String> {
     let mut table = Table::new();
     let mut problems = Vec::new();
     let mut opt_outs = Vec::new();
-    for (engine, package) in &engines {
-        let engine = engine.as_str();
+    for column in &engines {
+        let engine = column.name.as_str();
         eprintln!("xtask: contract suite on {engine}");
         let output = Command::new(env!("CARGO"))
             .args([
                 "test",
                 "-p",
-                package.as_str(),
+                column.package.as_str(),
                 "--test",
-                "contract",
+                column.test.as_str(),
                 "--",
                 "--show-output",
             ])
@@ -116,7 +155,7 @@ pub(crate) fn run() -> Result<(), String> {
                 .find(|l| l.contains("SKIPPED:"))
                 .unwrap_or_default();
             eprintln!("xtask: {engine} skipped: {why}");
-            if required(engine) {
+            if column_required(engine) {
                 problems.push(format!("{engine} was skipped but is required"));
             }
         }
@@ -151,18 +190,20 @@ pub(crate) fn run() -> Result<(), String> {
     }
 }
 
-fn print_table(table: &Table, engines: &[(String, String)]) {
+fn print_table(table: &Table, engines: &[Column]) {
     let width = table.keys().map(String::len).max().unwrap_or(4).max(4);
+    let widths: Vec<usize> = engines.iter().map(|c| c.name.len().max(8)).collect();
     print!("{:width$}", "case");
-    for (engine, _) in engines {
-        print!("  {engine:>8}");
+    for (column, w) in engines.iter().zip(&widths) {
+        print!("  {:>w$}", column.name);
     }
     println!();
     let mut totals = vec![0usize; engines.len()];
     for (case, results) in table {
         print!("{case:width$}");
-        for (i, (engine, _)) in engines.iter().enumerate() {
-            let cell = match results.get(engine) {
+        for (i, column) in engines.iter().enumerate() {
+            let w = widths[i];
+            let cell = match results.get(&column.name) {
                 Some(Outcome::Pass) => {
                     totals[i] += 1;
                     "pass"
@@ -172,13 +213,13 @@ fn print_table(table: &Table, engines: &[(String, String)]) {
                 Some(Outcome::OptedOut) => "opt-out",
                 None => "-",
             };
-            print!("  {cell:>8}");
+            print!("  {cell:>w$}");
         }
         println!();
     }
     print!("{:width$}", "passed");
-    for total in totals {
-        print!("  {:>8}", format!("{total}/{}", table.len()));
+    for (total, w) in totals.iter().zip(&widths) {
+        print!("  {:>w$}", format!("{total}/{}", table.len()));
     }
     println!();
 }

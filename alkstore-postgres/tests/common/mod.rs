@@ -12,17 +12,39 @@ use alkstore_testkit::pg;
 /// unavailable and not required (the harness printed why).
 pub async fn store(prefix: &str) -> Option<(PgStore, Schema)> {
     let server = pg::server()?;
+    Some(store_at(&server.url, prefix).await)
+}
+
+/// A store in a new schema through `url` (a pooler's, say).
+pub async fn store_at(url: &str, prefix: &str) -> (PgStore, Schema) {
     let schema = pg::unique_schema(prefix);
-    let store = PgStore::connect(&server.url, &schema)
+    let store = PgStore::connect(url, &schema)
         .await
         .expect("connect to the test server");
-    Some((
+    (
         store,
         Schema {
-            url: server.url.clone(),
+            url: url.to_owned(),
             name: schema,
         },
-    ))
+    )
+}
+
+/// A contract case's store through `url`, in a schema of its own dropped
+/// after the case; peers are further stores on the same schema, each with
+/// its own pool and connections.
+pub async fn fresh_at(url: &str) -> alkstore_contract_suite::Fresh {
+    let (store, schema) = store_at(url, "contract").await;
+    let (url, name) = (schema.url.clone(), schema.name.clone());
+    alkstore_contract_suite::Fresh::new(std::sync::Arc::new(store))
+        .with_peers(move || {
+            let (url, name) = (url.clone(), name.clone());
+            async move {
+                std::sync::Arc::new(PgStore::connect(&url, &name).await.expect("open a peer"))
+                    as std::sync::Arc<dyn Store>
+            }
+        })
+        .with_cleanup(schema.drop())
 }
 
 /// A test's schema; [`Schema::drop`] removes it through a connection of its
