@@ -48,7 +48,9 @@ pub use deployment::{Deployment, Pooler};
 pub use errors::DeploymentError;
 
 pub use alkstore_core::SchemaVersionError;
-pub use alkstore_sqlx::{CONNECT_TIMEOUT, ConnectError, DEFAULT_MAX_CONNECTIONS};
+pub use alkstore_sqlx::{
+    CONNECT_TIMEOUT, ConnectError, DEFAULT_MAX_CONNECTIONS, NoServerConnection,
+};
 pub use schema::{CannotCreateError, ForeignObjectsError, LostFencesError, MAX_SCHEMA_BYTES};
 /// The layout version of the objects this build makes (recorded in `meta`).
 pub use sql::SCHEMA_VERSION;

@@ -373,10 +373,27 @@ pub async fn connect_pool_with<D: Dialect>(
     check_connect::<D>(&options)
         .await
         .map_err(|e| failed(e.into()))?;
+    let server = D::server(&options);
     sqlx::pool::PoolOptions::<D::Database>::new()
         .max_connections(DEFAULT_MAX_CONNECTIONS)
         .test_before_acquire(true)
         .acquire_timeout(CONNECT_TIMEOUT)
+        // A first statement, bounded: a pooler in session mode lets a
+        // connection in and then queues its first statement for a server
+        // connection without end (the acquire then times out, named).
+        .after_connect(move |conn, _| {
+            let server = server.clone();
+            Box::pin(async move {
+                let first = conn.ping();
+                match tokio::time::timeout(CONNECT_TIMEOUT, first).await {
+                    Ok(answered) => answered,
+                    Err(_) => Err(sqlx::Error::Configuration(Box::new(NoServerConnection {
+                        server,
+                        max: DEFAULT_MAX_CONNECTIONS,
+                    }))),
+                }
+            })
+        })
         .connect_with(options)
         .await
         .map_err(|e| failed(e.into()))

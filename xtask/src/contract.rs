@@ -41,7 +41,12 @@ pub(crate) fn engines() -> Result<Vec<Column>, String> {
         let mut tests: Vec<String> = std::fs::read_dir(dir.path().join("tests"))
             .map_err(|e| format!("cannot list {}/tests: {e}", dir.path().display()))?
             .flatten()
-            .filter_map(|e| e.file_name().to_str()?.strip_suffix(".rs").map(str::to_owned))
+            .filter_map(|e| {
+                e.file_name()
+                    .to_str()?
+                    .strip_suffix(".rs")
+                    .map(str::to_owned)
+            })
             .filter(|t| t == "contract" || t.starts_with("contract_"))
             .collect();
         tests.sort();
