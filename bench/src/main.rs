@@ -9,6 +9,7 @@ mod mysql;
 mod ops;
 mod permits;
 mod pg;
+mod poolers;
 mod report;
 mod rwlock;
 mod sqlite;
@@ -86,7 +87,10 @@ async fn main() {
         .then(alkstore_testkit::pg::server)
         .flatten()
     {
-        Some(server) => curves.push(("postgres", pg::run(&server.url, &mut collected).await)),
+        Some(server) => {
+            curves.push(("postgres", pg::run(&server.url, &mut collected).await));
+            poolers::run(&server.url, &mut collected.rows).await;
+        }
         None => eprintln!("bench: PostgreSQL figures skipped (no server)"),
     }
     match wanted("mysql")

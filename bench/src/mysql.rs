@@ -1,7 +1,7 @@
 //! The MariaDB/MySQL figures and their floors, measured in alternation.
 
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use alkstore_core::Store;
 use alkstore_mysql::{DEFAULT_MAX_CONNECTIONS, MySqlStore};
@@ -16,38 +16,7 @@ use crate::report::Row;
 use crate::{held, many, ops, permits, rwlock};
 
 const ENGINE: &str = "mysql";
-const TTL: Duration = Duration::from_secs(60);
 const ITERATIONS: u32 = 500;
-/// Handoffs timed per kind (same store, another store).
-const HANDOFFS: usize = 60;
-
-/// Release on `holder` → grant on `waiter`, `HANDOFFS` times: the waiter
-/// waits from 20 to 69 ms before the release (so it is at every phase of its
-/// back-off), and the time from the release's start to its grant is one sample.
-async fn handoffs(holder: &Arc<dyn Store>, waiter: &Arc<dyn Store>, tag: &str) -> Vec<Duration> {
-    let mut samples = Vec::with_capacity(HANDOFFS);
-    for i in 0..HANDOFFS {
-        let name = format!("handoff-{tag}-{i}");
-        let lock = holder.try_lock(&name, "a", TTL).await.unwrap().unwrap();
-        let (waiter, wait_name) = (waiter.clone(), name.clone());
-        let waiting = tokio::spawn(async move {
-            let lock = waiter
-                .lock(&wait_name, "b", TTL, Duration::from_secs(5))
-                .await
-                .unwrap()
-                .expect("granted after the release");
-            let granted = Instant::now();
-            lock.release().await.unwrap();
-            granted
-        });
-        tokio::time::sleep(Duration::from_millis(20 + (i as u64 * 7) % 50)).await;
-        let released = Instant::now();
-        assert!(lock.release().await.unwrap());
-        samples.push(waiting.await.unwrap() - released);
-    }
-    samples
-}
-
 /// A store in `database` whose acquire procedure never checks which server
 /// drew the last fence (as layout 2 did): its `SELECT … INTO drawn_by`
 /// line made `SET drawn_by = @@server_id;`. Only for measuring what the
@@ -214,8 +183,8 @@ pub async fn run(url: &str, collected: &mut Collected) -> Vec<(usize, f64)> {
 
     eprintln!("bench: mysql handoffs (same store, another store)");
     let other: Arc<dyn Store> = Arc::new(MySqlStore::connect(url, &database).await.unwrap());
-    let mut same = handoffs(&dyn_store, &dyn_store, "same").await;
-    let mut across = handoffs(&dyn_store, &other, "across").await;
+    let mut same = ops::handoffs(&dyn_store, &dyn_store, "same").await;
+    let mut across = ops::handoffs(&dyn_store, &other, "across").await;
     for (label, samples) in [
         ("same store", &mut same),
         ("another store (poll)", &mut across),

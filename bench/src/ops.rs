@@ -1,6 +1,7 @@
 //! The alkstore operations both engines are timed on, one place for both.
 
-use std::time::Duration;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 use alkstore_core::{Lock, Store};
 
@@ -44,4 +45,38 @@ pub async fn cycle(store: &dyn Store, iterations: u32) -> Duration {
 /// try_lock of [`HELD`], refused.
 pub async fn refused(store: &dyn Store, iterations: u32) -> Duration {
     timed!(iterations, { one_refusal(store).await })
+}
+
+/// Handoffs timed per kind (same store, another store).
+const HANDOFFS: usize = 60;
+
+/// Release on `holder` → grant on `waiter`, `HANDOFFS` times: the waiter
+/// waits from 20 to 69 ms before the release (so it is at every phase of its
+/// back-off), and the time from the release's start to its grant is one sample.
+pub async fn handoffs(
+    holder: &Arc<dyn Store>,
+    waiter: &Arc<dyn Store>,
+    tag: &str,
+) -> Vec<Duration> {
+    let mut samples = Vec::with_capacity(HANDOFFS);
+    for i in 0..HANDOFFS {
+        let name = format!("handoff-{tag}-{i}");
+        let lock = holder.try_lock(&name, "a", TTL).await.unwrap().unwrap();
+        let (waiter, wait_name) = (waiter.clone(), name.clone());
+        let waiting = tokio::spawn(async move {
+            let lock = waiter
+                .lock(&wait_name, "b", TTL, Duration::from_secs(5))
+                .await
+                .unwrap()
+                .expect("granted after the release");
+            let granted = Instant::now();
+            lock.release().await.unwrap();
+            granted
+        });
+        tokio::time::sleep(Duration::from_millis(20 + (i as u64 * 7) % 50)).await;
+        let released = Instant::now();
+        assert!(lock.release().await.unwrap());
+        samples.push(waiting.await.unwrap() - released);
+    }
+    samples
 }
