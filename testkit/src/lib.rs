@@ -11,6 +11,7 @@
 
 pub mod child;
 pub mod mysql;
+pub mod patroni;
 pub mod pg;
 pub mod pgbouncer;
 pub mod process;

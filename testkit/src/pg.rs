@@ -115,6 +115,21 @@ fn find_or_start() -> Result<Server, String> {
     start_cluster(bin)
 }
 
+/// The directory of the installed server binaries, as [`resolved`]: what
+/// a tool that runs them all (Patroni) is given.
+pub fn server_bin_dir() -> Option<PathBuf> {
+    find_bin_dir().map(resolved)
+}
+
+/// `bin` through links: `initdb` on the PATH may be a link into the
+/// server's own bin directory, which alone holds `pg_basebackup`.
+fn resolved(bin: PathBuf) -> PathBuf {
+    std::fs::canonicalize(bin.join("initdb"))
+        .ok()
+        .and_then(|initdb| initdb.parent().map(Path::to_path_buf))
+        .unwrap_or(bin)
+}
+
 /// `initdb` on the PATH, or the newest `/usr/lib/postgresql/*/bin`.
 fn find_bin_dir() -> Option<PathBuf> {
     let has_tools = |dir: &Path| dir.join("initdb").is_file() && dir.join("pg_ctl").is_file();
@@ -260,12 +275,7 @@ impl Pair {
     }
 
     fn start_with(bin: PathBuf, synchronous: bool) -> Result<Pair, String> {
-        // `initdb` on the PATH may be a link into the server's own bin
-        // directory, which alone holds `pg_basebackup`.
-        let bin = std::fs::canonicalize(bin.join("initdb"))
-            .ok()
-            .and_then(|initdb| initdb.parent().map(Path::to_path_buf))
-            .unwrap_or(bin);
+        let bin = resolved(bin);
         let mut settings = vec![
             "wal_level=replica".to_owned(),
             "max_wal_senders=4".to_owned(),

@@ -1,0 +1,485 @@
+//! A Patroni cluster for failover tests: one etcd (Patroni's store), two
+//! PostgreSQL nodes each run by its Patroni, and HAProxy routing to the
+//! leader through Patroni's REST check (`/primary`) — as most Patroni
+//! deployments are built — started from the installed packages (`etcd`,
+//! `patroni`, `haproxy`, PostgreSQL's server binaries) in a temp dir, on
+//! free loopback ports, and removed by a watchdog once this process exits.
+//!
+//! Patroni's timings are short (`ttl` 10 s, `loop_wait` 1 s,
+//! `retry_timeout` 3 s) so that a crash fails over in seconds; HAProxy
+//! checks every 300 ms and ends the sessions of a server marked down.
+
+use std::io::{Read, Write};
+use std::net::TcpStream;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::Duration;
+
+use crate::process;
+
+/// What `ALKSTORE_REQUIRE` names to make these tests fail rather than skip.
+pub const REQUIRE_NAME: &str = "patroni";
+
+/// How the cluster replicates.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Replication {
+    /// Asynchronous (Patroni's default).
+    Asynchronous,
+    /// `synchronous_mode: true`, `synchronous_mode_strict: true`: commits
+    /// wait for the synchronous standby, also when none is left.
+    SynchronousStrict,
+    /// `synchronous_mode: true` alone: Patroni empties
+    /// `synchronous_standby_names` when the standby goes away.
+    Synchronous,
+}
+
+/// One PostgreSQL node and its Patroni.
+#[derive(Debug)]
+pub struct Node {
+    /// Patroni's member name (`node0`, `node1`).
+    pub name: String,
+    /// Its directory (Patroni's configuration and log, the data directory,
+    /// the socket).
+    pub dir: PathBuf,
+    /// PostgreSQL's port.
+    pub port: u16,
+    /// Patroni's REST API port.
+    pub rest_port: u16,
+    /// The superuser's URL straight to this node.
+    pub url: String,
+}
+
+impl Node {
+    fn config(&self) -> PathBuf {
+        self.dir.join("patroni.yml")
+    }
+
+    fn data(&self) -> PathBuf {
+        self.dir.join("data")
+    }
+
+    /// The HTTP status Patroni's REST API answers `GET path` with.
+    pub fn rest_status(&self, path: &str) -> Result<u16, String> {
+        let mut stream = TcpStream::connect(("127.0.0.1", self.rest_port))
+            .map_err(|e| format!("{}'s REST API: {e}", self.name))?;
+        stream
+            .set_read_timeout(Some(Duration::from_secs(2)))
+            .map_err(|e| e.to_string())?;
+        write!(stream, "GET {path} HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n")
+            .map_err(|e| e.to_string())?;
+        let mut answer = String::new();
+        let _ = stream.read_to_string(&mut answer);
+        answer
+            .split_whitespace()
+            .nth(1)
+            .and_then(|code| code.parse().ok())
+            .ok_or_else(|| format!("{}'s REST API answered {answer:?}", self.name))
+    }
+}
+
+/// A running Patroni cluster.
+#[derive(Debug)]
+pub struct Cluster {
+    /// Its directory.
+    pub dir: PathBuf,
+    /// The superuser's URL through HAProxy (to the leader).
+    pub url: String,
+    /// The nodes.
+    pub nodes: Vec<Node>,
+    /// etcd's client endpoint (`127.0.0.1:port`).
+    pub etcd: String,
+    /// Whether Patroni and PostgreSQL run as the `postgres` user.
+    as_postgres: bool,
+}
+
+impl Cluster {
+    /// Starts etcd, `nodes` nodes and HAProxy, and waits until the leader
+    /// answers through HAProxy and every other node streams from it (one as
+    /// its synchronous standby, when synchronous). `None` (the reason printed,
+    /// or a panic when Patroni is required) when a package is missing.
+    pub fn start(replication: Replication, nodes: usize) -> Option<Cluster> {
+        if std::env::var(crate::pg::URL_VAR).is_ok_and(|url| !url.is_empty()) {
+            eprintln!(
+                "SKIPPED: a Patroni test needs clusters of its own, not {}",
+                crate::pg::URL_VAR
+            );
+            return None;
+        }
+        let missing = ["etcd", "patroni", "patronictl", "haproxy"]
+            .into_iter()
+            .find(|tool| find(tool).is_none());
+        let bin = crate::pg::server_bin_dir();
+        let why = match (missing, &bin) {
+            (Some(tool), _) => Some(format!("no {tool} binary found")),
+            (None, None) => Some("no PostgreSQL server binaries found".to_owned()),
+            (None, Some(_)) => None,
+        };
+        if let Some(why) = why {
+            process::skip_or_fail(
+                REQUIRE_NAME,
+                &why,
+                "install the etcd-server, patroni and haproxy packages",
+            );
+            return None;
+        }
+        Some(start(replication, nodes, &bin.expect("checked")).expect("start a Patroni cluster"))
+    }
+
+    fn user(&self) -> Option<&'static str> {
+        self.as_postgres.then_some("postgres")
+    }
+
+    /// The index of the node Patroni's REST API calls the primary now, if one.
+    pub fn leader(&self) -> Option<usize> {
+        self.nodes
+            .iter()
+            .position(|n| n.rest_status("/primary") == Ok(200))
+    }
+
+    /// Runs `patronictl` with `args` on this cluster's configuration.
+    pub fn patronictl(&self, args: &[&str]) -> Result<String, String> {
+        let config = self.nodes[0].config();
+        let mut full = vec!["-c", config.to_str().ok_or("temp dir not UTF-8")?];
+        full.extend_from_slice(args);
+        process::output(
+            &find("patronictl").ok_or("no patronictl")?,
+            &full,
+            self.user(),
+        )
+    }
+
+    /// A planned switchover to node `to` (`patronictl switchover --force`;
+    /// in synchronous mode, the synchronous standby), returned once Patroni
+    /// says it is done.
+    pub fn switchover(&self, to: usize) -> Result<(), String> {
+        let leader = self.leader().ok_or("no leader to switch over from")?;
+        self.patronictl(&[
+            "switchover",
+            "--leader",
+            &self.nodes[leader].name,
+            "--candidate",
+            &self.nodes[to].name,
+            "--force",
+        ])
+        .and_then(|out| match out.contains("Switchover failed") {
+            true => Err(format!("patronictl switchover: {out}")),
+            false => Ok(()),
+        })
+    }
+
+    /// Node `index` dies: its Patroni and its postmaster killed with
+    /// SIGKILL (no shutdown, no release of the leader key, which expires
+    /// after `ttl`).
+    pub fn crash(&self, index: usize) -> Result<(), String> {
+        let node = &self.nodes[index];
+        let config = node.config();
+        let _ = Command::new("pkill")
+            .args(["-KILL", "-f", config.to_str().ok_or("temp dir not UTF-8")?])
+            .status();
+        let pid = std::fs::read_to_string(node.data().join("postmaster.pid"))
+            .map_err(|e| format!("{}'s postmaster.pid: {e}", node.name))?;
+        let pid = pid.lines().next().unwrap_or_default().trim().to_owned();
+        process::run(Path::new("kill"), &["-KILL", &pid], None)
+    }
+
+    /// Waits until a node other than `not` is the primary and HAProxy routes
+    /// to it; its index.
+    pub fn until_new_leader(&self, not: usize, patience: Duration) -> Result<usize, String> {
+        let mut found = None;
+        process::until(patience, "a new leader", || {
+            found = self.leader().filter(|&l| l != not);
+            Ok(found.is_some_and(|l| self.routes_to(l)))
+        })
+        .map_err(|e| format!("{e}; patronictl list: {:?}", self.patronictl(&["list"])))?;
+        found.ok_or_else(|| "no new leader".into())
+    }
+
+    /// Whether HAProxy routes to node `index` now (one fresh connection's
+    /// server port).
+    fn routes_to(&self, index: usize) -> bool {
+        self.query_via_haproxy("SELECT inet_server_port()")
+            .is_ok_and(|port| port == self.nodes[index].port.to_string())
+    }
+
+    /// The first value `sql` answers through HAProxy (`psql` over TCP).
+    fn query_via_haproxy(&self, sql: &str) -> Result<String, String> {
+        let mut command = process::command_as(None, Path::new("psql"));
+        let output = command
+            .args([self.url.as_str(), "-Atc", sql])
+            .stdin(Stdio::null())
+            .output()
+            .map_err(|e| e.to_string())?;
+        match output.status.success() {
+            true => Ok(String::from_utf8_lossy(&output.stdout).trim().to_owned()),
+            false => Err(String::from_utf8_lossy(&output.stderr).into_owned()),
+        }
+    }
+
+    /// The first value `sql` answers on node `index`, as the superuser over
+    /// its socket.
+    pub fn query(&self, index: usize, sql: &str) -> Result<String, String> {
+        let node = &self.nodes[index];
+        let (port, dir) = (node.port.to_string(), node.dir.display().to_string());
+        let args = [
+            "-h", &dir, "-p", &port, "-U", "postgres", "-d", "postgres", "-Atc", sql,
+        ];
+        process::output(Path::new("psql"), &args, self.user()).map(|out| out.trim().to_owned())
+    }
+
+    /// Waits until the leader sees every other node streaming (one as its
+    /// synchronous standby, with `synchronous`, and so named by Patroni).
+    pub fn until_streaming(&self, synchronous: bool, patience: Duration) -> Result<(), String> {
+        // Only the nodes' own walsenders (a copy in progress streams too,
+        // as `pg_basebackup`, and counts as synchronous under `'*'`).
+        let ready = "SELECT count(*) FILTER (WHERE state = 'streaming') || ' ' || \
+                     count(*) FILTER (WHERE sync_state = 'sync') FROM pg_stat_replication \
+                     WHERE application_name LIKE 'node%'";
+        let others = self.nodes.len() - 1;
+        let expected = format!("{others} {}", usize::from(synchronous));
+        process::until(patience, "the standbys to stream", || {
+            Ok(self
+                .leader()
+                .is_some_and(|l| self.query(l, ready).is_ok_and(|n| n == expected))
+                && (!synchronous || self.synchronous_standby().is_some()))
+        })
+    }
+
+    /// The index of the node Patroni names the synchronous standby now
+    /// (its REST API's `/sync` answers 200), if one.
+    pub fn synchronous_standby(&self) -> Option<usize> {
+        self.nodes
+            .iter()
+            .position(|n| n.rest_status("/sync") == Ok(200))
+    }
+}
+
+/// `tool` on the PATH or in `/usr/sbin`.
+fn find(tool: &str) -> Option<PathBuf> {
+    let on_path = std::env::var_os("PATH").and_then(|path| {
+        std::env::split_paths(&path)
+            .map(|dir| dir.join(tool))
+            .find(|p| p.is_file())
+    });
+    on_path.or_else(|| {
+        let sbin = Path::new("/usr/sbin").join(tool);
+        sbin.is_file().then_some(sbin)
+    })
+}
+
+fn start(replication: Replication, count: usize, bin: &Path) -> Result<Cluster, String> {
+    let as_postgres = process::is_root();
+    let dir = tempfile::Builder::new()
+        .prefix("alkstore-patroni-")
+        .tempdir()
+        .map_err(|e| format!("no temp dir: {e}"))?
+        .keep();
+    let password = process::random_password()?;
+    let scope = format!("alkstore{}", std::process::id());
+    let (etcd_port, peer_port) = (process::free_port()?, process::free_port()?);
+    let etcd = format!("127.0.0.1:{etcd_port}");
+    let mut nodes = Vec::new();
+    for i in 0..count {
+        let name = format!("node{i}");
+        let node_dir = dir.join(&name);
+        std::fs::create_dir_all(&node_dir).map_err(|e| e.to_string())?;
+        let port = process::free_port()?;
+        nodes.push(Node {
+            url: format!("postgres://postgres:{password}@127.0.0.1:{port}/postgres"),
+            name,
+            dir: node_dir,
+            port,
+            rest_port: process::free_port()?,
+        });
+    }
+    let (synchronous, strict) = match replication {
+        Replication::Asynchronous => (false, false),
+        Replication::SynchronousStrict => (true, true),
+        Replication::Synchronous => (true, false),
+    };
+    for node in &nodes {
+        let yaml = format!(
+            "scope: {scope}
+name: {name}
+log:
+  dir: {dir}
+restapi:
+  listen: 127.0.0.1:{rest}
+  connect_address: 127.0.0.1:{rest}
+etcd3:
+  hosts: {etcd}
+bootstrap:
+  dcs:
+    ttl: 10
+    loop_wait: 1
+    retry_timeout: 3
+    maximum_lag_on_failover: 1073741824
+    synchronous_mode: {synchronous}
+    synchronous_mode_strict: {strict}
+    postgresql:
+      use_pg_rewind: false
+      parameters:
+        max_connections: 400
+        wal_level: replica
+        max_wal_senders: 10
+        max_replication_slots: 10
+  initdb:
+  - encoding: UTF8
+  - locale: C
+  pg_hba:
+  - local all all trust
+  - host all all 127.0.0.1/32 scram-sha-256
+  - host replication replicator 127.0.0.1/32 scram-sha-256
+postgresql:
+  listen: 127.0.0.1:{port}
+  connect_address: 127.0.0.1:{port}
+  data_dir: {dir}/data
+  bin_dir: {bin}
+  pgpass: {dir}/pgpass
+  authentication:
+    superuser:
+      username: postgres
+      password: {password}
+    replication:
+      username: replicator
+      password: {password}
+  parameters:
+    unix_socket_directories: {dir}
+",
+            name = node.name,
+            dir = node.dir.display(),
+            rest = node.rest_port,
+            port = node.port,
+            bin = bin.display(),
+        );
+        std::fs::write(node.config(), yaml).map_err(|e| format!("patroni.yml: {e}"))?;
+    }
+    let haproxy_port = process::free_port()?;
+    let mut haproxy = format!(
+        "global
+  maxconn 2000
+defaults
+  mode tcp
+  timeout connect 2s
+  timeout client 30m
+  timeout server 30m
+  timeout check 1s
+listen primary
+  bind 127.0.0.1:{haproxy_port}
+  option httpchk GET /primary
+  http-check expect status 200
+  default-server inter 300ms fall 2 rise 1 on-marked-down shutdown-sessions
+"
+    );
+    for node in &nodes {
+        haproxy += &format!(
+            "  server {} 127.0.0.1:{} check port {}\n",
+            node.name, node.port, node.rest_port
+        );
+    }
+    std::fs::write(dir.join("haproxy.cfg"), haproxy).map_err(|e| format!("haproxy.cfg: {e}"))?;
+    if as_postgres {
+        let path = dir.to_str().ok_or("temp dir not UTF-8")?;
+        process::run(Path::new("chown"), &["-R", "postgres:", path], None)?;
+    }
+    // Whatever happens to this process, everything stops and goes.
+    let mut stop = String::new();
+    for node in &nodes {
+        stop += &format!(
+            "pkill -KILL -f '{config}'; kill -KILL $(head -n 1 '{data}/postmaster.pid' 2>/dev/null) 2>/dev/null; ",
+            config = node.config().display(),
+            data = node.data().display(),
+        );
+    }
+    stop += &format!(
+        "kill $(cat '{d}/haproxy.pid' 2>/dev/null) 2>/dev/null; kill $(cat '{d}/etcd.pid' 2>/dev/null) 2>/dev/null",
+        d = dir.display()
+    );
+    process::spawn_watchdog(&stop, &dir)?;
+    // Standard output and error, both to one log file.
+    let log = |name: &str| -> Result<(Stdio, Stdio), String> {
+        let file = std::fs::File::create(dir.join(name)).map_err(|e| format!("{name}: {e}"))?;
+        let again = file.try_clone().map_err(|e| format!("{name}: {e}"))?;
+        Ok((file.into(), again.into()))
+    };
+    let (out, err) = log("etcd.log")?;
+    let etcd_child = Command::new(find("etcd").ok_or("no etcd")?)
+        .args([
+            "--name",
+            "e0",
+            "--data-dir",
+            dir.join("etcd").to_str().ok_or("temp dir not UTF-8")?,
+            "--listen-client-urls",
+            &format!("http://{etcd}"),
+            "--advertise-client-urls",
+            &format!("http://{etcd}"),
+            "--listen-peer-urls",
+            &format!("http://127.0.0.1:{peer_port}"),
+            "--initial-advertise-peer-urls",
+            &format!("http://127.0.0.1:{peer_port}"),
+            "--initial-cluster",
+            &format!("e0=http://127.0.0.1:{peer_port}"),
+        ])
+        .stdin(Stdio::null())
+        .stdout(out)
+        .stderr(err)
+        .spawn()
+        .map_err(|e| format!("could not start etcd: {e}"))?;
+    std::fs::write(dir.join("etcd.pid"), etcd_child.id().to_string()).map_err(|e| e.to_string())?;
+    process::until(Duration::from_secs(20), "etcd to listen", || {
+        Ok(TcpStream::connect(&etcd).is_ok())
+    })?;
+    let user = as_postgres.then_some("postgres");
+    for (i, node) in nodes.iter().enumerate() {
+        let (out, err) = log(&format!("{}.out", node.name))?;
+        process::command_as(user, &find("patroni").ok_or("no patroni")?)
+            .arg(node.config())
+            .stdin(Stdio::null())
+            .stdout(out)
+            .stderr(err)
+            .spawn()
+            .map_err(|e| format!("could not start patroni: {e}"))?;
+        if i == 0 {
+            // The first node bootstraps the cluster; the others copy it.
+            process::until(Duration::from_secs(60), "the first node to lead", || {
+                Ok(node.rest_status("/primary") == Ok(200))
+            })
+            .map_err(|e| format!("{e}; {}", tail(&node.dir.join("patroni.log"))))?;
+        }
+    }
+    process::run(
+        &find("haproxy").ok_or("no haproxy")?,
+        &[
+            "-f",
+            dir.join("haproxy.cfg")
+                .to_str()
+                .ok_or("temp dir not UTF-8")?,
+            "-D",
+            "-p",
+            dir.join("haproxy.pid")
+                .to_str()
+                .ok_or("temp dir not UTF-8")?,
+        ],
+        None,
+    )?;
+    let cluster = Cluster {
+        url: format!("postgres://postgres:{password}@127.0.0.1:{haproxy_port}/postgres"),
+        dir,
+        nodes,
+        etcd,
+        as_postgres,
+    };
+    cluster
+        .until_streaming(synchronous, Duration::from_secs(60))
+        .map_err(|e| format!("{e}; {}", tail(&cluster.nodes[1].dir.join("patroni.log"))))?;
+    process::until(Duration::from_secs(20), "HAProxy to route", || {
+        Ok(cluster.leader().is_some_and(|l| cluster.routes_to(l)))
+    })?;
+    Ok(cluster)
+}
+
+/// The last lines of a log, for an error.
+fn tail(path: &Path) -> String {
+    let text = std::fs::read_to_string(path).unwrap_or_default();
+    let lines: Vec<&str> = text.lines().collect();
+    lines[lines.len().saturating_sub(15)..].join("\n")
+}
