@@ -47,15 +47,50 @@ pub async fn run(url: &str, command: Command) -> Result<Outcome, BoxError> {
         Command::Store(command) => command,
     };
     let store = alkstore::open(url).await?;
-    let result = dispatch(&*store, command).await;
+    // `watch` checks for itself, at its start and at each change.
+    if matches!(
+        command,
+        StoreCommand::List { .. } | StoreCommand::Show { .. }
+    ) {
+        warn_if_standby(url).await;
+    }
+    let result = dispatch(&*store, command, url).await;
     let closed = store.close().await;
     let outcome = result?;
     closed?;
     Ok(outcome)
 }
 
-/// Runs one command on an open store.
-async fn dispatch(store: &dyn Store, command: StoreCommand) -> Result<Outcome, BoxError> {
+/// Whether the server `url` names is a standby (false when it cannot be
+/// inspected).
+async fn is_standby(url: &str) -> bool {
+    alkstore::inspect(url).await.is_ok_and(|r| r.standby)
+}
+
+/// Says on stderr, when the server `url` names is a standby, that what it
+/// shows may be behind the primary's; true when it said so. Silent when
+/// the server cannot be inspected (the command itself reports that).
+async fn warn_if_standby(url: &str) -> bool {
+    let Ok(report) = alkstore::inspect(url).await else {
+        return false;
+    };
+    if report.standby {
+        eprintln!(
+            "warning: {} is a standby (read-only, in recovery): what it shows may be behind the \
+             primary, and a switchover or failover may be under way; point the URL at the primary",
+            printable(&report.server)
+        );
+    }
+    report.standby
+}
+
+/// Runs one command on an open store (`url` names it, for `watch`'s
+/// standby check).
+async fn dispatch(
+    store: &dyn Store,
+    command: StoreCommand,
+    url: &str,
+) -> Result<Outcome, BoxError> {
     match command {
         StoreCommand::List {
             prefix,
@@ -72,7 +107,7 @@ async fn dispatch(store: &dyn Store, command: StoreCommand) -> Result<Outcome, B
         StoreCommand::Purge { json } => purge(store, json).await,
         StoreCommand::RaiseFences { by, json } => raise_fences(store, by, json).await,
         StoreCommand::Watch { name, interval } => {
-            watch(store, &name, Duration::from_millis(interval)).await
+            watch(store, &name, Duration::from_millis(interval), url).await
         }
     }
 }
@@ -284,8 +319,16 @@ pub async fn purge(store: &dyn Store, json: bool) -> Result<Outcome, BoxError> {
 
 /// `watch`: asks for the grants of `name` every `interval` and prints a
 /// line (flushed) each time they change — another owner or fence, or free —
-/// the first answer included. Runs until Ctrl-C, then ends [`Outcome::Done`].
-pub async fn watch(store: &dyn Store, name: &str, interval: Duration) -> Result<Outcome, BoxError> {
+/// the first answer included; at each change it checks again whether the
+/// server `url` names is a standby, and warns (once per stretch) when it is.
+/// Runs until Ctrl-C, then ends [`Outcome::Done`].
+pub async fn watch(
+    store: &dyn Store,
+    name: &str,
+    interval: Duration,
+    url: &str,
+) -> Result<Outcome, BoxError> {
+    let mut warned = warn_if_standby(url).await;
     let ctrl_c = tokio::signal::ctrl_c();
     tokio::pin!(ctrl_c);
     // `biased`: Ctrl-C is polled first, so its handler is in place before
@@ -305,6 +348,12 @@ pub async fn watch(store: &dyn Store, name: &str, interval: Duration) -> Result<
             .map(|g| (g.holder.owner.clone(), g.holder.fence))
             .collect();
         if last.as_ref() != Some(&now) {
+            if last.is_some() {
+                warned = match warned {
+                    true => is_standby(url).await,
+                    false => warn_if_standby(url).await,
+                };
+            }
             output::watch_line(&mut io::stdout().lock(), SystemTime::now(), &grants)?;
             last = Some(now);
         }
@@ -383,7 +432,7 @@ async fn confirm(question: String) -> Result<bool, BoxError> {
 
 /// `doctor`: the deployment's settings and each promise's verdict, as a
 /// table or JSON; [`Outcome::Unkept`] unless every promise is kept or does
-/// not apply.
+/// not apply and nothing is to be warned of.
 pub async fn doctor(url: &str, json: bool) -> Result<Outcome, BoxError> {
     let report = alkstore::inspect(url).await?;
     let mut out = io::stdout().lock();
@@ -393,6 +442,7 @@ pub async fn doctor(url: &str, json: bool) -> Result<Outcome, BoxError> {
         output::report(&mut out, &report)?;
     }
     Ok(match report.worst() {
+        _ if !report.warnings.is_empty() => Outcome::Unkept,
         Verdict::NotApplicable | Verdict::Kept => Outcome::Done,
         Verdict::Unknown | Verdict::GivenUp => Outcome::Unkept,
     })

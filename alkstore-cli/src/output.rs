@@ -97,6 +97,12 @@ pub fn report(out: &mut impl Write, report: &Report) -> io::Result<()> {
             printable(&finding.because)
         )?;
     }
+    if !report.warnings.is_empty() {
+        writeln!(out)?;
+        for warning in &report.warnings {
+            writeln!(out, "WARNING: {}", printable(warning))?;
+        }
+    }
     if !report.settings.is_empty() {
         writeln!(out)?;
         writeln!(out, "SETTINGS")?;
@@ -108,7 +114,8 @@ pub fn report(out: &mut impl Write, report: &Report) -> io::Result<()> {
 }
 
 /// The JSON object of a `doctor` report: `{"engine", "server", "settings":
-/// {name: value}, "promises": [{"promise", "verdict", "because"}], "worst"}`.
+/// {name: value}, "promises": [{"promise", "verdict", "because"}], "worst",
+/// "warnings": [sentence], "standby"}`.
 pub fn report_json(report: &Report) -> Value {
     let settings: serde_json::Map<String, Value> = report
         .settings
@@ -132,6 +139,8 @@ pub fn report_json(report: &Report) -> Value {
         "settings": settings,
         "promises": promises,
         "worst": report.worst().key(),
+        "warnings": report.warnings,
+        "standby": report.standby,
     })
 }
 

@@ -1049,3 +1049,113 @@ async fn assert_fences_left_shown(url: &str) {
     let url = alkstore::engine::url::masked(url);
     assert!(left.starts_with(&shown), "{url}: {left}, expected {shown}");
 }
+
+/// `list`, `show` and `watch` on a standby say so on stderr (what it shows
+/// may be behind the primary); on the primary they say nothing of it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn reading_a_standby_is_warned_of() {
+    let Some(pair) = alkstore_testkit::pg::Pair::start(false) else {
+        return;
+    };
+    let schema = alkstore_testkit::pg::unique_schema("standby_cli");
+    let primary = alkstore::open(&format!("{}?schema={schema}", pair.primary_url))
+        .await
+        .unwrap();
+    let lock = primary
+        .try_lock("job", "owner", Duration::from_secs(60))
+        .await
+        .unwrap()
+        .unwrap();
+    let standby_url = format!("{}?schema={schema}", pair.standby_url);
+    // Until the standby has the grant.
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    while !run(&standby_url, &["show", "job"], None)
+        .stdout
+        .contains("owner")
+    {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the standby never caught up"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    for args in [&["show", "job"][..], &["list"][..]] {
+        let on_standby = run(&standby_url, args, None);
+        assert_eq!(on_standby.code, 0, "{on_standby:?}");
+        assert!(on_standby.stderr.contains("is a standby"), "{on_standby:?}");
+        let on_primary = run(&format!("{}?schema={schema}", pair.primary_url), args, None);
+        assert_eq!(on_primary.code, 0, "{on_primary:?}");
+        assert!(!on_primary.stderr.contains("standby"), "{on_primary:?}");
+    }
+    let mut watch = std::process::Command::new(BIN)
+        .env_remove("ALKSTORE_URL")
+        .args(["--url", &standby_url, "watch", "job"])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let lines = lines_of(watch.stdout.take().unwrap());
+    assert!(next_line(&lines).contains("owner"));
+    let _ = watch.kill();
+    let output = watch.wait_with_output().unwrap();
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(stderr.contains("is a standby"), "{stderr}");
+    lock.release().await.unwrap();
+}
+
+/// `doctor` through PgBouncer names it and its mode, and warns (exit 5)
+/// when the URL does not say `pooler=transaction` in front of a pooler in
+/// transaction mode; straight to the server, it sees none.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn doctor_names_the_pooler_and_its_mode() {
+    use alkstore_testkit::pgbouncer::{Mode, shared};
+    let Some(server) = alkstore_testkit::pg::server() else {
+        return;
+    };
+    let (Some(session), Some(transaction)) = (shared(Mode::Session), shared(Mode::Transaction))
+    else {
+        return;
+    };
+    let report = |url: &str| {
+        let ran = run(url, &["doctor", "--json"], None);
+        let json: Value =
+            serde_json::from_str(&ran.stdout).unwrap_or_else(|e| panic!("{e}: {ran:?}"));
+        (ran.code, json)
+    };
+    let pooler = |json: &Value| json["settings"]["pooler"].as_str().unwrap().to_owned();
+    let warnings = |json: &Value| json["warnings"].as_array().unwrap().len();
+
+    let (_, direct) = report(&server.url);
+    assert!(pooler(&direct).starts_with("none seen"), "{direct}");
+    assert_eq!(warnings(&direct), 0);
+
+    let (code, untold) = report(&transaction.url_for("postgres", ""));
+    assert!(pooler(&untold).contains("transaction mode"), "{untold}");
+    assert!(
+        pooler(&untold).contains("refuses the startup parameter options"),
+        "{untold}"
+    );
+    assert_eq!(code, 5);
+    assert!(
+        untold["warnings"][0]
+            .as_str()
+            .unwrap()
+            .contains("pooler=transaction"),
+        "{untold}"
+    );
+    let table = run(&transaction.url_for("postgres", ""), &["doctor"], None);
+    assert!(
+        table
+            .stdout
+            .contains("WARNING: a pooler in transaction mode"),
+        "{table:?}"
+    );
+
+    let (_, told) = report(&transaction.url_for("postgres", "pooler=transaction"));
+    assert!(pooler(&told).contains("transaction mode"), "{told}");
+    assert_eq!(warnings(&told), 0, "{told}");
+
+    let (_, sessions) = report(&session.url_for("postgres", "pooler=session"));
+    assert!(pooler(&sessions).contains("session mode"), "{sessions}");
+    assert_eq!(warnings(&sessions), 0, "{sessions}");
+}

@@ -140,6 +140,13 @@ pub struct Report {
     pub settings: Vec<(String, String)>,
     /// One finding per promise, in [`Promise::ALL`]'s order.
     pub findings: Vec<Finding>,
+    /// What the deployment does to the store apart from the promises (a
+    /// pooler it was not told of, say): each a sentence naming the fix.
+    /// `alkstore doctor` exits 5 when there is one.
+    pub warnings: Vec<String>,
+    /// The server that answered is a standby (read-only, in recovery): what
+    /// it shows may be behind the primary's.
+    pub standby: bool,
 }
 
 impl Report {
@@ -156,7 +163,21 @@ impl Report {
             server: server.into(),
             settings,
             findings,
+            warnings: Vec::new(),
+            standby: false,
         }
+    }
+
+    /// With `warnings` added.
+    pub fn with_warnings(mut self, warnings: impl IntoIterator<Item = String>) -> Self {
+        self.warnings.extend(warnings);
+        self
+    }
+
+    /// Saying whether the server that answered is a standby.
+    pub fn with_standby(mut self, standby: bool) -> Self {
+        self.standby = standby;
+        self
     }
 
     /// The worst verdict of the report ([`Verdict::NotApplicable`] when it

@@ -14,6 +14,39 @@ use crate::connection::Postgres;
 use crate::protocol::{Call, Protocol};
 use crate::sql;
 
+/// Patroni, as the server's data directory shows it.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub(crate) enum Patroni {
+    /// No `patroni.dynamic.json`: not run by Patroni.
+    #[default]
+    NotSeen,
+    /// Run by Patroni, with these settings.
+    Seen {
+        synchronous_mode: bool,
+        synchronous_mode_strict: bool,
+    },
+    /// The file could not be read (why).
+    Unknown(String),
+}
+
+/// What stands between doctor and the server, as its probes showed.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub(crate) enum Pooler {
+    /// The startup parameters reached the server: no pooler.
+    #[default]
+    NotSeen,
+    /// A pooler; `transaction` when a connection's server process changed
+    /// between its transactions (transaction pooling), `false` when it kept
+    /// it (session pooling, as far as a probe can tell). `how` is what
+    /// showed it.
+    Seen {
+        how: &'static str,
+        transaction: bool,
+    },
+    /// The probe failed (why).
+    Unknown(String),
+}
+
 /// What the server showed.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct Observed {
@@ -24,6 +57,7 @@ pub(crate) struct Observed {
     pub(crate) sees_standbys: bool,
     pub(crate) standbys: i64,
     pub(crate) synchronous_standbys: i64,
+    pub(crate) patroni: Patroni,
 }
 
 impl Observed {
@@ -60,7 +94,9 @@ where
 
 async fn inspect(url: &crate::url::Parsed) -> Result<Report, BoxError> {
     let schema = url.schema();
-    let protocol = crate::Deployment::new().pooler(url.pooler).protocol();
+    // Simple statements, whatever the URL says: they work through any
+    // pooler, so that doctor can tell what the pooler is.
+    let protocol = Protocol::Simple;
     let options = crate::connection::options(&url.driver)?;
     let mut conn = alkstore_sqlx::connect::<Postgres>(&options).await?;
     let server = Postgres::server(&options);
@@ -90,13 +126,33 @@ async fn inspect(url: &crate::url::Parsed) -> Result<Report, BoxError> {
                 .ok_or_else(|| format!("unknown: no store in schema {schema:?}"))
         }),
     };
+    let patroni =
+        match read::<(bool, String, String)>(protocol, &mut conn, Call::new(sql::DOCTOR_PATRONI))
+            .await
+        {
+            Ok(rows) => match rows.into_iter().next() {
+                Some((true, mode, strict)) => Patroni::Seen {
+                    synchronous_mode: matches!(mode.as_str(), "true" | "on" | "quorum"),
+                    synchronous_mode_strict: matches!(strict.as_str(), "true" | "on"),
+                },
+                _ => Patroni::NotSeen,
+            },
+            Err(sqlx::Error::Database(db)) if db.code().as_deref() == Some("42501") => {
+                Patroni::Unknown(
+                    "reading patroni.dynamic.json needs superuser or pg_read_server_files".into(),
+                )
+            }
+            Err(error) => Patroni::Unknown(error.to_string()),
+        };
     let _ = conn.close().await;
+    let pooler = pooler(&options).await;
     let observed = Observed {
         settings: settings.iter().cloned().collect(),
         in_recovery,
         sees_standbys,
         standbys,
         synchronous_standbys,
+        patroni,
     };
     let mut shown = settings;
     shown.sort();
@@ -111,7 +167,117 @@ async fn inspect(url: &crate::url::Parsed) -> Result<Report, BoxError> {
         },
     ));
     shown.push(alkstore_core::doctor::fences_left(next));
-    Ok(Report::new("postgres", server, shown, judge(&observed)))
+    shown.push((
+        "Patroni".into(),
+        match &observed.patroni {
+            Patroni::NotSeen => "not seen (no patroni.dynamic.json)".into(),
+            Patroni::Seen {
+                synchronous_mode,
+                synchronous_mode_strict,
+            } => format!(
+                "synchronous_mode = {synchronous_mode}, synchronous_mode_strict = {synchronous_mode_strict}"
+            ),
+            Patroni::Unknown(why) => format!("unknown: {why}"),
+        },
+    ));
+    shown.push((
+        "pooler".into(),
+        match &pooler {
+            Pooler::NotSeen => "none seen (startup parameters reach the server)".into(),
+            Pooler::Seen { how, transaction } => format!(
+                "{how}; {}",
+                match transaction {
+                    true => "transaction mode (a connection's server process changed between its transactions)",
+                    false => "session mode, as far as a probe can tell (a connection kept its server process)",
+                }
+            ),
+            Pooler::Unknown(why) => format!("unknown: {why}"),
+        },
+    ));
+    shown.push((
+        "URL pooler".into(),
+        format!("{:?}", url.pooler).to_lowercase(),
+    ));
+    let warnings = warnings(&pooler, url.pooler);
+    Ok(Report::new("postgres", server, shown, judge(&observed))
+        .with_warnings(warnings)
+        .with_standby(in_recovery))
+}
+
+/// What to warn of: a pooler in transaction mode the URL does not name.
+fn warnings(pooler: &Pooler, told: crate::Pooler) -> Vec<String> {
+    match (pooler, told) {
+        (
+            Pooler::Seen {
+                transaction: true, ..
+            },
+            told,
+        ) if told != crate::Pooler::Transaction => {
+            vec![
+                "a pooler in transaction mode stands between the store and PostgreSQL, and the \
+                 URL does not say so: the store's prepared statements fail there; add \
+                 pooler=transaction to the URL (docs/deployments.md)"
+                    .into(),
+            ]
+        }
+        _ => Vec::new(),
+    }
+}
+
+/// Probes what stands between: a connection whose startup `options` set a
+/// setting (refused, or not reaching the server: a pooler), then, when a
+/// pooler is there, whether a connection keeps its server process while
+/// another connection holds a transaction open (transaction pooling hands
+/// the free one out to the next client, and PgBouncer the one given back
+/// last: the one the first connection had).
+async fn pooler(options: &sqlx::postgres::PgConnectOptions) -> Pooler {
+    let probe = options.clone().options([(sql::DOCTOR_PROBE_SETTING, "on")]);
+    let how = match alkstore_sqlx::connect::<Postgres>(&probe).await {
+        Ok(mut conn) => {
+            let seen = sqlx::raw_sql(sql::DOCTOR_PROBE_READ)
+                .fetch_one(&mut conn)
+                .await
+                .and_then(|row| sqlx::Row::try_get::<Option<String>, _>(&row, 0));
+            let _ = conn.close().await;
+            match seen {
+                Ok(Some(on)) if on == "on" => return Pooler::NotSeen,
+                Ok(_) => "a pooler: the startup parameters do not reach the server",
+                Err(error) => return Pooler::Unknown(error.to_string()),
+            }
+        }
+        Err(error) => {
+            let text = format!("{:?}", std::error::Error::source(&error));
+            match text.contains("unsupported startup parameter") {
+                true => "a pooler: it refuses the startup parameter options (PgBouncer does)",
+                false => return Pooler::Unknown(error.to_string()),
+            }
+        }
+    };
+    match transaction_pooling(options).await {
+        Ok(transaction) => Pooler::Seen { how, transaction },
+        Err(error) => Pooler::Unknown(format!("{how}; its mode: {error}")),
+    }
+}
+
+/// The server process `conn` runs on now.
+async fn backend(conn: &mut sqlx::PgConnection) -> Result<i32, sqlx::Error> {
+    let row = sqlx::raw_sql(sql::DOCTOR_BACKEND).fetch_one(conn).await?;
+    sqlx::Row::try_get(&row, 0)
+}
+
+/// Whether a connection's server process changes while another connection
+/// holds a transaction open.
+async fn transaction_pooling(options: &sqlx::postgres::PgConnectOptions) -> Result<bool, BoxError> {
+    let mut first = alkstore_sqlx::connect::<Postgres>(options).await?;
+    let mut second = alkstore_sqlx::connect::<Postgres>(options).await?;
+    let before = backend(&mut first).await?;
+    sqlx::raw_sql("BEGIN").execute(&mut second).await?;
+    backend(&mut second).await?;
+    let after = backend(&mut first).await?;
+    sqlx::raw_sql("ROLLBACK").execute(&mut second).await?;
+    let _ = first.close().await;
+    let _ = second.close().await;
+    Ok(before != after)
 }
 
 /// The promises, judged by what the server showed.
@@ -182,6 +348,16 @@ fn failover(observed: &Observed, crash: &Finding) -> Finding {
     if crash.verdict == Verdict::GivenUp {
         return Finding::given_up(promise, format!("as for a crash: {}", crash.because));
     }
+    if let Patroni::Seen {
+        synchronous_mode: true,
+        synchronous_mode_strict: false,
+    } = observed.patroni
+    {
+        return Finding::given_up(
+            promise,
+            "Patroni's synchronous_mode is on without synchronous_mode_strict: when the synchronous standby goes away, Patroni empties synchronous_standby_names and grants commit on the primary alone, which a failover then loses; set synchronous_mode_strict: true (and run two standbys, so that grants need not wait for one)",
+        );
+    }
     let names = observed.setting("synchronous_standby_names");
     if names.is_empty() {
         return Finding::given_up(
@@ -249,6 +425,7 @@ mod tests {
             sees_standbys: true,
             standbys: synchronous_standbys,
             synchronous_standbys,
+            patroni: Patroni::NotSeen,
         }
     }
 
@@ -288,6 +465,35 @@ mod tests {
         assert!(torn[1].because.contains("full_page_writes = off"));
         let minimal = [("wal_level", "minimal")];
         assert_eq!(verdicts(&observed(&minimal, 0))[3], NotApplicable);
+    }
+
+    #[test]
+    fn patronis_synchronous_mode_without_strict_gives_the_failover_promise_up() {
+        let patroni = |synchronous_mode, synchronous_mode_strict| {
+            let mut seen = observed(&[("synchronous_standby_names", "node1")], 1);
+            seen.patroni = Patroni::Seen {
+                synchronous_mode,
+                synchronous_mode_strict,
+            };
+            judge(&seen).remove(2)
+        };
+        let loose = patroni(true, false);
+        assert_eq!(loose.verdict, GivenUp);
+        assert!(loose.because.contains("synchronous_mode_strict"));
+        assert_eq!(patroni(true, true).verdict, Kept);
+    }
+
+    #[test]
+    fn only_an_untold_transaction_pooler_is_warned_of() {
+        let seen = |transaction| Pooler::Seen {
+            how: "a pooler",
+            transaction,
+        };
+        assert_eq!(warnings(&seen(true), crate::Pooler::None).len(), 1);
+        assert_eq!(warnings(&seen(true), crate::Pooler::Session).len(), 1);
+        assert!(warnings(&seen(true), crate::Pooler::Transaction).is_empty());
+        assert!(warnings(&seen(false), crate::Pooler::None).is_empty());
+        assert!(warnings(&Pooler::NotSeen, crate::Pooler::None).is_empty());
     }
 
     #[test]

@@ -100,6 +100,25 @@ SELECT pg_is_in_recovery(),
        (SELECT count(*) FROM pg_stat_replication),
        (SELECT count(*) FROM pg_stat_replication WHERE sync_state IN ('sync', 'quorum'))";
 
+/// `alkstore doctor`: the setting its probe connection sets through the
+/// startup `options` parameter, to see whether they reach the server.
+pub(crate) const DOCTOR_PROBE_SETTING: &str = "alkstore.doctor_probe";
+
+/// `alkstore doctor`: the probe setting as the server has it (NULL when the
+/// startup parameter did not reach it).
+pub(crate) const DOCTOR_PROBE_READ: &str = "SELECT current_setting('alkstore.doctor_probe', true)";
+
+/// `alkstore doctor`: the server process this connection runs on now.
+pub(crate) const DOCTOR_BACKEND: &str = "SELECT pg_backend_pid()";
+
+/// `alkstore doctor`: Patroni's dynamic configuration as Patroni caches it
+/// in the data directory (`patroni.dynamic.json`): whether the file is
+/// there, `synchronous_mode`, `synchronous_mode_strict`. Reading a server
+/// file needs superuser or `pg_read_server_files` (42501 otherwise).
+pub(crate) const DOCTOR_PATRONI: &str = "
+SELECT c IS NOT NULL, coalesce(c->>'synchronous_mode', ''), coalesce(c->>'synchronous_mode_strict', '')
+FROM (SELECT pg_read_file('patroni.dynamic.json', 0, 1048576, true)::jsonb AS c) f";
+
 /// `alkstore doctor`: the lowest fence a later grant can get in the store
 /// whose sequence is `$1` (a quoted `schema.fences`), or NULL when there is
 /// no such sequence. Reads the sequence without drawing from it.

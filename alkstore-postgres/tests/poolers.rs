@@ -223,11 +223,33 @@ async fn listeners(server_url: &str, store: &PgStore) -> i64 {
     count
 }
 
+/// How many times the server ran the acquire function of `store`'s schema
+/// (`pg_stat_statements`, which the test cluster loads).
+async fn acquire_calls(server_url: &str, store: &PgStore) -> i64 {
+    let mut conn = connect(server_url).await;
+    sqlx::raw_sql("CREATE EXTENSION IF NOT EXISTS pg_stat_statements")
+        .execute(&mut conn)
+        .await
+        .unwrap();
+    let (calls,): (i64,) = sqlx::query_as(
+        "SELECT coalesce(sum(calls), 0)::bigint FROM pg_stat_statements
+         WHERE strpos(query, $1) > 0",
+    )
+    .bind(format!("{}.acquire(", common::quoted_schema(store)))
+    .fetch_one(&mut conn)
+    .await
+    .unwrap();
+    conn.close().await.unwrap();
+    calls
+}
+
 /// Behind a pooler in transaction mode, a store listens only over the
 /// direct connection `listen=` names (a LISTEN through the pooler would be
 /// lost with its server connection); with none, it does not listen at all
-/// and its waiters poll. Judged by the server's own list of backends, after
-/// a wait that starts the listener.
+/// and its waiters poll. A waiter is refused at least once (the server
+/// counts its acquire calls) before the name is released, so it has started
+/// its wake-ups; once it is granted, the server's own list of backends shows
+/// whether a listener is there (it stays until the store closes).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn behind_a_transaction_pooler_only_a_direct_connection_listens() {
     let Some(server) = pg::server() else { return };
@@ -241,18 +263,33 @@ async fn behind_a_transaction_pooler_only_a_direct_connection_listens() {
     ] {
         let (store, schema) =
             common::store_at(&bouncer.url_for("postgres", &params), "listen").await;
+        let store = std::sync::Arc::new(store);
         let me = alkstore_core::unique_owner("listen").unwrap();
-        let other = alkstore_core::unique_owner("other").unwrap();
         let held = store.try_lock("n", &me, TTL).await.unwrap().unwrap();
-        // A waiting acquire starts the listener (if any) before it waits.
-        let refused = store
-            .lock("n", &other, TTL, Duration::from_millis(50))
-            .await
-            .unwrap();
-        assert!(refused.is_none());
-        // The listener ran its LISTEN before the wait began.
-        assert_eq!(listeners(&server.url, &store).await, expected, "{params}");
+        let before = acquire_calls(&server.url, &store).await;
+        let waiter = {
+            let store = store.clone();
+            tokio::spawn(async move {
+                let other = alkstore_core::unique_owner("other").unwrap();
+                store
+                    .lock("n", &other, TTL, Duration::from_secs(60))
+                    .await
+                    .unwrap()
+                    .expect("granted after the release")
+            })
+        };
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
+        while acquire_calls(&server.url, &store).await == before {
+            assert!(
+                tokio::time::Instant::now() < deadline,
+                "the waiter never tried"
+            );
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
         held.release().await.unwrap();
+        let granted = waiter.await.unwrap();
+        assert_eq!(listeners(&server.url, &store).await, expected, "{params}");
+        granted.release().await.unwrap();
         store.close().await.unwrap();
         schema.drop().await;
     }

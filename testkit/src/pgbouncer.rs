@@ -97,14 +97,16 @@ impl Bouncer {
 static SHARED: [OnceLock<Option<Bouncer>>; 2] = [OnceLock::new(), OnceLock::new()];
 
 /// The PgBouncer in `mode` that this process's tests share, with the
-/// default settings but one: in session mode a pool of 300 server
-/// connections (PgBouncer's default is 20), as each client connection keeps
-/// one and the tests run many stores at once. `None` as for
-/// [`Bouncer::start`].
+/// default settings but the pool's size (PgBouncer's default is 20 server
+/// connections): in session mode 300, as each client connection keeps one
+/// and the tests run many stores at once; in transaction mode 50, as the
+/// contract's races run 32 contenders on 16 stores at once, and a loaded
+/// machine made 20 a queue that slowed them below the grants a race needs.
+/// `None` as for [`Bouncer::start`].
 pub fn shared(mode: Mode) -> Option<&'static Bouncer> {
     let settings: &[&str] = match mode {
         Mode::Session => &["default_pool_size = 300"],
-        Mode::Transaction => &[],
+        Mode::Transaction => &["default_pool_size = 50"],
     };
     SHARED[mode as usize]
         .get_or_init(|| Bouncer::start(mode, settings))
