@@ -64,24 +64,22 @@ pub async fn run(url: &str, command: Command) -> Result<Outcome, BoxError> {
 /// Whether the server `url` names is a standby (false when it cannot be
 /// inspected).
 async fn is_standby(url: &str) -> bool {
-    alkstore::inspect(url).await.is_ok_and(|r| r.standby)
+    alkstore::is_standby(url).await.unwrap_or(false)
 }
 
 /// Says on stderr, when the server `url` names is a standby, that what it
 /// shows may be behind the primary's; true when it said so. Silent when
 /// the server cannot be inspected (the command itself reports that).
 async fn warn_if_standby(url: &str) -> bool {
-    let Ok(report) = alkstore::inspect(url).await else {
-        return false;
-    };
-    if report.standby {
+    let standby = is_standby(url).await;
+    if standby {
         eprintln!(
-            "warning: {} is a standby (read-only, in recovery): what it shows may be behind the \
-             primary, and a switchover or failover may be under way; point the URL at the primary",
-            printable(&report.server)
+            "warning: the server is a standby (read-only, in recovery): what it shows may be \
+             behind the primary, and a switchover or failover may be under way; point the URL \
+             at the primary"
         );
     }
-    report.standby
+    standby
 }
 
 /// Runs one command on an open store (`url` names it, for `watch`'s

@@ -129,8 +129,9 @@ impl Finding {
 }
 
 /// A deployment inspected: where, what its settings are, and each promise
-/// judged.
+/// judged. Made with [`Report::new`].
 #[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct Report {
     /// The engine's name (`sqlite`, `postgres`, `mysql`).
     pub engine: &'static str,

@@ -66,6 +66,18 @@ pub struct EngineDescriptor {
     /// ([`doctor`](crate::doctor)), without opening a store: nothing is
     /// created.
     pub inspect: for<'a> fn(&'a str) -> crate::doctor::InspectFuture<'a>,
+    /// Whether the server `url` names is a standby (read-only, in
+    /// recovery), by one short read: what `alkstore list`, `show` and
+    /// `watch` warn of. [`never_standby`] for an engine without standbys.
+    pub standby: for<'a> fn(&'a str) -> StandbyFuture<'a>,
+}
+
+/// The future of [`EngineDescriptor::standby`].
+pub type StandbyFuture<'a> = Pin<Box<dyn Future<Output = Result<bool>> + Send + 'a>>;
+
+/// [`EngineDescriptor::standby`] of an engine that has no standbys.
+pub fn never_standby(_url: &str) -> StandbyFuture<'_> {
+    Box::pin(async { Ok(false) })
 }
 
 impl EngineDescriptor {
@@ -88,6 +100,12 @@ impl std::fmt::Debug for EngineDescriptor {
 /// [`UrlError::UnknownScheme`] naming every form they know when none does.
 pub async fn open_with(engines: &[&EngineDescriptor], url: &str) -> Result<Box<dyn Store>> {
     (engine_for(engines, url, "open")?.open)(url).await
+}
+
+/// Whether the server `url` names is a standby ([`EngineDescriptor::standby`]),
+/// with the first of `engines` that handles it.
+pub async fn standby_with(engines: &[&EngineDescriptor], url: &str) -> Result<bool> {
+    (engine_for(engines, url, "standby")?.standby)(url).await
 }
 
 /// Inspects the deployment `url` names ([`EngineDescriptor::inspect`]) with

@@ -14,6 +14,7 @@ pub const ENGINE: EngineDescriptor = EngineDescriptor {
     schemes: &["mysql://", "mariadb://"],
     open: open_url,
     inspect: crate::doctor::inspect_url,
+    standby: alkstore_core::url::never_standby,
 };
 
 /// The URL to hand the driver (`mysql://`, no database) and the database.

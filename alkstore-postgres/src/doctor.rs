@@ -75,6 +75,27 @@ pub(crate) fn inspect_url(url: &str) -> InspectFuture<'_> {
     })
 }
 
+/// Whether the server `url` names is in recovery (a standby): one
+/// connection, one simple statement, within the connect timeout.
+pub(crate) fn standby_url(url: &str) -> alkstore_core::url::StandbyFuture<'_> {
+    Box::pin(async move {
+        let failed = |e: BoxError| alkstore_core::Error::database("standby", e);
+        let url = crate::url::parse(url).map_err(|e| failed(e.into()))?;
+        let options = crate::connection::options(&url.driver)?;
+        let read = async {
+            let mut conn = alkstore_sqlx::connect::<Postgres>(&options).await?;
+            let row = sqlx::raw_sql(sql::IN_RECOVERY).fetch_one(&mut conn).await?;
+            let standby: bool = sqlx::Row::try_get(&row, 0)?;
+            let _ = conn.close().await;
+            Ok::<bool, BoxError>(standby)
+        };
+        match tokio::time::timeout(alkstore_sqlx::CONNECT_TIMEOUT, read).await {
+            Ok(standby) => standby.map_err(failed),
+            Err(_) => Err(failed("no answer within the connect timeout".into())),
+        }
+    })
+}
+
 /// The rows `call` answers, by the URL's protocol, read as `T`.
 async fn read<T>(
     protocol: Protocol,
@@ -145,7 +166,16 @@ async fn inspect(url: &crate::url::Parsed) -> Result<Report, BoxError> {
             Err(error) => Patroni::Unknown(error.to_string()),
         };
     let _ = conn.close().await;
-    let pooler = pooler(&options).await;
+    // Bounded: a session pooler with no server connection free queues a
+    // probe's statements without end.
+    let pooler = tokio::time::timeout(2 * alkstore_sqlx::CONNECT_TIMEOUT, pooler(&options))
+        .await
+        .unwrap_or_else(|_| {
+            Pooler::Unknown(
+                "the probe had no answer within 20 s (a pool with no server connection free?)"
+                    .into(),
+            )
+        });
     let observed = Observed {
         settings: settings.iter().cloned().collect(),
         in_recovery,
@@ -266,18 +296,29 @@ async fn backend(conn: &mut sqlx::PgConnection) -> Result<i32, sqlx::Error> {
 }
 
 /// Whether a connection's server process changes while another connection
-/// holds a transaction open.
+/// holds a transaction open on it. The second connection opens a
+/// transaction until it lands on the server process the first had (a
+/// transaction pooler hands the one given back last to the next client;
+/// others' traffic may interfere, so a few tries); only then does the first
+/// ask again. In session mode the second never lands there: no change.
 async fn transaction_pooling(options: &sqlx::postgres::PgConnectOptions) -> Result<bool, BoxError> {
     let mut first = alkstore_sqlx::connect::<Postgres>(options).await?;
     let mut second = alkstore_sqlx::connect::<Postgres>(options).await?;
-    let before = backend(&mut first).await?;
-    sqlx::raw_sql("BEGIN").execute(&mut second).await?;
-    backend(&mut second).await?;
-    let after = backend(&mut first).await?;
-    sqlx::raw_sql("ROLLBACK").execute(&mut second).await?;
+    let mut changed = false;
+    for _ in 0..5 {
+        let before = backend(&mut first).await?;
+        sqlx::raw_sql("BEGIN").execute(&mut second).await?;
+        let taken = backend(&mut second).await? == before;
+        let after = backend(&mut first).await?;
+        sqlx::raw_sql("ROLLBACK").execute(&mut second).await?;
+        if taken {
+            changed = after != before;
+            break;
+        }
+    }
     let _ = first.close().await;
     let _ = second.close().await;
-    Ok(before != after)
+    Ok(changed)
 }
 
 /// The promises, judged by what the server showed.

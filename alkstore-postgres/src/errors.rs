@@ -8,8 +8,8 @@ use alkstore_core::BoxError;
 /// `read_only_sql_transaction`: a write refused by a standby (or by a
 /// session set read-only).
 const READ_ONLY: &str = "25006";
-/// `object_not_in_prerequisite_state`, which a WAL function raises during
-/// recovery ("recovery is in progress").
+/// `object_not_in_prerequisite_state`, which a WAL function
+/// (`pg_current_wal_lsn`, read for the timeline) raises during recovery.
 const NOT_IN_PREREQUISITE_STATE: &str = "55000";
 /// `duplicate_prepared_statement`: a name this connection prepares is
 /// taken on the server connection.
@@ -30,9 +30,9 @@ pub enum DeploymentError {
     /// written.
     #[error(
         "the server is a standby (read-only): a failover or switchover is under way, or the \
-         URL names a replica; alkstore writes on the primary only — point the URL at the \
-         primary (a route that follows the leader, such as HAProxy on Patroni's /primary \
-         check) and try again"
+         URL names a replica (or the role or database is set default_transaction_read_only); \
+         alkstore writes on the primary only — point the URL at the primary (a route that \
+         follows the leader, such as HAProxy on Patroni's /primary check) and try again"
     )]
     Standby {
         /// The server's own error.
@@ -83,11 +83,15 @@ pub enum DeploymentError {
 /// `error` named as a [`DeploymentError`] when it is one of theirs;
 /// otherwise as it is.
 pub(crate) fn explain(error: sqlx::Error) -> BoxError {
-    let (code, message) = match &error {
-        sqlx::Error::Database(db) => (
-            db.code().map(|c| c.into_owned()).unwrap_or_default(),
-            db.message().to_owned(),
-        ),
+    let (code, message, routine) = match &error {
+        sqlx::Error::Database(db) => {
+            let pg = db.try_downcast_ref::<sqlx::postgres::PgDatabaseError>();
+            (
+                db.code().map(|c| c.into_owned()).unwrap_or_default(),
+                db.message().to_owned(),
+                pg.and_then(|e| e.routine()).unwrap_or_default().to_owned(),
+            )
+        }
         sqlx::Error::PoolTimedOut => {
             return DeploymentError::PoolExhausted { source: error }.into();
         }
@@ -95,10 +99,17 @@ pub(crate) fn explain(error: sqlx::Error) -> BoxError {
     };
     let explained = match code.as_str() {
         READ_ONLY => DeploymentError::Standby { source: error },
-        NOT_IN_PREREQUISITE_STATE if message.contains("recovery is in progress") => {
+        // The WAL function the timeline is read with, by its C name (the
+        // message is in the server's language).
+        NOT_IN_PREREQUISITE_STATE if routine.starts_with("pg_current_wal") => {
             DeploymentError::Standby { source: error }
         }
         DUPLICATE_PREPARED | NO_SUCH_PREPARED if message.contains("sqlx_s_") => {
+            DeploymentError::TransactionPooler { source: error }
+        }
+        // A statement of ours bound on a server connection where the name
+        // is another client's statement with other parameters.
+        PROTOCOL_VIOLATION if message.contains("sqlx_s_") => {
             DeploymentError::TransactionPooler { source: error }
         }
         PROTOCOL_VIOLATION => match message.strip_prefix("unsupported startup parameter: ") {

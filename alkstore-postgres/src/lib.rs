@@ -150,7 +150,7 @@ impl PgStore {
         let lifecycle = schema::Schema::new(self.schema(), engine.statements());
         alkstore_sqlx::lifecycle::drop(&lifecycle, engine.pool())
             .await
-            .map_err(|e| Error::database("drop_schema", e))
+            .map_err(|e| Error::database("drop_schema", errors::explain_boxed(e)))
     }
 }
 

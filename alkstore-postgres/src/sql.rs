@@ -108,6 +108,9 @@ pub(crate) const DOCTOR_PROBE_SETTING: &str = "alkstore.doctor_probe";
 /// startup parameter did not reach it).
 pub(crate) const DOCTOR_PROBE_READ: &str = "SELECT current_setting('alkstore.doctor_probe', true)";
 
+/// Whether the server is a standby (`alkstore list`, `show`, `watch`).
+pub(crate) const IN_RECOVERY: &str = "SELECT pg_is_in_recovery()";
+
 /// `alkstore doctor`: the server process this connection runs on now.
 pub(crate) const DOCTOR_BACKEND: &str = "SELECT pg_backend_pid()";
 
@@ -189,9 +192,13 @@ pub(crate) const READ_COMMITTED: &str = "SET TRANSACTION ISOLATION LEVEL READ CO
 
 /// Pins READ COMMITTED for the session: run on each new connection of a
 /// store whose connections keep their session (no pooler, or one in session
-/// mode), whatever the role's or database's default.
-pub(crate) const SESSION_READ_COMMITTED: &str =
-    "SET SESSION CHARACTERISTICS AS TRANSACTION ISOLATION LEVEL READ COMMITTED";
+/// mode), whatever the role's or database's default — and only where the
+/// default is another level, so that a store wrongly not told of a
+/// transaction pooler changes no shared server connection that needs no
+/// change.
+pub(crate) const SESSION_READ_COMMITTED: &str = "
+SELECT CASE WHEN current_setting('default_transaction_isolation') <> 'read committed'
+            THEN set_config('default_transaction_isolation', 'read committed', false) END";
 
 /// A CTE that makes the statement's own commit durable when the session's
 /// `synchronous_commit` is `off` (a role's, database's or server's default —

@@ -37,6 +37,7 @@ pub const ENGINE: EngineDescriptor = EngineDescriptor {
     schemes: &["postgres://", "postgresql://"],
     open: open_url,
     inspect: crate::doctor::inspect_url,
+    standby: crate::doctor::standby_url,
 };
 
 /// Takes alkstore's parameters out of `url`.
@@ -98,7 +99,13 @@ fn listen_address(value: &str) -> Result<(String, u16), String> {
     let bad = || "`listen` takes host or host:port, nothing more".to_owned();
     let parsed = ::url::Url::parse(&format!("postgres://{value}")).map_err(|_| bad())?;
     match parsed.host_str() {
-        Some(host) if !host.is_empty() && parsed.path().is_empty() && !value.contains('@') => {
+        Some(host)
+            if !host.is_empty()
+                && parsed.path().is_empty()
+                && parsed.query().is_none()
+                && parsed.fragment().is_none()
+                && !value.contains('@') =>
+        {
             let host = host.trim_start_matches('[').trim_end_matches(']');
             Ok((host.to_owned(), parsed.port().unwrap_or(5432)))
         }
@@ -171,6 +178,8 @@ mod tests {
             "postgres://db/app?listen=db:notaport",
             "postgres://db/app?listen=u:secret@db",
             "postgres://db/app?listen=db/other",
+            "postgres://db/app?listen=db%3Fx",
+            "postgres://db/app?listen=db%23y",
             "postgres://db/app?listen=a&listen=b",
         ] {
             let err = parse(bad).unwrap_err();

@@ -17,6 +17,10 @@ use alkstore_postgres::{DeploymentError, PgStore};
 use alkstore_testkit::patroni::{Cluster, Replication};
 
 const TTL: Duration = Duration::from_secs(120);
+
+/// One cluster at a time in this process: each is nine processes or more,
+/// and two starting at once on a small machine slow both.
+static ONE_CLUSTER: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
 const WRITERS: usize = 4;
 const NAMES_PER_WRITER: usize = 8;
 
@@ -255,6 +259,7 @@ async fn under_load(
 /// may go back to the first leader, which rejoined as a standby).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn switchovers_under_load_lose_no_grant_and_raise_every_fence() {
+    let _one = ONE_CLUSTER.lock().await;
     let Some(cluster) = Cluster::start(Replication::SynchronousStrict, 3) else {
         return;
     };
@@ -301,6 +306,7 @@ async fn switchovers_under_load_lose_no_grant_and_raise_every_fence() {
 /// third node becomes its synchronous standby (strict: grants wait for one).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_crash_under_load_loses_no_grant_and_raises_every_fence() {
+    let _one = ONE_CLUSTER.lock().await;
     let Some(cluster) = Cluster::start(Replication::SynchronousStrict, 3) else {
         return;
     };
@@ -328,6 +334,7 @@ async fn a_crash_under_load_loses_no_grant_and_raises_every_fence() {
 /// a synchronous standby is there now (Patroni drops it when it goes away).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn doctor_gives_up_on_synchronous_mode_without_strict() {
+    let _one = ONE_CLUSTER.lock().await;
     let Some(cluster) = Cluster::start(Replication::Synchronous, 2) else {
         return;
     };

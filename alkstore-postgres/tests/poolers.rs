@@ -223,9 +223,10 @@ async fn listeners(server_url: &str, store: &PgStore) -> i64 {
     count
 }
 
-/// How many times the server ran the acquire function of `store`'s schema
-/// (`pg_stat_statements`, which the test cluster loads).
-async fn acquire_calls(server_url: &str, store: &PgStore) -> i64 {
+/// How many times the server ran a statement whose text holds `text`
+/// (`pg_stat_statements`, which the test cluster loads; utility statements
+/// such as LISTEN included, and a count only grows).
+async fn calls(server_url: &str, text: &str) -> i64 {
     let mut conn = connect(server_url).await;
     sqlx::raw_sql("CREATE EXTENSION IF NOT EXISTS pg_stat_statements")
         .execute(&mut conn)
@@ -235,7 +236,7 @@ async fn acquire_calls(server_url: &str, store: &PgStore) -> i64 {
         "SELECT coalesce(sum(calls), 0)::bigint FROM pg_stat_statements
          WHERE strpos(query, $1) > 0",
     )
-    .bind(format!("{}.acquire(", common::quoted_schema(store)))
+    .bind(text)
     .fetch_one(&mut conn)
     .await
     .unwrap();
@@ -243,13 +244,28 @@ async fn acquire_calls(server_url: &str, store: &PgStore) -> i64 {
     calls
 }
 
+/// The LISTEN statement's text on `store`'s channel, as the server shows it.
+async fn listen_text(server_url: &str, store: &PgStore) -> String {
+    let mut conn = connect(server_url).await;
+    let (oid,): (i64,) = sqlx::query_as("SELECT oid::bigint FROM pg_namespace WHERE nspname = $1")
+        .bind(store.schema())
+        .fetch_one(&mut conn)
+        .await
+        .unwrap();
+    conn.close().await.unwrap();
+    format!("LISTEN \"alkstore_{oid}\"")
+}
+
 /// Behind a pooler in transaction mode, a store listens only over the
 /// direct connection `listen=` names (a LISTEN through the pooler would be
 /// lost with its server connection); with none, it does not listen at all
 /// and its waiters poll. A waiter is refused at least once (the server
 /// counts its acquire calls) before the name is released, so it has started
-/// its wake-ups; once it is granted, the server's own list of backends shows
-/// whether a listener is there (it stays until the store closes).
+/// its wake-ups; once it is granted, the server says whether a LISTEN on the
+/// store's channel ever ran (counted by `pg_stat_statements`), and, with
+/// `listen=`, that the listener is there now on a connection of its own
+/// (a backend whose last statement is that LISTEN: a pooled one would have
+/// run other clients' statements since).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn behind_a_transaction_pooler_only_a_direct_connection_listens() {
     let Some(server) = pg::server() else { return };
@@ -266,7 +282,8 @@ async fn behind_a_transaction_pooler_only_a_direct_connection_listens() {
         let store = std::sync::Arc::new(store);
         let me = alkstore_core::unique_owner("listen").unwrap();
         let held = store.try_lock("n", &me, TTL).await.unwrap().unwrap();
-        let before = acquire_calls(&server.url, &store).await;
+        let acquire = format!("{}.acquire(", common::quoted_schema(&store));
+        let before = calls(&server.url, &acquire).await;
         let waiter = {
             let store = store.clone();
             tokio::spawn(async move {
@@ -279,7 +296,7 @@ async fn behind_a_transaction_pooler_only_a_direct_connection_listens() {
             })
         };
         let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
-        while acquire_calls(&server.url, &store).await == before {
+        while calls(&server.url, &acquire).await == before {
             assert!(
                 tokio::time::Instant::now() < deadline,
                 "the waiter never tried"
@@ -288,6 +305,8 @@ async fn behind_a_transaction_pooler_only_a_direct_connection_listens() {
         }
         held.release().await.unwrap();
         let granted = waiter.await.unwrap();
+        let listen = listen_text(&server.url, &store).await;
+        assert_eq!(calls(&server.url, &listen).await, expected, "{params}");
         assert_eq!(listeners(&server.url, &store).await, expected, "{params}");
         granted.release().await.unwrap();
         store.close().await.unwrap();

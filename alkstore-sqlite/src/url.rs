@@ -14,6 +14,7 @@ pub const ENGINE: EngineDescriptor = EngineDescriptor {
     schemes: &["sqlite:"],
     open: open_url,
     inspect: crate::doctor::inspect_url,
+    standby: alkstore_core::url::never_standby,
 };
 
 /// Where a URL points.

@@ -262,12 +262,15 @@ impl<D: Dialect> Connections<D> {
                         None => Ok(()),
                     }
                 };
-                tokio::time::timeout(CONNECT_TIMEOUT, first)
-                    .await
-                    .map_err(|_| NoServerConnection {
-                        server: D::server(&self.options),
-                        max: self.max,
-                    })??;
+                let first = tokio::time::timeout(CONNECT_TIMEOUT, first);
+                let answered = match reuse {
+                    true => first.await,
+                    false => until(deadline, first).await?,
+                };
+                answered.map_err(|_| NoServerConnection {
+                    server: D::server(&self.options),
+                    max: self.max,
+                })??;
                 // Closed while connecting: send nothing after `close()`.
                 if self.closed.load(Ordering::Acquire) {
                     return Err(Closed.into());

@@ -113,6 +113,13 @@ pub async fn inspect(url: &str) -> Result<doctor::Report> {
     alkstore_core::url::inspect_with(ENGINES, url).await
 }
 
+/// Whether the server `url` names is a standby (read-only, in recovery),
+/// by one short read; `false` for an engine without standbys. What
+/// `alkstore list`, `show` and `watch` warn of.
+pub async fn is_standby(url: &str) -> Result<bool> {
+    alkstore_core::url::standby_with(ENGINES, url).await
+}
+
 /// The Rust examples of the README and the docs, compiled (and run, unless
 /// marked `no_run`) as doctests, so that they cannot drift from the API;
 /// `cargo xtask tidy` checks that every page showing Rust is listed here.

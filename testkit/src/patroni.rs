@@ -20,6 +20,11 @@ use crate::process;
 /// What `ALKSTORE_REQUIRE` names to make these tests fail rather than skip.
 pub const REQUIRE_NAME: &str = "patroni";
 
+/// How long a cluster may take to start (initdb, a copy per standby): a
+/// bound on a setup step, generous for a loaded machine, not a timing
+/// assertion.
+const STARTUP: Duration = Duration::from_secs(300);
+
 /// How the cluster replicates.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Replication {
@@ -90,6 +95,22 @@ pub struct Cluster {
     pub etcd: String,
     /// Whether Patroni and PostgreSQL run as the `postgres` user.
     as_postgres: bool,
+    /// The shell command that stops every process of the cluster.
+    stop: String,
+}
+
+impl Drop for Cluster {
+    /// Stops the cluster's processes at once (the watchdog removes the
+    /// directory when this process ends): a test's cluster does not load
+    /// the next test's machine.
+    fn drop(&mut self) {
+        let _ = Command::new("sh")
+            .args(["-c", &self.stop])
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .status();
+    }
 }
 
 impl Cluster {
@@ -395,6 +416,8 @@ listen primary
         d = dir.display()
     );
     process::spawn_watchdog(&stop, &dir)?;
+    // Until the cluster is built, a failure stops what started.
+    let stop_on_error = StopOnError(Some(stop.clone()));
     // Standard output and error, both to one log file.
     let log = |name: &str| -> Result<(Stdio, Stdio), String> {
         let file = std::fs::File::create(dir.join(name)).map_err(|e| format!("{name}: {e}"))?;
@@ -440,7 +463,7 @@ listen primary
             .map_err(|e| format!("could not start patroni: {e}"))?;
         if i == 0 {
             // The first node bootstraps the cluster; the others copy it.
-            process::until(Duration::from_secs(60), "the first node to lead", || {
+            process::until(STARTUP, "the first node to lead", || {
                 Ok(node.rest_status("/primary") == Ok(200))
             })
             .map_err(|e| format!("{e}; {}", tail(&node.dir.join("patroni.log"))))?;
@@ -467,14 +490,32 @@ listen primary
         nodes,
         etcd,
         as_postgres,
+        stop: stop_on_error.defuse(),
     };
     cluster
-        .until_streaming(synchronous, Duration::from_secs(60))
+        .until_streaming(synchronous, STARTUP)
         .map_err(|e| format!("{e}; {}", tail(&cluster.nodes[1].dir.join("patroni.log"))))?;
-    process::until(Duration::from_secs(20), "HAProxy to route", || {
+    process::until(STARTUP, "HAProxy to route", || {
         Ok(cluster.leader().is_some_and(|l| cluster.routes_to(l)))
     })?;
     Ok(cluster)
+}
+
+/// Runs a stop command when dropped before [`StopOnError::defuse`].
+struct StopOnError(Option<String>);
+
+impl StopOnError {
+    fn defuse(mut self) -> String {
+        self.0.take().unwrap_or_default()
+    }
+}
+
+impl Drop for StopOnError {
+    fn drop(&mut self) {
+        if let Some(stop) = self.0.take() {
+            let _ = Command::new("sh").args(["-c", &stop]).status();
+        }
+    }
 }
 
 /// The last lines of a log, for an error.
