@@ -16,7 +16,7 @@ use crate::sql;
 
 /// Patroni, as the server's data directory shows it.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
-pub(crate) enum Patroni {
+pub(crate) enum PatroniSeen {
     /// No `patroni.dynamic.json`: not run by Patroni.
     #[default]
     NotSeen,
@@ -31,7 +31,7 @@ pub(crate) enum Patroni {
 
 /// What stands between doctor and the server, as its probes showed.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
-pub(crate) enum Pooler {
+pub(crate) enum PoolerSeen {
     /// The startup parameters reached the server: no pooler.
     #[default]
     NotSeen,
@@ -57,7 +57,7 @@ pub(crate) struct Observed {
     pub(crate) sees_standbys: bool,
     pub(crate) standbys: i64,
     pub(crate) synchronous_standbys: i64,
-    pub(crate) patroni: Patroni,
+    pub(crate) patroni: PatroniSeen,
 }
 
 impl Observed {
@@ -152,18 +152,18 @@ async fn inspect(url: &crate::url::Parsed) -> Result<Report, BoxError> {
             .await
         {
             Ok(rows) => match rows.into_iter().next() {
-                Some((true, mode, strict)) => Patroni::Seen {
+                Some((true, mode, strict)) => PatroniSeen::Seen {
                     synchronous_mode: matches!(mode.as_str(), "true" | "on" | "quorum"),
                     synchronous_mode_strict: matches!(strict.as_str(), "true" | "on"),
                 },
-                _ => Patroni::NotSeen,
+                _ => PatroniSeen::NotSeen,
             },
             Err(sqlx::Error::Database(db)) if db.code().as_deref() == Some("42501") => {
-                Patroni::Unknown(
+                PatroniSeen::Unknown(
                     "reading patroni.dynamic.json needs superuser or pg_read_server_files".into(),
                 )
             }
-            Err(error) => Patroni::Unknown(error.to_string()),
+            Err(error) => PatroniSeen::Unknown(error.to_string()),
         };
     let _ = conn.close().await;
     // Bounded: a session pooler with no server connection free queues a
@@ -171,7 +171,7 @@ async fn inspect(url: &crate::url::Parsed) -> Result<Report, BoxError> {
     let pooler = tokio::time::timeout(2 * alkstore_sqlx::CONNECT_TIMEOUT, pooler(&options))
         .await
         .unwrap_or_else(|_| {
-            Pooler::Unknown(
+            PoolerSeen::Unknown(
                 "the probe had no answer within 20 s (a pool with no server connection free?)"
                     .into(),
             )
@@ -200,28 +200,28 @@ async fn inspect(url: &crate::url::Parsed) -> Result<Report, BoxError> {
     shown.push((
         "Patroni".into(),
         match &observed.patroni {
-            Patroni::NotSeen => "not seen (no patroni.dynamic.json)".into(),
-            Patroni::Seen {
+            PatroniSeen::NotSeen => "not seen (no patroni.dynamic.json)".into(),
+            PatroniSeen::Seen {
                 synchronous_mode,
                 synchronous_mode_strict,
             } => format!(
                 "synchronous_mode = {synchronous_mode}, synchronous_mode_strict = {synchronous_mode_strict}"
             ),
-            Patroni::Unknown(why) => format!("unknown: {why}"),
+            PatroniSeen::Unknown(why) => format!("unknown: {why}"),
         },
     ));
     shown.push((
         "pooler".into(),
         match &pooler {
-            Pooler::NotSeen => "none seen (startup parameters reach the server)".into(),
-            Pooler::Seen { how, transaction } => format!(
+            PoolerSeen::NotSeen => "none seen (startup parameters reach the server)".into(),
+            PoolerSeen::Seen { how, transaction } => format!(
                 "{how}; {}",
                 match transaction {
                     true => "transaction mode (a connection's server process changed between its transactions)",
                     false => "session mode, as far as a probe can tell (a connection kept its server process)",
                 }
             ),
-            Pooler::Unknown(why) => format!("unknown: {why}"),
+            PoolerSeen::Unknown(why) => format!("unknown: {why}"),
         },
     ));
     shown.push((
@@ -235,10 +235,10 @@ async fn inspect(url: &crate::url::Parsed) -> Result<Report, BoxError> {
 }
 
 /// What to warn of: a pooler in transaction mode the URL does not name.
-fn warnings(pooler: &Pooler, told: crate::Pooler) -> Vec<String> {
+fn warnings(pooler: &PoolerSeen, told: crate::Pooler) -> Vec<String> {
     match (pooler, told) {
         (
-            Pooler::Seen {
+            PoolerSeen::Seen {
                 transaction: true, ..
             },
             told,
@@ -260,7 +260,7 @@ fn warnings(pooler: &Pooler, told: crate::Pooler) -> Vec<String> {
 /// another connection holds a transaction open (transaction pooling hands
 /// the free one out to the next client, and PgBouncer the one given back
 /// last: the one the first connection had).
-async fn pooler(options: &sqlx::postgres::PgConnectOptions) -> Pooler {
+async fn pooler(options: &sqlx::postgres::PgConnectOptions) -> PoolerSeen {
     let probe = options.clone().options([(sql::DOCTOR_PROBE_SETTING, "on")]);
     let how = match alkstore_sqlx::connect::<Postgres>(&probe).await {
         Ok(mut conn) => {
@@ -270,22 +270,22 @@ async fn pooler(options: &sqlx::postgres::PgConnectOptions) -> Pooler {
                 .and_then(|row| sqlx::Row::try_get::<Option<String>, _>(&row, 0));
             let _ = conn.close().await;
             match seen {
-                Ok(Some(on)) if on == "on" => return Pooler::NotSeen,
+                Ok(Some(on)) if on == "on" => return PoolerSeen::NotSeen,
                 Ok(_) => "a pooler: the startup parameters do not reach the server",
-                Err(error) => return Pooler::Unknown(error.to_string()),
+                Err(error) => return PoolerSeen::Unknown(error.to_string()),
             }
         }
         Err(error) => {
             let text = format!("{:?}", std::error::Error::source(&error));
             match text.contains("unsupported startup parameter") {
                 true => "a pooler: it refuses the startup parameter options (PgBouncer does)",
-                false => return Pooler::Unknown(error.to_string()),
+                false => return PoolerSeen::Unknown(error.to_string()),
             }
         }
     };
     match transaction_pooling(options).await {
-        Ok(transaction) => Pooler::Seen { how, transaction },
-        Err(error) => Pooler::Unknown(format!("{how}; its mode: {error}")),
+        Ok(transaction) => PoolerSeen::Seen { how, transaction },
+        Err(error) => PoolerSeen::Unknown(format!("{how}; its mode: {error}")),
     }
 }
 
@@ -389,7 +389,7 @@ fn failover(observed: &Observed, crash: &Finding) -> Finding {
     if crash.verdict == Verdict::GivenUp {
         return Finding::given_up(promise, format!("as for a crash: {}", crash.because));
     }
-    if let Patroni::Seen {
+    if let PatroniSeen::Seen {
         synchronous_mode: true,
         synchronous_mode_strict: false,
     } = observed.patroni
@@ -466,7 +466,7 @@ mod tests {
             sees_standbys: true,
             standbys: synchronous_standbys,
             synchronous_standbys,
-            patroni: Patroni::NotSeen,
+            patroni: PatroniSeen::NotSeen,
         }
     }
 
@@ -512,7 +512,7 @@ mod tests {
     fn patronis_synchronous_mode_without_strict_gives_the_failover_promise_up() {
         let patroni = |synchronous_mode, synchronous_mode_strict| {
             let mut seen = observed(&[("synchronous_standby_names", "node1")], 1);
-            seen.patroni = Patroni::Seen {
+            seen.patroni = PatroniSeen::Seen {
                 synchronous_mode,
                 synchronous_mode_strict,
             };
@@ -526,7 +526,7 @@ mod tests {
 
     #[test]
     fn only_an_untold_transaction_pooler_is_warned_of() {
-        let seen = |transaction| Pooler::Seen {
+        let seen = |transaction| PoolerSeen::Seen {
             how: "a pooler",
             transaction,
         };
@@ -534,7 +534,7 @@ mod tests {
         assert_eq!(warnings(&seen(true), crate::Pooler::Session).len(), 1);
         assert!(warnings(&seen(true), crate::Pooler::Transaction).is_empty());
         assert!(warnings(&seen(false), crate::Pooler::None).is_empty());
-        assert!(warnings(&Pooler::NotSeen, crate::Pooler::None).is_empty());
+        assert!(warnings(&PoolerSeen::NotSeen, crate::Pooler::None).is_empty());
     }
 
     #[test]

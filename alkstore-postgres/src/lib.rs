@@ -73,7 +73,6 @@ impl PgStore {
     /// and `listen` parameters say what stands between ([`Deployment`]);
     /// its `schema` parameter, if any, is ignored for the argument.
     pub async fn connect(url: &str, schema: &str) -> Result<Self> {
-        schema::validate(schema)?;
         let parsed = url::parse(url).map_err(|e| Error::database("connect", e))?;
         Self::connect_parsed(&parsed, schema).await
     }

@@ -187,13 +187,7 @@ fn find_or_start() -> Result<Server, String> {
 
 /// `mariadb-install-db` and `mariadbd`, from the PATH or `/usr/sbin`, `/usr/bin`.
 fn binaries() -> Option<(PathBuf, PathBuf)> {
-    let find = |name: &str| {
-        let path = std::env::var_os("PATH").unwrap_or_default();
-        std::env::split_paths(&path)
-            .chain(["/usr/sbin".into(), "/usr/bin".into()])
-            .map(|dir| dir.join(name))
-            .find(|p| p.is_file())
-    };
+    let find = process::find_tool;
     Some((find("mariadb-install-db")?, find("mariadbd")?))
 }
 
@@ -203,11 +197,7 @@ fn start_instance(
     settings: Vec<String>,
 ) -> Result<(Instance, String), String> {
     let as_mysql_user = process::is_root();
-    let dir = tempfile::Builder::new()
-        .prefix("alkstore-mysql-")
-        .tempdir()
-        .map_err(|e| format!("no temp dir: {e}"))?
-        .keep();
+    let dir = process::kept_temp_dir("alkstore-mysql-")?;
     if as_mysql_user {
         process::hand_to("mysql", &dir)?;
     }

@@ -63,6 +63,18 @@ impl Node {
         self.dir.join("data")
     }
 
+    /// A `pkill -f` pattern for this node's Patroni (and the `runuser`
+    /// that started it): its configuration's path, the last character in
+    /// brackets, so that the pattern does not match the command line of the
+    /// shell that runs the `pkill` (a watchdog's `sh -c`), which holds the
+    /// pattern itself and would otherwise be killed before the rest of its
+    /// stop ran.
+    fn process_pattern(&self) -> String {
+        let config = self.config().display().to_string();
+        let (head, last) = config.split_at(config.len() - 1);
+        format!("{head}[{last}]")
+    }
+
     /// The HTTP status Patroni's REST API answers `GET path` with.
     pub fn rest_status(&self, path: &str) -> Result<u16, String> {
         let mut stream = TcpStream::connect(("127.0.0.1", self.rest_port))
@@ -99,11 +111,81 @@ pub struct Cluster {
     stop: String,
 }
 
+impl Cluster {
+    /// Stops every process of the cluster, as dropping it does, and answers
+    /// which are still there after (none, unless the stop is broken).
+    pub fn stop(mut self) -> Vec<String> {
+        let read = |path: PathBuf| {
+            std::fs::read_to_string(path)
+                .ok()
+                .and_then(|pid| pid.lines().next().map(|l| l.trim().to_owned()))
+                .unwrap_or_default()
+        };
+        let mut pids: Vec<(String, String)> = self
+            .nodes
+            .iter()
+            .map(|n| {
+                (
+                    format!("{}'s postmaster", n.name),
+                    read(n.data().join("postmaster.pid")),
+                )
+            })
+            .collect();
+        for name in ["etcd", "haproxy"] {
+            pids.push((name.to_owned(), read(self.dir.join(format!("{name}.pid")))));
+        }
+        let _ = Command::new("sh").args(["-c", &self.stop]).status();
+        // Stopped: dropping it stops nothing more.
+        self.stop.clear();
+        let mut left: Vec<String> = pids
+            .into_iter()
+            .filter(|(_, pid)| alive(pid))
+            .map(|(what, pid)| format!("{what} ({pid})"))
+            .collect();
+        for node in &self.nodes {
+            let patroni = Command::new("pgrep")
+                .args(["-f", &node.process_pattern()])
+                .output()
+                .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_owned())
+                .unwrap_or_default();
+            if !patroni.is_empty() {
+                left.push(format!("{}'s Patroni ({patroni})", node.name));
+            }
+        }
+        left
+    }
+}
+
+/// Whether the process `pid` runs (and is no zombie), waiting up to 5 s
+/// for one that was just killed to go.
+fn alive(pid: &str) -> bool {
+    if pid.is_empty() {
+        return false;
+    }
+    let running = || {
+        std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|stat| {
+            !stat
+                .rsplit(')')
+                .next()
+                .unwrap_or("")
+                .trim_start()
+                .starts_with('Z')
+        })
+    };
+    process::until(Duration::from_secs(5), "a killed process to go", || {
+        Ok(!running())
+    })
+    .is_err()
+}
+
 impl Drop for Cluster {
     /// Stops the cluster's processes at once (the watchdog removes the
     /// directory when this process ends): a test's cluster does not load
     /// the next test's machine.
     fn drop(&mut self) {
+        if self.stop.is_empty() {
+            return;
+        }
         let _ = Command::new("sh")
             .args(["-c", &self.stop])
             .stdin(Stdio::null())
@@ -128,7 +210,7 @@ impl Cluster {
         }
         let missing = ["etcd", "patroni", "patronictl", "haproxy"]
             .into_iter()
-            .find(|tool| find(tool).is_none());
+            .find(|tool| process::find_tool(tool).is_none());
         let bin = crate::pg::server_bin_dir();
         let why = match (missing, &bin) {
             (Some(tool), _) => Some(format!("no {tool} binary found")),
@@ -163,7 +245,7 @@ impl Cluster {
         let mut full = vec!["-c", config.to_str().ok_or("temp dir not UTF-8")?];
         full.extend_from_slice(args);
         process::output(
-            &find("patronictl").ok_or("no patronictl")?,
+            &process::find_tool("patronictl").ok_or("no patronictl")?,
             &full,
             self.user(),
         )
@@ -193,14 +275,17 @@ impl Cluster {
     /// after `ttl`).
     pub fn crash(&self, index: usize) -> Result<(), String> {
         let node = &self.nodes[index];
-        let config = node.config();
         let _ = Command::new("pkill")
-            .args(["-KILL", "-f", config.to_str().ok_or("temp dir not UTF-8")?])
+            .args(["-KILL", "-f", &node.process_pattern()])
             .status();
         let pid = std::fs::read_to_string(node.data().join("postmaster.pid"))
             .map_err(|e| format!("{}'s postmaster.pid: {e}", node.name))?;
         let pid = pid.lines().next().unwrap_or_default().trim().to_owned();
-        process::run(Path::new("kill"), &["-KILL", &pid], None)
+        process::run(Path::new("kill"), &["-KILL", &pid], None)?;
+        // Gone with its process: a later stop must not kill whatever takes
+        // the pid over.
+        let _ = std::fs::remove_file(node.data().join("postmaster.pid"));
+        Ok(())
     }
 
     /// Waits until a node other than `not` is the primary and HAProxy routes
@@ -274,26 +359,9 @@ impl Cluster {
     }
 }
 
-/// `tool` on the PATH or in `/usr/sbin`.
-fn find(tool: &str) -> Option<PathBuf> {
-    let on_path = std::env::var_os("PATH").and_then(|path| {
-        std::env::split_paths(&path)
-            .map(|dir| dir.join(tool))
-            .find(|p| p.is_file())
-    });
-    on_path.or_else(|| {
-        let sbin = Path::new("/usr/sbin").join(tool);
-        sbin.is_file().then_some(sbin)
-    })
-}
-
 fn start(replication: Replication, count: usize, bin: &Path) -> Result<Cluster, String> {
     let as_postgres = process::is_root();
-    let dir = tempfile::Builder::new()
-        .prefix("alkstore-patroni-")
-        .tempdir()
-        .map_err(|e| format!("no temp dir: {e}"))?
-        .keep();
+    let dir = process::kept_temp_dir("alkstore-patroni-")?;
     let password = process::random_password()?;
     let scope = format!("alkstore{}", std::process::id());
     let (etcd_port, peer_port) = (process::free_port()?, process::free_port()?);
@@ -402,17 +470,19 @@ listen primary
         let path = dir.to_str().ok_or("temp dir not UTF-8")?;
         process::run(Path::new("chown"), &["-R", "postgres:", path], None)?;
     }
-    // Whatever happens to this process, everything stops and goes.
+    // Whatever happens to this process, everything stops and goes; the pid
+    // files go with their processes, so that a second run (the watchdog's,
+    // after a drop) kills no process that took a pid over since.
     let mut stop = String::new();
     for node in &nodes {
         stop += &format!(
-            "pkill -KILL -f '{config}'; kill -KILL $(head -n 1 '{data}/postmaster.pid' 2>/dev/null) 2>/dev/null; ",
-            config = node.config().display(),
+            "pkill -KILL -f '{pattern}'; kill -KILL $(head -n 1 '{data}/postmaster.pid' 2>/dev/null) 2>/dev/null; rm -f '{data}/postmaster.pid'; ",
+            pattern = node.process_pattern(),
             data = node.data().display(),
         );
     }
     stop += &format!(
-        "kill $(cat '{d}/haproxy.pid' 2>/dev/null) 2>/dev/null; kill $(cat '{d}/etcd.pid' 2>/dev/null) 2>/dev/null",
+        "kill $(cat '{d}/haproxy.pid' 2>/dev/null) 2>/dev/null; kill $(cat '{d}/etcd.pid' 2>/dev/null) 2>/dev/null; rm -f '{d}/haproxy.pid' '{d}/etcd.pid'",
         d = dir.display()
     );
     process::spawn_watchdog(&stop, &dir)?;
@@ -425,7 +495,7 @@ listen primary
         Ok((file.into(), again.into()))
     };
     let (out, err) = log("etcd.log")?;
-    let etcd_child = Command::new(find("etcd").ok_or("no etcd")?)
+    let etcd_child = Command::new(process::find_tool("etcd").ok_or("no etcd")?)
         .args([
             "--name",
             "e0",
@@ -454,7 +524,7 @@ listen primary
     let user = as_postgres.then_some("postgres");
     for (i, node) in nodes.iter().enumerate() {
         let (out, err) = log(&format!("{}.out", node.name))?;
-        process::command_as(user, &find("patroni").ok_or("no patroni")?)
+        process::command_as(user, &process::find_tool("patroni").ok_or("no patroni")?)
             .arg(node.config())
             .stdin(Stdio::null())
             .stdout(out)
@@ -470,7 +540,7 @@ listen primary
         }
     }
     process::run(
-        &find("haproxy").ok_or("no haproxy")?,
+        &process::find_tool("haproxy").ok_or("no haproxy")?,
         &[
             "-f",
             dir.join("haproxy.cfg")

@@ -162,11 +162,7 @@ fn start_cluster(bin: PathBuf) -> Result<Server, String> {
 /// A new temp dir for a cluster, owned by the cluster's user.
 fn cluster_dir() -> Result<(PathBuf, bool), String> {
     let as_postgres_user = process::is_root();
-    let dir = tempfile::Builder::new()
-        .prefix("alkstore-pg-")
-        .tempdir()
-        .map_err(|e| format!("no temp dir: {e}"))?
-        .keep();
+    let dir = process::kept_temp_dir("alkstore-pg-")?;
     if as_postgres_user {
         process::hand_to("postgres", &dir)?;
     }

@@ -71,7 +71,7 @@ impl Bouncer {
     /// when there is no server or no `pgbouncer` binary.
     pub fn start(mode: Mode, settings: &[&str]) -> Option<Bouncer> {
         let server = crate::pg::server()?;
-        let Some(binary) = find_binary() else {
+        let Some(binary) = process::find_tool("pgbouncer") else {
             process::skip_or_fail(
                 REQUIRE_NAME,
                 "no pgbouncer binary found",
@@ -113,18 +113,6 @@ pub fn shared(mode: Mode) -> Option<&'static Bouncer> {
         .as_ref()
 }
 
-fn find_binary() -> Option<PathBuf> {
-    let on_path = std::env::var_os("PATH").and_then(|path| {
-        std::env::split_paths(&path)
-            .map(|dir| dir.join("pgbouncer"))
-            .find(|p| p.is_file())
-    });
-    on_path.or_else(|| {
-        let sbin = Path::new("/usr/sbin/pgbouncer");
-        sbin.is_file().then(|| sbin.to_path_buf())
-    })
-}
-
 /// `postgres://user:password@host:port/database` taken apart.
 fn parts(url: &str) -> Result<(String, String, String, u16), String> {
     let bad = || "the test server's URL is not postgres://user:password@host:port/db".to_owned();
@@ -145,11 +133,7 @@ fn start(
 ) -> Result<Bouncer, String> {
     let (user, password, host, server_port) = parts(server_url)?;
     let as_postgres = process::is_root();
-    let dir = tempfile::Builder::new()
-        .prefix("alkstore-pgbouncer-")
-        .tempdir()
-        .map_err(|e| format!("no temp dir: {e}"))?
-        .keep();
+    let dir = process::kept_temp_dir("alkstore-pgbouncer-")?;
     let port = process::free_port()?;
     // Clients log in with the server's password (SCRAM, checked by
     // PgBouncer from its auth file); PgBouncer logs in to the server with

@@ -3,7 +3,7 @@
 //! however this process ends, and one way to skip or fail when there is none.
 
 use std::net::TcpListener;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 
 /// Whether this process runs as root (servers then run as their own user).
@@ -25,6 +25,17 @@ pub fn command_as(user: Option<&str>, program: &Path) -> Command {
         }
         None => Command::new(program),
     }
+}
+
+/// The installed program `name`: on the PATH, or in `/usr/sbin` or
+/// `/usr/bin` (Debian puts servers in `/usr/sbin`, which a user's PATH may
+/// lack).
+pub fn find_tool(name: &str) -> Option<PathBuf> {
+    let path = std::env::var_os("PATH").unwrap_or_default();
+    std::env::split_paths(&path)
+        .chain(["/usr/sbin".into(), "/usr/bin".into()])
+        .map(|dir| dir.join(name))
+        .find(|p| p.is_file())
 }
 
 /// Runs `program args` (as `user` when given) to its end; the error holds
@@ -58,6 +69,16 @@ pub fn output(program: &Path, args: &[&str], user: Option<&str>) -> Result<Strin
 pub fn hand_to(user: &str, path: &Path) -> Result<(), String> {
     let path = path.to_str().ok_or("the temp dir's path is not UTF-8")?;
     run(Path::new("chown"), &[&format!("{user}:"), path], None)
+}
+
+/// A new directory under the system's temp dir, named `prefix` and a
+/// random tail, kept (a watchdog removes it: [`spawn_watchdog`]).
+pub fn kept_temp_dir(prefix: &str) -> Result<PathBuf, String> {
+    Ok(tempfile::Builder::new()
+        .prefix(prefix)
+        .tempdir()
+        .map_err(|e| format!("no temp dir: {e}"))?
+        .keep())
 }
 
 /// 32 hex digits from the system's random source.
