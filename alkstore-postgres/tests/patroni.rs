@@ -4,7 +4,8 @@
 //! acknowledged grant is lost; after each promotion every fence is above
 //! every fence acknowledged before (its owner asking again included); and
 //! while HAProxy still routes to the old leader, the store's errors say the
-//! server is a standby, never a raw SQL message.
+//! server is a standby, never a raw SQL message. With asynchronous
+//! replication, a grant whose release was lost comes back re-fenced.
 
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -327,6 +328,97 @@ async fn a_crash_under_load_loses_no_grant_and_raises_every_fence() {
             .map(|(k, v)| (k, v.len()))
             .collect::<Vec<_>>()
     );
+}
+
+/// Asynchronous replication (Patroni's default) and a leader that dies
+/// after its standby stopped receiving: what it acknowledged since is lost,
+/// as asynchronous replication allows. Owner A's grants were replicated,
+/// then A released them and B was granted them, on the leader alone. After
+/// the promotion A's grants are back (its releases lost); A asking again
+/// must get a fence above B's lost, acknowledged one, which a resource may
+/// have seen, never A's old fence back.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_asynchronous_crash_refences_every_revived_grant() {
+    let _one = ONE_CLUSTER.lock().await;
+    let Some(cluster) = Cluster::start(Replication::Asynchronous, 2) else {
+        return;
+    };
+    let cluster = Arc::new(cluster);
+    let store = PgStore::connect(&cluster.url, "patroni_revived")
+        .await
+        .unwrap();
+    let names: Vec<String> = (0..10).map(|i| format!("revived{i}")).collect();
+    let mut first = BTreeMap::new();
+    for name in &names {
+        let lock = store.try_lock(name, "a", TTL).await.unwrap().expect("free");
+        first.insert(name.clone(), lock);
+    }
+    let c = cluster.clone();
+    tokio::task::spawn_blocking(move || {
+        c.until_replayed(Duration::from_secs(60))?;
+        c.hold_replication(c.leader().ok_or("no leader")?)
+    })
+    .await
+    .unwrap()
+    .unwrap();
+    let mut old_fences = BTreeMap::new();
+    for (name, lock) in first {
+        old_fences.insert(name, lock.fence());
+        lock.release().await.unwrap();
+    }
+    let mut acknowledged = 0;
+    for name in &names {
+        let lock = store
+            .try_lock(name, "b", TTL)
+            .await
+            .unwrap()
+            .expect("released");
+        acknowledged = acknowledged.max(lock.fence());
+    }
+    let c = cluster.clone();
+    tokio::task::spawn_blocking(move || {
+        let leader = c.leader().ok_or("no leader")?;
+        c.crash(leader)?;
+        c.until_new_leader(leader, Duration::from_secs(90))
+    })
+    .await
+    .unwrap()
+    .unwrap();
+    for name in &names {
+        // The store's pool reconnects through HAProxy; its first attempts
+        // may still meet the old leader's closed connections.
+        let holder = loop {
+            match store.holder(name).await {
+                Ok(holder) => break holder,
+                Err(error) => eprintln!("{name}: {error}"),
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        };
+        let holder = holder.expect("A's grant revived");
+        assert_eq!(
+            (holder.owner.as_str(), holder.fence),
+            ("a", old_fences[name]),
+            "{name}: the scenario needs A's replicated grant back"
+        );
+        let again = store
+            .try_lock(name, "a", TTL)
+            .await
+            .unwrap()
+            .expect("A's own");
+        assert!(
+            again.fence() > acknowledged,
+            "{name}: A asked again and got {}, below B's acknowledged {acknowledged}",
+            again.fence()
+        );
+        assert!(store.try_lock(name, "b", TTL).await.unwrap().is_none());
+    }
+    let fresh = store
+        .try_lock("fresh", "checker", TTL)
+        .await
+        .unwrap()
+        .expect("free");
+    assert!(fresh.fence() > acknowledged);
+    store.close().await.unwrap();
 }
 
 /// Patroni's `synchronous_mode` without `synchronous_mode_strict`: doctor

@@ -273,6 +273,8 @@ impl Cluster {
     /// Node `index` dies: its Patroni and its postmaster killed with
     /// SIGKILL (no shutdown, no release of the leader key, which expires
     /// after `ttl`).
+    /// Its server processes die with it, in one `kill`: a stopped one (see
+    /// [`Cluster::hold_replication`]) would not notice its postmaster gone.
     pub fn crash(&self, index: usize) -> Result<(), String> {
         let node = &self.nodes[index];
         let _ = Command::new("pkill")
@@ -281,11 +283,46 @@ impl Cluster {
         let pid = std::fs::read_to_string(node.data().join("postmaster.pid"))
             .map_err(|e| format!("{}'s postmaster.pid: {e}", node.name))?;
         let pid = pid.lines().next().unwrap_or_default().trim().to_owned();
-        process::run(Path::new("kill"), &["-KILL", &pid], None)?;
+        // pgrep answers 1 when the postmaster has no child: none to add.
+        let children = process::output(Path::new("pgrep"), &["-P", &pid], None).unwrap_or_default();
+        let mut pids = vec!["-KILL", pid.as_str()];
+        pids.extend(children.split_whitespace());
+        process::run(Path::new("kill"), &pids, None)?;
         // Gone with its process: a later stop must not kill whatever takes
         // the pid over.
         let _ = std::fs::remove_file(node.data().join("postmaster.pid"));
         Ok(())
+    }
+
+    /// Stops (SIGSTOP) node `index`'s walsenders: what it commits from now
+    /// on reaches no standby, as when its network to them is cut. Undone
+    /// only by [`Cluster::crash`].
+    pub fn hold_replication(&self, index: usize) -> Result<(), String> {
+        let pids = self.query(
+            index,
+            "SELECT string_agg(pid::text, ' ') FROM pg_stat_replication",
+        )?;
+        let mut args = vec!["-STOP"];
+        args.extend(pids.split_whitespace());
+        if args.len() == 1 {
+            return Err(format!("{} has no walsender", self.nodes[index].name));
+        }
+        process::run(Path::new("kill"), &args, None)
+    }
+
+    /// Waits until every standby has replayed what the leader had written
+    /// when this was called.
+    pub fn until_replayed(&self, patience: Duration) -> Result<(), String> {
+        let leader = self.leader().ok_or("no leader")?;
+        let written = self.query(leader, "SELECT pg_current_wal_lsn()")?;
+        let others = (self.nodes.len() - 1).to_string();
+        let replayed = format!(
+            "SELECT count(*) FROM pg_stat_replication WHERE application_name LIKE 'node%' \
+             AND replay_lsn >= '{written}'::pg_lsn"
+        );
+        process::until(patience, "the standbys to replay", || {
+            Ok(self.query(leader, &replayed).is_ok_and(|n| n == others))
+        })
     }
 
     /// Waits until a node other than `not` is the primary and HAProxy routes
