@@ -127,6 +127,16 @@ impl Call {
     }
 }
 
+/// Runs a [`Call`] by the method named, in the protocol's form.
+macro_rules! run_as {
+    ($protocol:expr, $call:expr, $method:ident($executor:expr)) => {
+        match $protocol {
+            Protocol::Prepared => $call.prepared().$method($executor).await,
+            Protocol::Simple => $call.simple()?.$method($executor).await,
+        }
+    };
+}
+
 impl Protocol {
     /// Runs `call`; its first row.
     pub(crate) async fn fetch_optional<'e, E>(
@@ -137,10 +147,7 @@ impl Protocol {
     where
         E: Executor<'e, Database = Postgres>,
     {
-        match self {
-            Protocol::Prepared => call.prepared().fetch_optional(executor).await,
-            Protocol::Simple => call.simple()?.fetch_optional(executor).await,
-        }
+        run_as!(self, call, fetch_optional(executor))
     }
 
     /// Runs `call`; every row.
@@ -152,10 +159,7 @@ impl Protocol {
     where
         E: Executor<'e, Database = Postgres>,
     {
-        match self {
-            Protocol::Prepared => call.prepared().fetch_all(executor).await,
-            Protocol::Simple => call.simple()?.fetch_all(executor).await,
-        }
+        run_as!(self, call, fetch_all(executor))
     }
 
     /// Runs `call`; the rows it touched.
@@ -163,11 +167,7 @@ impl Protocol {
     where
         E: Executor<'e, Database = Postgres>,
     {
-        let done = match self {
-            Protocol::Prepared => call.prepared().execute(executor).await?,
-            Protocol::Simple => call.simple()?.execute(executor).await?,
-        };
-        Ok(done.rows_affected())
+        Ok(run_as!(self, call, execute(executor))?.rows_affected())
     }
 }
 

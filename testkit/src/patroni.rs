@@ -287,7 +287,13 @@ impl Cluster {
         let children = process::output(Path::new("pgrep"), &["-P", &pid], None).unwrap_or_default();
         let mut pids = vec!["-KILL", pid.as_str()];
         pids.extend(children.split_whitespace());
-        process::run(Path::new("kill"), &pids, None)?;
+        // A child may end by itself between the two (a backend that had
+        // finished): `kill` then fails for that pid alone, having killed
+        // the rest. What matters is that the postmaster is gone.
+        let _ = process::run(Path::new("kill"), &pids, None);
+        process::until(Duration::from_secs(10), "the postmaster to die", || {
+            Ok(process::run(Path::new("kill"), &["-0", &pid], None).is_err())
+        })?;
         // Gone with its process: a later stop must not kill whatever takes
         // the pid over.
         let _ = std::fs::remove_file(node.data().join("postmaster.pid"));
@@ -524,7 +530,7 @@ listen primary
     );
     process::spawn_watchdog(&stop, &dir)?;
     // Until the cluster is built, a failure stops what started.
-    let stop_on_error = StopOnError(Some(stop.clone()));
+    let stop_on_error = process::StopOnError::new(stop.clone());
     // Standard output and error, both to one log file.
     let log = |name: &str| -> Result<(Stdio, Stdio), String> {
         let file = std::fs::File::create(dir.join(name)).map_err(|e| format!("{name}: {e}"))?;
@@ -606,23 +612,6 @@ listen primary
         Ok(cluster.leader().is_some_and(|l| cluster.routes_to(l)))
     })?;
     Ok(cluster)
-}
-
-/// Runs a stop command when dropped before [`StopOnError::defuse`].
-struct StopOnError(Option<String>);
-
-impl StopOnError {
-    fn defuse(mut self) -> String {
-        self.0.take().unwrap_or_default()
-    }
-}
-
-impl Drop for StopOnError {
-    fn drop(&mut self) {
-        if let Some(stop) = self.0.take() {
-            let _ = Command::new("sh").args(["-c", &stop]).status();
-        }
-    }
 }
 
 /// The last lines of a log, for an error.

@@ -168,3 +168,29 @@ pub fn until(
     }
     Ok(())
 }
+
+/// Runs a stop command (`sh -c`) when dropped before
+/// [`StopOnError::defuse`]: what a half-built cluster started is stopped.
+#[derive(Debug)]
+pub struct StopOnError(Option<String>);
+
+impl StopOnError {
+    /// Arms `stop`.
+    pub fn new(stop: String) -> Self {
+        StopOnError(Some(stop))
+    }
+
+    /// The build succeeded: nothing to stop; the command, for the caller
+    /// to keep.
+    pub fn defuse(mut self) -> String {
+        self.0.take().unwrap_or_default()
+    }
+}
+
+impl Drop for StopOnError {
+    fn drop(&mut self) {
+        if let Some(stop) = self.0.take() {
+            let _ = Command::new("sh").args(["-c", &stop]).status();
+        }
+    }
+}
