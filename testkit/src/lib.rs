@@ -10,6 +10,7 @@
 //! [`required`]), which turns the skip into a failure.
 
 pub mod child;
+pub mod etcd;
 pub mod mysql;
 pub mod patroni;
 pub mod pg;

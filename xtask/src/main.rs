@@ -20,6 +20,10 @@
 //!   `cargo-mutants` (installed with `cargo install cargo-mutants`), judged
 //!   by the core's unit tests and the contract suite on the reference engine;
 //!   not in CI (17–60 s per mutant on 2 cores; 60 s is the timeout). Results in `target/mutants/`.
+//! - `cargo xtask protos` — regenerates alkstore-etcd's gRPC code
+//!   (`alkstore-etcd/src/proto/`) from `alkstore-etcd/proto/*.proto`, with
+//!   a `protoc` from the `protoc-bin-vendored` crate (`xtask/protos/`, a
+//!   workspace of its own).
 //! - `cargo xtask soak [minutes]` — a mixed workload per engine (4 minutes
 //!   each by default): errors, failed opens, checker violations, how long a
 //!   lease outlives `KeepAlive`'s loss signal, `lock(wait)` overshoot.
@@ -75,6 +79,12 @@ fn main() -> ExitCode {
             ]);
             cargo(&command)
         }
+        Some("protos") => {
+            // alkstore-etcd's gRPC code, from its .proto files: a workspace
+            // of its own, so that its build tools (a vendored protoc,
+            // prost-build) never enter the project's builds.
+            cargo(&["run", "--manifest-path", "xtask/protos/Cargo.toml"])
+        }
         Some("soak") => {
             let minutes = args.get(1).map(String::as_str).unwrap_or("4");
             cargo(&[
@@ -90,7 +100,7 @@ fn main() -> ExitCode {
         }
         _ => {
             eprintln!(
-                "usage: cargo xtask <contract | tidy | ci | bench [engine…] | mutants [args] | soak [minutes]>"
+                "usage: cargo xtask <contract | tidy | ci | bench [engine…] | mutants [args] | soak [minutes] | protos>"
             );
             return ExitCode::from(2);
         }

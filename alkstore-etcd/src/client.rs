@@ -1,0 +1,315 @@
+//! The gRPC calls the engine makes, over one tonic channel balanced across
+//! the cluster's endpoints. Every call is bounded ([`Client::connect`]'s
+//! request timeout): a call that a member cannot answer (no leader, no
+//! quorum, a stopped process) fails with `DeadlineExceeded` or
+//! `Unavailable` in bounded time, never hangs.
+
+use std::time::Duration;
+
+use futures::StreamExt;
+use tonic::transport::{Channel, Endpoint};
+
+use crate::proto::etcdserverpb::cluster_client::ClusterClient;
+use crate::proto::etcdserverpb::compare::{CompareResult, CompareTarget, TargetUnion};
+use crate::proto::etcdserverpb::kv_client::KvClient;
+use crate::proto::etcdserverpb::lease_client::LeaseClient;
+use crate::proto::etcdserverpb::maintenance_client::MaintenanceClient;
+use crate::proto::etcdserverpb::request_op::Request as Op;
+use crate::proto::etcdserverpb::response_op::Response as OpResponse;
+use crate::proto::etcdserverpb::watch_client::WatchClient;
+use crate::proto::etcdserverpb::{
+    Compare, DeleteRangeRequest, LeaseGrantRequest, LeaseKeepAliveRequest, LeaseRevokeRequest,
+    LeaseTimeToLiveRequest, PutRequest, RangeRequest, RangeResponse, RequestOp, TxnRequest,
+    TxnResponse,
+};
+
+/// How long one call may take, unless the URL says otherwise.
+pub(crate) const REQUEST_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// How long opening a connection to one member may take.
+pub(crate) const CONNECT_TIMEOUT: Duration = Duration::from_secs(3);
+
+/// The gRPC clients of one cluster, sharing one channel.
+#[derive(Debug, Clone)]
+pub(crate) struct Client {
+    pub(crate) kv: KvClient<Channel>,
+    pub(crate) lease: LeaseClient<Channel>,
+    pub(crate) watch: WatchClient<Channel>,
+    pub(crate) cluster: ClusterClient<Channel>,
+    pub(crate) maintenance: MaintenanceClient<Channel>,
+}
+
+impl Client {
+    /// A client of the members at `endpoints` (`host:port`), each call
+    /// bounded by `timeout`. Connects lazily: the first call finds out
+    /// whether a member answers.
+    pub(crate) fn connect(
+        endpoints: &[String],
+        timeout: Duration,
+    ) -> Result<Client, tonic::transport::Error> {
+        let endpoints = endpoints
+            .iter()
+            .map(|endpoint| {
+                Ok(Endpoint::from_shared(format!("http://{endpoint}"))?
+                    .connect_timeout(CONNECT_TIMEOUT)
+                    .timeout(timeout)
+                    .tcp_nodelay(true)
+                    // A member that stops answering (a stopped process, a
+                    // cut network) is found within 3 s and left for others.
+                    .http2_keep_alive_interval(Duration::from_secs(1))
+                    .keep_alive_timeout(Duration::from_secs(2))
+                    .keep_alive_while_idle(true))
+            })
+            .collect::<Result<Vec<_>, tonic::transport::Error>>()?;
+        Ok(Client::over(Channel::balance_list(endpoints.into_iter())))
+    }
+
+    /// The clients over `channel`.
+    fn over(channel: Channel) -> Client {
+        Client {
+            kv: KvClient::new(channel.clone()),
+            lease: LeaseClient::new(channel.clone()),
+            watch: WatchClient::new(channel.clone()),
+            cluster: ClusterClient::new(channel.clone()),
+            maintenance: MaintenanceClient::new(channel),
+        }
+    }
+
+    /// The keys in `[key, end)` (`end` empty: `key` alone), at most `limit`
+    /// of them (0: all).
+    pub(crate) async fn range(
+        &self,
+        key: Vec<u8>,
+        end: Vec<u8>,
+        limit: i64,
+    ) -> Result<RangeResponse, tonic::Status> {
+        let request = RangeRequest {
+            key,
+            range_end: end,
+            limit,
+            ..Default::default()
+        };
+        Ok(self.kv.clone().range(request).await?.into_inner())
+    }
+
+    /// One transaction.
+    pub(crate) async fn txn(&self, txn: Txn) -> Result<TxnResponse, tonic::Status> {
+        let request = TxnRequest {
+            compare: txn.compare,
+            success: txn.success,
+            failure: txn.failure,
+        };
+        Ok(self.kv.clone().txn(request).await?.into_inner())
+    }
+
+    /// A new lease of `ttl` seconds: its id and the TTL the cluster gave
+    /// (never below `ttl`; raised to the cluster's minimum).
+    pub(crate) async fn lease_grant(&self, ttl: i64) -> Result<(i64, i64), tonic::Status> {
+        let granted = self
+            .lease
+            .clone()
+            .lease_grant(LeaseGrantRequest { ttl, id: 0 })
+            .await?
+            .into_inner();
+        if !granted.error.is_empty() {
+            return Err(tonic::Status::unknown(granted.error));
+        }
+        Ok((granted.id, granted.ttl))
+    }
+
+    /// Ends lease `id` and removes its keys; false when it was not there
+    /// (expired, or ended before).
+    pub(crate) async fn lease_revoke(&self, id: i64) -> Result<bool, tonic::Status> {
+        match self
+            .lease
+            .clone()
+            .lease_revoke(LeaseRevokeRequest { id })
+            .await
+        {
+            Ok(_) => Ok(true),
+            Err(status) if is_lease_not_found(&status) => Ok(false),
+            Err(status) => Err(status),
+        }
+    }
+
+    /// Ends lease `id` in the background: a grant's lease once its key is
+    /// gone, or one a refusal did not use. Only tidiness: a lease with no
+    /// key holds nothing, and ends at its TTL anyway.
+    pub(crate) fn lease_revoke_later(&self, id: i64) {
+        let client = self.clone();
+        tokio::spawn(async move {
+            let _ = client.lease_revoke(id).await;
+        });
+    }
+
+    /// Refreshes lease `id` to its full TTL, once; the TTL it now has (0:
+    /// the lease is gone).
+    pub(crate) async fn lease_keep_alive_once(&self, id: i64) -> Result<i64, tonic::Status> {
+        let request = futures::stream::iter([LeaseKeepAliveRequest { id }]);
+        let mut answers = self
+            .lease
+            .clone()
+            .lease_keep_alive(request)
+            .await?
+            .into_inner();
+        match answers.next().await {
+            Some(answer) => Ok(answer?.ttl.max(0)),
+            None => Err(tonic::Status::unavailable(
+                "the keep-alive stream ended unanswered",
+            )),
+        }
+    }
+
+    /// What is left of lease `id`, in whole seconds as etcd counts them
+    /// (rounded down); `None` when it is gone.
+    pub(crate) async fn lease_time_left(&self, id: i64) -> Result<Option<i64>, tonic::Status> {
+        let answer = self
+            .lease
+            .clone()
+            .lease_time_to_live(LeaseTimeToLiveRequest { id, keys: false })
+            .await?
+            .into_inner();
+        Ok((answer.ttl >= 0).then_some(answer.ttl))
+    }
+}
+
+/// Whether `status` says the lease is not there.
+fn is_lease_not_found(status: &tonic::Status) -> bool {
+    status.code() == tonic::Code::NotFound || status.message().contains("lease not found")
+}
+
+/// A transaction being built: compares, and the operations when they all
+/// hold and when one does not.
+#[derive(Debug, Default)]
+pub(crate) struct Txn {
+    compare: Vec<Compare>,
+    success: Vec<RequestOp>,
+    failure: Vec<RequestOp>,
+}
+
+/// What a compare looks at.
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum Target {
+    /// The create revision (0: no key).
+    Create,
+    /// The mod revision (0: no key).
+    Mod,
+    /// The lease the key is attached to.
+    Lease,
+}
+
+/// How a compare compares.
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum Is {
+    Equal,
+    Less,
+}
+
+impl Txn {
+    /// A new transaction.
+    pub(crate) fn new() -> Txn {
+        Txn::default()
+    }
+
+    /// Compares `target` of the key `key` (with `end` non-empty: of every
+    /// key in `[key, end)`) to `value`.
+    pub(crate) fn when(
+        mut self,
+        key: Vec<u8>,
+        end: Vec<u8>,
+        target: Target,
+        is: Is,
+        value: i64,
+    ) -> Txn {
+        let (target, union) = match target {
+            Target::Create => (CompareTarget::Create, TargetUnion::CreateRevision(value)),
+            Target::Mod => (CompareTarget::Mod, TargetUnion::ModRevision(value)),
+            Target::Lease => (CompareTarget::Lease, TargetUnion::Lease(value)),
+        };
+        let result = match is {
+            Is::Equal => CompareResult::Equal,
+            Is::Less => CompareResult::Less,
+        };
+        self.compare.push(Compare {
+            result: result as i32,
+            target: target as i32,
+            key,
+            range_end: end,
+            target_union: Some(union),
+        });
+        self
+    }
+
+    /// Then (when every compare holds): put `value` at `key` on `lease`.
+    pub(crate) fn put(mut self, key: Vec<u8>, value: Vec<u8>, lease: i64) -> Txn {
+        self.success.push(put(key, value, lease));
+        self
+    }
+
+    /// Then: delete `key`.
+    pub(crate) fn delete(self, key: Vec<u8>) -> Txn {
+        self.delete_range(key, Vec::new())
+    }
+
+    /// Then: delete every key in `[key, end)`.
+    pub(crate) fn delete_range(mut self, key: Vec<u8>, end: Vec<u8>) -> Txn {
+        self.success.push(RequestOp {
+            request: Some(Op::RequestDeleteRange(DeleteRangeRequest {
+                key,
+                range_end: end,
+                ..Default::default()
+            })),
+        });
+        self
+    }
+
+    /// Else (when a compare fails): read `[key, end)`.
+    pub(crate) fn or_read(mut self, key: Vec<u8>, end: Vec<u8>) -> Txn {
+        self.failure.push(read(key, end));
+        self
+    }
+
+    /// Then: read `[key, end)`.
+    pub(crate) fn read(mut self, key: Vec<u8>, end: Vec<u8>) -> Txn {
+        self.success.push(read(key, end));
+        self
+    }
+}
+
+fn put(key: Vec<u8>, value: Vec<u8>, lease: i64) -> RequestOp {
+    RequestOp {
+        request: Some(Op::RequestPut(PutRequest {
+            key,
+            value,
+            lease,
+            ..Default::default()
+        })),
+    }
+}
+
+fn read(key: Vec<u8>, end: Vec<u8>) -> RequestOp {
+    RequestOp {
+        request: Some(Op::RequestRange(RangeRequest {
+            key,
+            range_end: end,
+            ..Default::default()
+        })),
+    }
+}
+
+/// The reads of a transaction's answer, in order.
+pub(crate) fn reads(answer: TxnResponse) -> Vec<RangeResponse> {
+    answer
+        .responses
+        .into_iter()
+        .filter_map(|r| match r.response {
+            Some(OpResponse::ResponseRange(range)) => Some(range),
+            _ => None,
+        })
+        .collect()
+}
+
+/// The revision a transaction's answer was applied at.
+pub(crate) fn revision(answer: &TxnResponse) -> i64 {
+    answer.header.as_ref().map_or(0, |h| h.revision)
+}

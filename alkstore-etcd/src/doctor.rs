@@ -1,0 +1,102 @@
+//! `alkstore doctor` for etcd: the members, the leader, the version and
+//! the store's fence headroom, read without writing; the contract's
+//! promises judged by the number of voting members.
+
+use alkstore_core::doctor::{Finding, InspectFuture, Promise, Report, Verdict, inspecting};
+
+use crate::client::Client;
+use crate::keys::Layout;
+use crate::proto::etcdserverpb::{MemberListRequest, StatusRequest};
+
+/// Inspects the cluster `url` names.
+pub(crate) fn inspect_url(url: &str) -> InspectFuture<'_> {
+    inspecting(async move {
+        let parsed = crate::url::parse(url)?;
+        let client = Client::connect(&parsed.endpoints, parsed.timeout)?;
+        let layout = Layout::new(parsed.prefix.clone());
+        let members = client
+            .cluster
+            .clone()
+            .member_list(MemberListRequest::default())
+            .await?
+            .into_inner()
+            .members;
+        let status = client
+            .maintenance
+            .clone()
+            .status(StatusRequest::default())
+            .await?
+            .into_inner();
+        let voters = members.iter().filter(|m| !m.is_learner).count();
+        let leader = members
+            .iter()
+            .find(|m| m.id == status.leader)
+            .map_or_else(|| "none".to_owned(), |m| m.name.clone());
+        let revision = status.header.as_ref().map_or(0, |h| h.revision);
+        let base = crate::fence::read_base(&client, &layout).await;
+        let next = base
+            .map(|base| crate::fence::of(base.value, revision.saturating_add(1)))
+            .map_err(|e| format!("unknown: {e}"));
+        let settings = vec![
+            ("version".to_owned(), status.version.clone()),
+            (
+                "members".to_owned(),
+                members
+                    .iter()
+                    .map(|m| match m.is_learner {
+                        true => format!("{} (learner)", m.name),
+                        false => m.name.clone(),
+                    })
+                    .collect::<Vec<_>>()
+                    .join(", "),
+            ),
+            ("leader".to_owned(), leader),
+            ("revision".to_owned(), revision.to_string()),
+            ("prefix".to_owned(), layout.prefix().to_owned()),
+            alkstore_core::doctor::fences_left(next),
+        ];
+        let failover = match voters {
+            0..=2 => Finding::given_up(
+                Promise::NoGrantLostInAFailover,
+                format!(
+                    "{voters} voting member(s): losing one loses the quorum (no failover); run 3 or 5"
+                ),
+            ),
+            _ => Finding::kept(
+                Promise::NoGrantLostInAFailover,
+                format!(
+                    "{voters} voting members: a grant is answered once a majority has it, and a new leader has every write a majority has"
+                ),
+            ),
+        };
+        let mut warnings = Vec::new();
+        if !status.errors.is_empty() {
+            warnings.push(format!(
+                "the cluster reports alarms: {} (etcd refuses writes under a NOSPACE alarm: compact, defragment, disarm)",
+                status.errors.join("; ")
+            ));
+        }
+        Ok(Report::new(
+            "etcd",
+            parsed.endpoints.join(","),
+            settings,
+            vec![
+                Finding::kept(
+                    Promise::Exclusion,
+                    "every grant is one transaction on the Raft log, compared against the name's keys",
+                ),
+                Finding::kept(
+                    Promise::NoGrantLostInACrash,
+                    "etcd answers a write once it is in the write-ahead log of a majority, synced to disk",
+                ),
+                failover,
+                Finding::new(
+                    Promise::FencesRiseAcrossAFailover,
+                    Verdict::Kept,
+                    "fences are revisions, which a new leader continues; after restoring a snapshot run `alkstore raise-fences`",
+                ),
+            ],
+        )
+        .with_warnings(warnings))
+    })
+}

@@ -1,0 +1,163 @@
+//! The etcd engine of alkstore: named locks, semaphores and reader-writer
+//! locks on an etcd v3 cluster. Each grant is a key on a lease of its own
+//! (the lease's end is the grant's), its fence the revision that granted
+//! it, and waiting acquires are woken by a watch, by releases and by
+//! expiries alike. Nothing a majority of members acknowledged is lost
+//! when a member or the leader dies (docs/engine-etcd.md).
+//!
+//! ```no_run
+//! use std::time::Duration;
+//! use alkstore_core::Store;
+//! use alkstore_etcd::EtcdStore;
+//!
+//! # #[tokio::main(flavor = "current_thread")]
+//! # async fn main() -> alkstore_core::Result<()> {
+//! let store = EtcdStore::connect("etcd://127.0.0.1:2379/locks").await?;
+//! let ttl = Duration::from_secs(30);
+//! let lock = store.try_lock("nightly-report", "worker-1", ttl).await?;
+//! let lock = lock.expect("the name was free");
+//! assert!(store.try_lock("nightly-report", "worker-2", ttl).await?.is_none());
+//! assert!(lock.release().await?);
+//! # Ok(())
+//! # }
+//! ```
+//!
+//! etcd's leases are whole seconds: a lease is the ttl asked rounded up to
+//! a second, at least the cluster's minimum (1.5 election timeouts, 2 s
+//! with etcd's defaults). A holder's `valid_until` still counts from the
+//! request's send time plus the ttl asked, so it never believes in more
+//! than it has; others see the name held up to the rounded lease.
+
+mod client;
+mod doctor;
+mod engine;
+mod fence;
+mod keys;
+mod proto;
+mod url;
+mod watcher;
+
+use alkstore_core::{EngineStore, Error, Result};
+
+use crate::client::{Client, Is, Target, Txn};
+use crate::engine::EtcdEngine;
+use crate::keys::Layout;
+
+pub use url::{DEFAULT_PREFIX, ENGINE};
+
+/// What marks a prefix as an alkstore store's, in its `meta/alkstore` key.
+const MARKER: &str = "alkstore etcd store, layout 1";
+
+/// The prefix holds keys of something else (no alkstore marker), or a
+/// marker of another layout; found in the source chain of the
+/// `Error::Database` that [`EtcdStore::connect`] returns.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error(
+    "the prefix {prefix:?} {found}: it is not an alkstore store's; give the URL a prefix of its own \
+     (etcd://host:2379/a-prefix)"
+)]
+pub struct ForeignPrefix {
+    /// The prefix.
+    pub prefix: String,
+    /// What was found there.
+    pub found: String,
+}
+
+/// A lock store under one key prefix of one etcd cluster.
+///
+/// Cheap to share behind an `Arc`: every call goes over one gRPC channel,
+/// balanced across the members the URL names.
+#[derive(Debug)]
+pub struct EtcdStore {
+    inner: EngineStore<EtcdEngine>,
+}
+
+impl EtcdStore {
+    /// Opens the store `url` names (`etcd://host:port[,host:port…][/prefix]`,
+    /// see [`ENGINE`]): checks that a member answers within the URL's
+    /// timeout, and marks the prefix as an alkstore store's when it holds
+    /// nothing yet. A prefix that holds other keys is refused
+    /// ([`ForeignPrefix`]).
+    pub async fn connect(url: &str) -> Result<Self> {
+        let parsed = url::parse(url).map_err(url::open_error)?;
+        let client = Client::connect(&parsed.endpoints, parsed.timeout)
+            .map_err(|e| Error::database("open", e))?;
+        let layout = Layout::new(parsed.prefix);
+        claim(&client, &layout)
+            .await
+            .map_err(|e| Error::database("open", e))?;
+        Ok(EtcdStore {
+            inner: EngineStore::new(EtcdEngine::new(client, layout)),
+        })
+    }
+
+    /// Deletes every key of this store (grants, fence base, marker), for
+    /// tests and teardown. Fences start again at the cluster's revisions
+    /// without the base: do it only where no fence handed out still
+    /// matters. Fails closed after [`Store::close`](alkstore_core::Store::close).
+    pub async fn remove_store(&self) -> Result<()> {
+        if self.inner.is_closed() {
+            return Err(Error::closed("remove_store"));
+        }
+        let engine = self.inner.engine();
+        let prefix = engine.layout.prefix().as_bytes().to_vec();
+        let txn = Txn::new().delete_range(prefix.clone(), keys::prefix_end(&prefix));
+        engine
+            .client
+            .txn(txn)
+            .await
+            .map(drop)
+            .map_err(|e| Error::database("remove_store", e))
+    }
+}
+
+/// Checks the prefix's marker, or writes it where the prefix is empty.
+async fn claim(
+    client: &Client,
+    layout: &Layout,
+) -> std::result::Result<(), alkstore_core::BoxError> {
+    let marker = format!("{}meta/alkstore", layout.prefix()).into_bytes();
+    let prefix = layout.prefix().as_bytes().to_vec();
+    let end = keys::prefix_end(&prefix);
+    for _ in 0..3 {
+        let read = client.range(marker.clone(), Vec::new(), 1).await?;
+        if let Some(kv) = read.kvs.first() {
+            return match kv.value == MARKER.as_bytes() {
+                true => Ok(()),
+                false => Err(ForeignPrefix {
+                    prefix: layout.prefix().to_owned(),
+                    found: format!("is marked {:?}", String::from_utf8_lossy(&kv.value)),
+                }
+                .into()),
+            };
+        }
+        let txn = Txn::new()
+            .when(prefix.clone(), end.clone(), Target::Create, Is::Equal, 0)
+            .put(marker.clone(), MARKER.as_bytes().to_vec(), 0)
+            .or_read(prefix.clone(), end.clone());
+        let answer = client.txn(txn).await?;
+        if answer.succeeded {
+            return Ok(());
+        }
+        let held = client::reads(answer);
+        let is_marker_only = held
+            .first()
+            .is_some_and(|r| r.kvs.iter().any(|kv| kv.key == marker));
+        if !is_marker_only {
+            let first = held
+                .first()
+                .and_then(|r| r.kvs.first())
+                .map(|kv| String::from_utf8_lossy(&kv.key).into_owned())
+                .unwrap_or_default();
+            return Err(ForeignPrefix {
+                prefix: layout.prefix().to_owned(),
+                found: format!("holds other keys, such as {first:?}"),
+            }
+            .into());
+        }
+        // Another store marked it meanwhile: read the marker again.
+    }
+    Err("the prefix's marker could not be read".into())
+}
+
+alkstore_core::delegate_store!(EtcdStore, inner);

@@ -1,0 +1,156 @@
+//! The URLs this engine opens: `etcd://host:port[,host:port…][/prefix]`,
+//! as `etcdctl --endpoints` lists members (any member answers; the
+//! client moves to another when one fails). The path is the key prefix
+//! the store's keys live under (default [`DEFAULT_PREFIX`]); `timeout`
+//! (`?timeout=5s`, `500ms`) bounds every call. Credentials and TLS are
+//! not supported yet: a URL with either is refused, never opened without.
+
+use std::time::Duration;
+
+use alkstore_core::url::OpenFuture;
+use alkstore_core::{EngineDescriptor, Error, Store, UrlError};
+
+use crate::EtcdStore;
+
+/// The key prefix when the URL has no path.
+pub const DEFAULT_PREFIX: &str = "/alkstore";
+
+/// The etcd engine, as `alkstore::open` finds it.
+pub const ENGINE: EngineDescriptor = EngineDescriptor {
+    name: "etcd",
+    schemes: &["etcd://"],
+    open: open_url,
+    inspect: crate::doctor::inspect_url,
+    standby: alkstore_core::url::never_standby,
+};
+
+/// What a URL names.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Parsed {
+    /// The members' client endpoints, `host:port`.
+    pub(crate) endpoints: Vec<String>,
+    /// The key prefix, ending in `/`.
+    pub(crate) prefix: String,
+    /// The bound on every call.
+    pub(crate) timeout: Duration,
+}
+
+/// Reads `url`.
+pub(crate) fn parse(url: &str) -> Result<Parsed, UrlError> {
+    let malformed = |problem: &str| UrlError::malformed(url, problem);
+    let rest = url
+        .strip_prefix("etcd://")
+        .ok_or_else(|| malformed("it does not start with etcd://"))?;
+    let (rest, query) = rest.split_once('?').unwrap_or((rest, ""));
+    if rest.contains('#') {
+        return Err(malformed("a fragment (#) has no meaning here"));
+    }
+    let (hosts, path) = match rest.find('/') {
+        Some(at) => rest.split_at(at),
+        None => (rest, ""),
+    };
+    if hosts.contains('@') {
+        return Err(malformed(
+            "credentials are not supported yet: use a cluster without authentication on a trusted network",
+        ));
+    }
+    let mut endpoints = Vec::new();
+    for endpoint in hosts.split(',') {
+        let (host, port) = endpoint.rsplit_once(':').ok_or_else(|| {
+            malformed("every endpoint needs its port (host:port, etcd's client port is 2379)")
+        })?;
+        if host.is_empty() || port.parse::<u16>().map_or(true, |p| p == 0) {
+            return Err(malformed(&format!("{endpoint:?} is not host:port")));
+        }
+        endpoints.push(endpoint.to_owned());
+    }
+    let prefix = match path.trim_end_matches('/') {
+        "" => DEFAULT_PREFIX,
+        prefix => prefix,
+    };
+    if prefix.chars().any(char::is_control) {
+        return Err(malformed("the prefix holds a control character"));
+    }
+    let mut timeout = crate::client::REQUEST_TIMEOUT;
+    for pair in query.split('&').filter(|p| !p.is_empty()) {
+        match pair.split_once('=') {
+            Some(("timeout", value)) => {
+                timeout = parse_duration(value)
+                    .filter(|t| !t.is_zero() && *t <= Duration::from_secs(600))
+                    .ok_or_else(|| {
+                        malformed("timeout is a duration from 1ms to 600s, such as 5s or 500ms")
+                    })?;
+            }
+            _ => {
+                return Err(malformed(&format!(
+                    "unknown parameter {pair:?} (etcd URLs know timeout)"
+                )));
+            }
+        }
+    }
+    Ok(Parsed {
+        endpoints,
+        prefix: format!("{prefix}/"),
+        timeout,
+    })
+}
+
+/// `5s`, `500ms`.
+fn parse_duration(value: &str) -> Option<Duration> {
+    if let Some(ms) = value.strip_suffix("ms") {
+        return ms.parse().ok().map(Duration::from_millis);
+    }
+    value
+        .strip_suffix('s')?
+        .parse()
+        .ok()
+        .map(Duration::from_secs)
+}
+
+fn open_url(url: &str) -> OpenFuture<'_> {
+    Box::pin(async move {
+        let store = EtcdStore::connect(url).await?;
+        Ok(Box::new(store) as Box<dyn Store>)
+    })
+}
+
+/// The URL's error as the store's `open` error.
+pub(crate) fn open_error(error: UrlError) -> Error {
+    Error::database("open", error)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn endpoints_prefix_and_timeout_are_read() {
+        let parsed = parse("etcd://10.0.0.1:2379,10.0.0.2:2379/locks/prod?timeout=500ms").unwrap();
+        assert_eq!(parsed.endpoints, ["10.0.0.1:2379", "10.0.0.2:2379"]);
+        assert_eq!(parsed.prefix, "/locks/prod/");
+        assert_eq!(parsed.timeout, Duration::from_millis(500));
+        let plain = parse("etcd://localhost:2379").unwrap();
+        assert_eq!(plain.prefix, "/alkstore/");
+        assert_eq!(plain.timeout, crate::client::REQUEST_TIMEOUT);
+        assert_eq!(parse("etcd://h:1/").unwrap().prefix, "/alkstore/");
+    }
+
+    #[test]
+    fn bad_urls_are_refused_with_the_reason() {
+        for (url, reason) in [
+            ("etcd://host", "port"),
+            ("etcd://:2379", "host:port"),
+            ("etcd://h:0", "host:port"),
+            ("etcd://h:x", "host:port"),
+            ("etcd://u:secret@h:2379", "credentials"),
+            ("etcd://h:2379?timeout=0s", "timeout"),
+            ("etcd://h:2379?timeout=forever", "timeout"),
+            ("etcd://h:2379?user=x", "unknown parameter"),
+            ("etcd://h:2379/p#x", "fragment"),
+        ] {
+            let error = parse(url).unwrap_err().to_string();
+            assert!(error.contains(reason), "{url}: {error}");
+            assert!(!error.contains("secret"), "{url}: {error}");
+        }
+    }
+}

@@ -1,0 +1,103 @@
+//! Wake-ups for waiting acquires: one watch per store on its grant keys,
+//! for deletions only. A release, a forced release and a lease's end all
+//! delete a grant's key, so every one of them wakes a waiter of its name,
+//! in every process (the SQL engines hear of no expiry).
+
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use alkstore_core::ReleaseBus;
+use futures::StreamExt;
+use tokio::task::JoinHandle;
+
+use crate::client::Client;
+use crate::keys::{Layout, prefix_end};
+use crate::proto::etcdserverpb::watch_create_request::FilterType;
+use crate::proto::etcdserverpb::watch_request::RequestUnion;
+use crate::proto::etcdserverpb::{WatchCreateRequest, WatchRequest};
+use crate::proto::mvccpb::event::EventType;
+
+/// The watch task of one store, started by its first waiting acquire.
+#[derive(Debug)]
+pub(crate) struct Watcher {
+    client: Client,
+    layout: Layout,
+    bus: Arc<ReleaseBus>,
+    task: Mutex<Option<JoinHandle<()>>>,
+}
+
+impl Watcher {
+    pub(crate) fn new(client: Client, layout: Layout, bus: Arc<ReleaseBus>) -> Self {
+        Watcher {
+            client,
+            layout,
+            bus,
+            task: Mutex::new(None),
+        }
+    }
+
+    /// Starts the watch, unless it runs.
+    pub(crate) fn start(&self) {
+        let mut task = self.task.lock().unwrap_or_else(|e| e.into_inner());
+        if task.as_ref().is_some_and(|t| !t.is_finished()) {
+            return;
+        }
+        let (client, layout, bus) = (self.client.clone(), self.layout.clone(), self.bus.clone());
+        *task = Some(tokio::spawn(watch(client, layout, bus)));
+    }
+
+    /// Stops the watch.
+    pub(crate) fn stop(&self) {
+        if let Some(task) = self.task.lock().unwrap_or_else(|e| e.into_inner()).take() {
+            task.abort();
+        }
+    }
+}
+
+impl Drop for Watcher {
+    fn drop(&mut self) {
+        self.stop();
+    }
+}
+
+/// Watches until aborted; after a broken watch, wakes every waiter (a
+/// deletion may have been missed) and watches again.
+async fn watch(client: Client, layout: Layout, bus: Arc<ReleaseBus>) {
+    let grants = layout.grants();
+    let create = WatchRequest {
+        request_union: Some(RequestUnion::CreateRequest(WatchCreateRequest {
+            range_end: prefix_end(&grants),
+            key: grants,
+            filters: vec![FilterType::Noput as i32],
+            ..Default::default()
+        })),
+    };
+    let mut pause = Duration::from_millis(50);
+    loop {
+        // The request stream stays open: closing it would end the watch.
+        let requests = futures::stream::iter([create.clone()]).chain(futures::stream::pending());
+        if let Ok(answer) = client.watch.clone().watch(requests).await {
+            let mut answers = answer.into_inner();
+            while let Some(Ok(answer)) = answers.next().await {
+                if answer.created {
+                    // Releases before the watch began went unheard.
+                    bus.wake_all();
+                    pause = Duration::from_millis(50);
+                }
+                if answer.canceled {
+                    break;
+                }
+                for event in answer.events {
+                    if event.r#type == EventType::Delete as i32 {
+                        if let Some((name, _)) = event.kv.and_then(|kv| layout.parse(&kv.key)) {
+                            bus.released(&name);
+                        }
+                    }
+                }
+            }
+        }
+        bus.wake_all();
+        tokio::time::sleep(pause).await;
+        pause = (pause * 2).min(Duration::from_secs(1));
+    }
+}
