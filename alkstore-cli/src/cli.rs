@@ -25,7 +25,8 @@ The URL may come from ALKSTORE_URL instead of --url. No password is ever printed
 #[command(name = "alkstore", version, after_help = EXIT_CODES_HELP)]
 pub struct Cli {
     /// The store: sqlite://locks.db (relative path), sqlite:///var/lib/app/locks.db
-    /// (absolute), postgres://user@host/db?schema=name, mysql://user@host/database
+    /// (absolute), postgres://user@host/db?schema=name, mysql://user@host/database,
+    /// etcd://host:2379,host2:2379/prefix
     #[arg(long, value_name = "URL", env = "ALKSTORE_URL", hide_env_values = true)]
     pub url: String,
 

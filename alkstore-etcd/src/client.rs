@@ -55,9 +55,13 @@ impl Client {
                     .timeout(timeout)
                     .tcp_nodelay(true)
                     // A member that stops answering (a stopped process, a
-                    // cut network) is found within 3 s and left for others.
-                    .http2_keep_alive_interval(Duration::from_secs(1))
-                    .keep_alive_timeout(Duration::from_secs(2))
+                    // cut network) is found within 15 s even with no call
+                    // in flight (a call in flight is bounded by `timeout`).
+                    // Not more often than every 10 s: etcd closes the
+                    // connection of a client that pings more often than
+                    // every 5 s (`--grpc-keepalive-min-time`).
+                    .http2_keep_alive_interval(Duration::from_secs(10))
+                    .keep_alive_timeout(Duration::from_secs(5))
                     .keep_alive_while_idle(true))
             })
             .collect::<Result<Vec<_>, tonic::transport::Error>>()?;

@@ -45,6 +45,10 @@ use crate::keys::Layout;
 
 pub use url::{DEFAULT_PREFIX, ENGINE};
 
+/// The granularity of etcd's leases: whole seconds. A ttl is rounded up
+/// to it (and to the cluster's minimum, [`EtcdStore::shortest_lease`]).
+pub const LEASE_GRANULARITY: std::time::Duration = std::time::Duration::from_secs(1);
+
 /// What marks a prefix as an alkstore store's, in its `meta/alkstore` key.
 const MARKER: &str = "alkstore etcd store, layout 1";
 
@@ -89,6 +93,21 @@ impl EtcdStore {
         Ok(EtcdStore {
             inner: EngineStore::new(EtcdEngine::new(client, layout)),
         })
+    }
+
+    /// The shortest lease the cluster grants: a lease of one second asked
+    /// for and ended at once (etcd raises a shorter TTL to 1.5 election
+    /// timeouts, rounded up to a second: 2 s with its defaults).
+    pub async fn shortest_lease(&self) -> Result<std::time::Duration> {
+        let client = &self.inner.engine().client;
+        let (lease, ttl) = client
+            .lease_grant(1)
+            .await
+            .map_err(|e| Error::database("shortest_lease", e))?;
+        client.lease_revoke_later(lease);
+        Ok(std::time::Duration::from_secs(
+            u64::try_from(ttl).unwrap_or(1),
+        ))
     }
 
     /// Deletes every key of this store (grants, fence base, marker), for

@@ -23,9 +23,11 @@
 //!
 //! Engines, chosen by feature flag: `sqlite` (default, embedded, bundled
 //! SQLite), `postgres` and `mysql` (MariaDB/MySQL), the two servers a fleet
-//! of hosts can share. The engine crates can also be used directly:
-//! `alkstore_sqlite::SqliteStore`, `alkstore_postgres::PgStore`,
-//! `alkstore_mysql::MySqlStore`.
+//! of hosts can share, and `etcd`, a consensus store that loses nothing it
+//! acknowledged while a majority of its members lives. The engine crates
+//! can also be used directly: `alkstore_sqlite::SqliteStore`,
+//! `alkstore_postgres::PgStore`, `alkstore_mysql::MySqlStore`,
+//! `alkstore_etcd::EtcdStore`.
 
 // What a lock user needs, at the root.
 pub use alkstore_core::{
@@ -72,6 +74,7 @@ engines! {
     "sqlite" => sqlite = alkstore_sqlite,
     "postgres" => postgres = alkstore_postgres,
     "mysql" => mysql = alkstore_mysql,
+    "etcd" => etcd = alkstore_etcd,
 }
 
 /// Opens the store a URL names, with the engine whose scheme it has:
@@ -82,7 +85,9 @@ engines! {
 ///   alkstore's own parameter (default `alkstore`) and is not passed to the
 ///   driver;
 /// - `mysql://user:password@host:port/database` (or `mariadb://`); the path
-///   names the store's database (default `alkstore`), created if missing.
+///   names the store's database (default `alkstore`), created if missing;
+/// - `etcd://host:port[,host:port…][/prefix]`; the path is the key prefix
+///   the store lives under (default `/alkstore`).
 ///
 /// An unknown or malformed URL, or one of an engine this build leaves out,
 /// is an [`Error::Database`] whose source is a [`UrlError`]; nothing is opened.

@@ -20,6 +20,7 @@ pub struct Fresh {
     cleanup: Option<Cleanup>,
     opener: Option<Opener>,
     opt_outs: Vec<(&'static str, String)>,
+    clock: crate::LeaseClock,
 }
 
 impl Fresh {
@@ -31,7 +32,18 @@ impl Fresh {
             cleanup: None,
             opener: None,
             opt_outs: Vec::new(),
+            clock: crate::LeaseClock::MILLISECONDS,
         }
+    }
+
+    /// Declares how the engine's leases keep time (the default:
+    /// [`LeaseClock::MILLISECONDS`](crate::LeaseClock::MILLISECONDS)): the
+    /// cases scale their short leases and waits to it ([`crate::clock`]).
+    /// One clock per test process: every fixture of the process declares
+    /// the same.
+    pub fn with_lease_clock(mut self, clock: crate::LeaseClock) -> Self {
+        self.clock = clock;
+        self
     }
 
     /// Skips the case named `case` on this engine, for `why` (an engine
@@ -162,6 +174,7 @@ where
         let Some(fresh) = fresh().await else {
             return;
         };
+        crate::clock::declare(fresh.clock);
         if let Some((case, why)) = fresh.opt_outs.iter().find(|(case, _)| Some(*case) == name) {
             println!("OPTED OUT: {case}: {why}");
             let _ = fresh.store.close().await;

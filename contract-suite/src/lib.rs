@@ -24,6 +24,7 @@
 //! ```
 
 pub mod cases;
+pub mod clock;
 pub mod failover;
 pub mod faults;
 pub mod fleet;
@@ -35,6 +36,7 @@ pub mod reference;
 pub mod safety;
 pub mod support;
 
+pub use clock::LeaseClock;
 pub use fresh::{Fresh, Stores, run, run_case, run_with_peers, verdict};
 
 /// Hands the list of every contract case to `$callback!`, after `$extra`:

@@ -51,10 +51,11 @@ pub fn refused(result: Result<Option<Box<dyn Lock>>>) {
     }
 }
 
-/// Sleeps past the end of a lease of `ttl` granted before this call: the full
-/// ttl plus a margin for the engine's clock granularity.
+/// Sleeps past the end of a lease of `ttl` granted before this call: the
+/// full ttl as the engine's [lease clock](crate::clock) keeps it (rounded
+/// up, and the lag before a lapsed lease is gone), plus 30 ms.
 pub async fn outlive(ttl: Duration) {
-    tokio::time::sleep(ttl + Duration::from_millis(30)).await;
+    tokio::time::sleep(crate::clock::clock().lease_end(ttl) + Duration::from_millis(30)).await;
 }
 
 /// After the holder of `name` (owner `dead_owner`, grant `fence`) died

@@ -5,6 +5,7 @@ use std::time::Duration;
 
 use alkstore_core::{Error, MAX_FENCE, MAX_FENCE_RAISE, MIN_FENCE_RAISE, Store};
 
+use crate::clock::{ms, purgeable};
 use crate::safety::Rng;
 use crate::safety::history::check;
 use crate::safety::workload::Race;
@@ -13,7 +14,7 @@ use crate::support::{granted, outlive, refused};
 /// Fences strictly increase over grants, releases, expiries, takeovers and
 /// purges of one name; a same-owner re-acquire is the same grant, same fence.
 pub async fn fences_strictly_increase(store: Arc<dyn Store>) {
-    let short = Duration::from_millis(60);
+    let short = ms(60);
     let long = Duration::from_secs(30);
     let mut last = 0u64;
     for step in 0..40 {
@@ -50,7 +51,7 @@ pub async fn fences_strictly_increase(store: Arc<dyn Store>) {
                 if step % 8 == 0 {
                     assert_eq!(
                         store.purge_expired().await.unwrap(),
-                        1,
+                        purgeable(1),
                         "rule: purge deletes the expired rows and says how many; step {step}: one \
                          lapsed row"
                     );

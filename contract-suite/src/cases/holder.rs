@@ -5,6 +5,7 @@ use std::time::Duration;
 
 use alkstore_core::Store;
 
+use crate::clock::{ms, purgeable};
 use crate::support::{granted, outlive};
 
 /// `holder` names the live holder with its fence and remaining lease, and
@@ -16,7 +17,7 @@ pub async fn holder_reports_live_holder(store: Arc<dyn Store>) {
         "rule: holder reports only a live holder; saw {seen:?} for a name never acquired, \
          expected None"
     );
-    let ttl = Duration::from_millis(400);
+    let ttl = ms(400);
     let lock = granted(store.try_lock("job", "a", ttl).await);
     let holder = store.holder("job").await.unwrap().unwrap();
     assert_eq!(
@@ -52,7 +53,7 @@ pub async fn holder_reports_live_holder(store: Arc<dyn Store>) {
 pub async fn purge_removes_only_expired_rows(store: Arc<dyn Store>) {
     // Long enough that the first purge, two calls later, finds them live
     // even on a loaded machine.
-    let short = Duration::from_millis(500);
+    let short = ms(500);
     let stale: Vec<_> = ["s1", "s2", "s3"]
         .iter()
         .map(|name| store.try_lock(name, "a", short))
@@ -70,7 +71,7 @@ pub async fn purge_removes_only_expired_rows(store: Arc<dyn Store>) {
     outlive(short).await;
     assert_eq!(
         store.purge_expired().await.unwrap(),
-        3,
+        purgeable(3),
         "rule: purge deletes the expired rows and says how many; three had lapsed"
     );
     assert_eq!(
@@ -99,9 +100,9 @@ pub async fn purge_removes_only_expired_rows(store: Arc<dyn Store>) {
 /// `holder`'s `expires_in` is the lease time *left*, not the ttl: 400 ms
 /// into a 1 s lease, at most 600 ms are left (and some are).
 pub async fn holder_reports_time_left_not_the_ttl(store: Arc<dyn Store>) {
-    let ttl = Duration::from_secs(1);
+    let ttl = ms(1000);
     let lock = granted(store.try_lock("job", "a", ttl).await);
-    let waited = Duration::from_millis(400);
+    let waited = ms(400);
     tokio::time::sleep(waited).await;
     let holder = store.holder("job").await.unwrap().unwrap();
     assert!(
@@ -112,10 +113,12 @@ pub async fn holder_reports_time_left_not_the_ttl(store: Arc<dyn Store>) {
         ttl - waited
     );
     assert!(
-        holder.expires_in >= Duration::from_millis(100),
-        "rule: holder reports the lease time left; saw {:?}, expected at least 100 ms \
-         of the 600 ms left",
-        holder.expires_in
+        holder.expires_in >= ms(100),
+        "rule: holder reports the lease time left; saw {:?}, expected at least {:?} of the \
+         {:?} left",
+        holder.expires_in,
+        ms(100),
+        ttl - waited
     );
     assert!(
         lock.release().await.unwrap(),
@@ -128,7 +131,7 @@ pub async fn holder_reports_time_left_not_the_ttl(store: Arc<dyn Store>) {
 /// *other* names sweeps nothing. The stale holder's release of its own row
 /// still answers `true`, and a purge counts it.
 pub async fn expired_rows_stay_until_purged(store: Arc<dyn Store>) {
-    let short = Duration::from_millis(100);
+    let short = ms(100);
     let stale = granted(store.try_lock("stale", "a", short).await);
     let counted = granted(store.try_lock("counted", "a", short).await);
     outlive(short).await;

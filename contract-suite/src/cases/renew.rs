@@ -5,6 +5,7 @@ use std::time::{Duration, Instant};
 
 use alkstore_core::{DurationError, Store};
 
+use crate::clock::{clock, ms};
 use crate::support::{assert_duration_error, granted, outlive};
 
 /// Renew sets a full window from now; it does not add to the old one.
@@ -12,44 +13,46 @@ pub async fn renew_is_a_full_window_from_now(store: Arc<dyn Store>) {
     let lock = granted(store.try_lock("job", "a", Duration::from_secs(60)).await);
     let before = Instant::now();
     assert!(
-        lock.renew(Duration::from_secs(2)).await.unwrap(),
+        lock.renew(ms(2000)).await.unwrap(),
         "rule: renew answers true for its own live grant; saw false, expected true"
     );
     let holder = store.holder("job").await.unwrap().unwrap();
-    // Additive would leave about 62 s; a full window from now leaves at most 2 s.
+    // Additive would leave about 62 s (80 s scaled by ten); a full window
+    // from now leaves at most 2 s (20 s).
     assert!(
-        holder.expires_in <= Duration::from_secs(2),
+        holder.expires_in <= ms(2000),
         "rule: renew sets a full window from now, not added to the old one; saw {holder:?}, \
-         expected at most 2 s left"
+         expected at most {:?} left",
+        ms(2000)
     );
     assert!(
-        holder.expires_in > Duration::from_secs(1),
+        holder.expires_in > ms(1000),
         "rule: renew sets a full window of its ttl from now; saw {holder:?}, expected more than \
-         1 s of the 2 s left"
+         {:?} of the {:?} left",
+        ms(1000),
+        ms(2000)
     );
     assert!(
-        lock.valid_until() <= Instant::now() + Duration::from_secs(2),
+        lock.valid_until() <= Instant::now() + ms(2000),
         "rule: valid_until never promises more than the renewal's ttl; saw it {:?} from now, \
-         expected at most 2 s",
-        lock.valid_until().saturating_duration_since(Instant::now())
+         expected at most {:?}",
+        lock.valid_until().saturating_duration_since(Instant::now()),
+        ms(2000)
     );
     assert!(
-        lock.valid_until() >= before + Duration::from_millis(1900),
+        lock.valid_until() >= before + ms(1900),
         "rule: a renewal answered true moves valid_until to its send time plus its ttl; saw it \
-         {:?} after the renewal was sent, expected at least 1.9 s",
-        lock.valid_until().saturating_duration_since(before)
+         {:?} after the renewal was sent, expected at least {:?}",
+        lock.valid_until().saturating_duration_since(before),
+        ms(1900)
     );
     // And it extends a short lease past its old end.
-    let short = granted(
-        store
-            .try_lock("short", "a", Duration::from_millis(300))
-            .await,
-    );
+    let short = granted(store.try_lock("short", "a", ms(300)).await);
     assert!(
-        short.renew(Duration::from_secs(5)).await.unwrap(),
+        short.renew(ms(5000)).await.unwrap(),
         "rule: renew answers true for its own live grant; saw false, expected true"
     );
-    outlive(Duration::from_millis(300)).await;
+    outlive(ms(300)).await;
     assert_eq!(
         store.holder("short").await.unwrap().unwrap().fence,
         short.fence(),
@@ -67,7 +70,7 @@ pub async fn renew_is_a_full_window_from_now(store: Arc<dyn Store>) {
 
 /// Renew after a takeover by another owner: `false`, and the new holder keeps it.
 pub async fn renew_false_after_takeover(store: Arc<dyn Store>) {
-    let ttl = Duration::from_millis(150);
+    let ttl = ms(150);
     let a = granted(store.try_lock("job", "a", ttl).await);
     outlive(ttl).await;
     let b = granted(store.try_lock("job", "b", Duration::from_secs(30)).await);
@@ -89,7 +92,7 @@ pub async fn renew_false_after_takeover(store: Arc<dyn Store>) {
 
 /// Renew after the lease lapsed, even with nobody taking it: `false`.
 pub async fn renew_false_after_lapse(store: Arc<dyn Store>) {
-    let ttl = Duration::from_millis(150);
+    let ttl = ms(150);
     let a = granted(store.try_lock("job", "a", ttl).await);
     outlive(ttl).await;
     assert!(
@@ -188,7 +191,7 @@ pub async fn renew_false_ends_valid_until(stores: crate::Stores) {
 /// polling the name (every millisecond) is never granted it before the first
 /// holder's `valid_until`, after a grant and after a renewal.
 pub async fn valid_until_never_outlasts_the_lease(store: Arc<dyn Store>) {
-    let ttl = Duration::from_millis(150);
+    let ttl = ms(150);
     for round in 0..4 {
         let name = format!("job-{round}");
         let lock = granted(store.try_lock(&name, "a", ttl).await);
@@ -200,7 +203,7 @@ pub async fn valid_until_never_outlasts_the_lease(store: Arc<dyn Store>) {
             );
         }
         let valid_until = lock.valid_until();
-        let give_up = Instant::now() + ttl + Duration::from_secs(2);
+        let give_up = Instant::now() + clock().lease_end(ttl) + Duration::from_secs(2);
         let taken_at = loop {
             assert!(
                 Instant::now() < give_up,

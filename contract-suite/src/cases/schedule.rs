@@ -7,6 +7,7 @@ use std::time::Duration;
 use alkstore_core::schedule::Schedule;
 
 use crate::Stores;
+use crate::clock::{clock, ms};
 use crate::fleet::{FleetLog, run_fleet};
 
 /// Slots of the fleet cases: long enough that a try at the start of a slot
@@ -102,21 +103,26 @@ pub async fn schedule_retry_runs_a_crashed_slot_once_more(stores: Stores) {
     // hiccups of a few hundred milliseconds (at 150 ms, one renewal 100 ms
     // late let a live run's claim lapse and its slot run twice), and still
     // lapses after a crash early enough for a retry within the slot.
-    let base = Schedule::every("fleet/retry", 3 * PERIOD)
+    // Slot, run lease and run scaled to the engine's lease clock (a lease
+    // rounded up to a coarse clock's granule would lapse too late for a
+    // retry within a 1.2 s slot); one slot fewer on such a clock, so that
+    // the case stays well within its time.
+    let base = Schedule::every("fleet/retry", 3 * PERIOD * clock().scale())
         .unwrap()
         .max_clock_skew(SKEW)
         .unwrap()
         .retry_crashed_runs()
-        .run_lease(Duration::from_millis(450))
+        .run_lease(ms(450))
         .unwrap();
     let first_slot_soon = base.slot_at(std::time::SystemTime::now()).index + 2;
     let crash_at = first_slot_soon + 1;
+    let slots = if clock().scale() > 1 { 4 } else { 5 };
     let log = run_fleet(
         replicas,
         base,
         &[0, 50, 100],
-        5,
-        Duration::from_millis(750),
+        slots,
+        ms(750),
         LATE,
         &[None, None, Some(crash_at)],
     )

@@ -5,6 +5,7 @@ use std::time::{Duration, Instant};
 
 use alkstore_core::Store;
 
+use crate::clock::{clock, ms};
 use crate::support::{granted, refused};
 
 const LONG: Duration = Duration::from_secs(30);
@@ -197,7 +198,7 @@ pub async fn lock_with_a_zero_wait_tries_once(store: Arc<dyn Store>) {
 /// `lock` grants the ttl it was asked for — on a free name, and to a waiter
 /// after a release: the lease ends near that ttl, not at some default.
 pub async fn lock_grants_the_ttl_asked_for(store: Arc<dyn Store>) {
-    let ttl = Duration::from_millis(600);
+    let ttl = ms(600);
     // `valid_until` counts from the granting attempt's send time: no later
     // than when the call came back.
     let check = |lock: &dyn alkstore_core::Lock, answered: Instant, how: &str| {
@@ -242,13 +243,14 @@ pub async fn lock_grants_the_ttl_asked_for(store: Arc<dyn Store>) {
         "rule: lock grants the ttl asked for; a waiter after a release: saw the holder's time \
          left {left:?}, expected at most {ttl:?}"
     );
-    // The lease ends with the ttl: the name is free again soon after.
-    tokio::time::sleep(ttl + Duration::from_millis(200)).await;
+    // The lease ends with the ttl (as the engine's lease clock keeps it):
+    // the name is free again soon after.
+    let after = clock().lease_end(ttl) + Duration::from_millis(200);
+    tokio::time::sleep(after).await;
     let Some(other) = store.try_lock("held", "c", LONG).await.unwrap() else {
         panic!(
-            "rule: lock grants the ttl asked for; saw the waiter's grant still live {:?} after \
-             its {ttl:?} lease",
-            ttl + Duration::from_millis(200)
+            "rule: lock grants the ttl asked for; saw the waiter's grant still live {after:?} \
+             after its {ttl:?} lease"
         );
     };
     assert!(other.release().await.unwrap());
