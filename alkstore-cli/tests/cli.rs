@@ -408,6 +408,53 @@ async fn mysql_list_show_release() {
     on_a_mysql_store("cli", |url| async move { list_show_release(&url).await }).await;
 }
 
+/// Runs `check` on the URL of a new store under a prefix of its own on the
+/// test etcd cluster, then removes its keys.
+async fn on_an_etcd_store<F: Future<Output = ()>>(prefix: &str, check: impl FnOnce(String) -> F) {
+    let Some(server) = alkstore_testkit::etcd::server() else {
+        return;
+    };
+    let url = format!("{}/{}", server.url, alkstore_testkit::unique_name(prefix));
+    check(url.clone()).await;
+    let direct = alkstore::etcd::EtcdStore::connect(&url).await.unwrap();
+    direct.remove_store().await.unwrap();
+    direct.close().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn etcd_list_show_release() {
+    on_an_etcd_store("cli", |url| async move { list_show_release(&url).await }).await;
+}
+
+/// doctor on etcd: the testkit's three members keep the failover promise;
+/// an etcd with the lease bugs of leader changes gives exclusion up.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn doctor_judges_an_etcd_cluster() {
+    let Some(server) = alkstore_testkit::etcd::server() else {
+        return;
+    };
+    if server.cluster.is_none() {
+        return; // only the harness's own cluster is known to have three members
+    }
+    let url = format!("{}/{}", server.url, alkstore_testkit::unique_name("doctor"));
+    let (code, verdicts) = doctor(&url);
+    // The failover promise is kept by three members; exclusion is given up
+    // on an etcd with the lease bugs of leader changes (Debian's 3.4.23),
+    // and doctor then exits 5.
+    let failover = &verdicts["no_grant_lost_in_a_failover"];
+    assert_eq!(failover.0, "kept", "{verdicts:?}");
+    assert!(failover.1.contains("3 voting members"), "{verdicts:?}");
+    let exclusion = &verdicts["exclusion"];
+    match exclusion.0.as_str() {
+        "kept" => assert_eq!(code, 0, "{verdicts:?}"),
+        _ => {
+            assert_eq!(exclusion.0, "given up", "{verdicts:?}");
+            assert!(exclusion.1.contains("upgrade"), "{verdicts:?}");
+            assert_eq!(code, 5, "{verdicts:?}");
+        }
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn purge_deletes_expired_rows_and_says_how_many() {
     let dir = tempfile::tempdir().unwrap();

@@ -98,23 +98,35 @@ impl Client {
 
     /// One transaction.
     pub(crate) async fn txn(&self, txn: Txn) -> Result<TxnResponse, tonic::Status> {
-        let request = TxnRequest {
+        let mut request = tonic::Request::new(TxnRequest {
             compare: txn.compare,
             success: txn.success,
             failure: txn.failure,
-        };
+        });
+        if let Some(within) = txn.within {
+            request.set_timeout(within);
+        }
         Ok(self.kv.clone().txn(request).await?.into_inner())
     }
 
     /// A new lease of `ttl` seconds: its id and the TTL the cluster gave
     /// (never below `ttl`; raised to the cluster's minimum).
     pub(crate) async fn lease_grant(&self, ttl: i64) -> Result<(i64, i64), tonic::Status> {
-        let granted = self
-            .lease
-            .clone()
-            .lease_grant(LeaseGrantRequest { ttl, id: 0 })
-            .await?
-            .into_inner();
+        self.lease_grant_within(ttl, None).await
+    }
+
+    /// [`Client::lease_grant`], bounded by `within` when given (else by the
+    /// store's timeout).
+    pub(crate) async fn lease_grant_within(
+        &self,
+        ttl: i64,
+        within: Option<Duration>,
+    ) -> Result<(i64, i64), tonic::Status> {
+        let mut request = tonic::Request::new(LeaseGrantRequest { ttl, id: 0 });
+        if let Some(within) = within {
+            request.set_timeout(within);
+        }
+        let granted = self.lease.clone().lease_grant(request).await?.into_inner();
         if !granted.error.is_empty() {
             return Err(tonic::Status::unknown(granted.error));
         }
@@ -165,16 +177,28 @@ impl Client {
     }
 
     /// What is left of lease `id`, in whole seconds as etcd counts them
-    /// (rounded down); `None` when it is gone.
-    pub(crate) async fn lease_time_left(&self, id: i64) -> Result<Option<i64>, tonic::Status> {
+    /// (rounded down), and the TTL it was granted; `None` when it is gone.
+    pub(crate) async fn lease_time_left(
+        &self,
+        id: i64,
+    ) -> Result<Option<(i64, i64)>, tonic::Status> {
         let answer = self
             .lease
             .clone()
             .lease_time_to_live(LeaseTimeToLiveRequest { id, keys: false })
             .await?
             .into_inner();
-        Ok((answer.ttl >= 0).then_some(answer.ttl))
+        Ok((answer.ttl >= 0).then_some((answer.ttl, answer.granted_ttl)))
     }
+}
+
+/// Whether `status` says a call ran out of its time (the client's bound or
+/// the server's).
+pub(crate) fn ran_out(status: &tonic::Status) -> bool {
+    matches!(
+        status.code(),
+        tonic::Code::DeadlineExceeded | tonic::Code::Cancelled
+    )
 }
 
 /// Whether `status` says the lease is not there.
@@ -189,6 +213,7 @@ pub(crate) struct Txn {
     compare: Vec<Compare>,
     success: Vec<RequestOp>,
     failure: Vec<RequestOp>,
+    within: Option<Duration>,
 }
 
 /// What a compare looks at.
@@ -241,6 +266,13 @@ impl Txn {
             range_end: end,
             target_union: Some(union),
         });
+        self
+    }
+
+    /// Bounded by `within` when given, instead of the store's timeout: for
+    /// reads only (a write cut short may have been applied).
+    pub(crate) fn within(mut self, within: Option<Duration>) -> Txn {
+        self.within = within;
         self
     }
 

@@ -8,6 +8,23 @@ use crate::client::Client;
 use crate::keys::Layout;
 use crate::proto::etcdserverpb::{MemberListRequest, StatusRequest};
 
+/// Whether etcd `version` has the lease bugs of leader changes fixed in
+/// 3.4.32 and 3.5.14 (etcd-io/etcd#15247, #17642).
+fn has_lease_bugs(version: &str) -> bool {
+    let mut parts = version.split('.').map(|p| p.parse::<u32>().unwrap_or(0));
+    let (major, minor, patch) = (
+        parts.next().unwrap_or(0),
+        parts.next().unwrap_or(0),
+        parts.next().unwrap_or(0),
+    );
+    match (major, minor) {
+        (3, 4) => patch < 32,
+        (3, 5) => patch < 14,
+        (3, minor) => minor < 4,
+        (major, _) => major < 3,
+    }
+}
+
 /// Inspects the cluster `url` names.
 pub(crate) fn inspect_url(url: &str) -> InspectFuture<'_> {
     inspecting(async move {
@@ -69,6 +86,22 @@ pub(crate) fn inspect_url(url: &str) -> InspectFuture<'_> {
                 ),
             ),
         };
+        let lease_bugs = has_lease_bugs(&status.version);
+        let exclusion = match lease_bugs {
+            true => Finding::given_up(
+                Promise::Exclusion,
+                format!(
+                    "etcd {} can end a lease early when a stale leader revokes it after a leader \
+                     change (etcd-io/etcd#15247), and report a lease 292 years long (#17642): \
+                     upgrade to 3.4.32, 3.5.14 or later",
+                    status.version
+                ),
+            ),
+            false => Finding::kept(
+                Promise::Exclusion,
+                "every grant is one transaction on the Raft log, compared against the name's keys",
+            ),
+        };
         let mut warnings = Vec::new();
         if !status.errors.is_empty() {
             warnings.push(format!(
@@ -81,10 +114,7 @@ pub(crate) fn inspect_url(url: &str) -> InspectFuture<'_> {
             parsed.endpoints.join(","),
             settings,
             vec![
-                Finding::kept(
-                    Promise::Exclusion,
-                    "every grant is one transaction on the Raft log, compared against the name's keys",
-                ),
+                exclusion,
                 Finding::kept(
                     Promise::NoGrantLostInACrash,
                     "etcd answers a write once it is in the write-ahead log of a majority, synced to disk",
@@ -99,4 +129,21 @@ pub(crate) fn inspect_url(url: &str) -> InspectFuture<'_> {
         )
         .with_warnings(warnings))
     })
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn the_lease_bugs_end_with_3_4_32_and_3_5_14() {
+        for (version, buggy) in [
+            ("3.4.23", true),
+            ("3.4.32", false),
+            ("3.5.13", true),
+            ("3.5.14", false),
+            ("3.6.0", false),
+            ("3.3.27", true),
+        ] {
+            assert_eq!(super::has_lease_bugs(version), buggy, "{version}");
+        }
+    }
 }

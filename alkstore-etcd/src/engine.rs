@@ -8,6 +8,7 @@
 //! since that read (or the fence base did): a lost race reads again.
 
 use std::collections::HashMap;
+use std::sync::atomic::{AtomicI64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -37,6 +38,38 @@ struct Leased {
     ttl: i64,
     value: GrantValue,
     fence_revision: i64,
+    /// When the lease ends at the latest, by this host's clock, unless
+    /// renewed: an entry past it is dropped when the map grows.
+    until: Instant,
+}
+
+impl Leased {
+    /// The lease of the grant in `found`, granted `ttl` seconds long.
+    fn of(found: &Found, ttl: i64) -> Leased {
+        Leased {
+            key: found.kv.key.clone(),
+            lease: found.kv.lease,
+            ttl,
+            fence_revision: found.value.fence_revision(&found.kv),
+            value: found.value.clone(),
+            until: Instant::now() + whole_seconds(ttl) + LEASE_SLACK,
+        }
+    }
+}
+
+/// How many remembered leases the map holds before it drops those past
+/// their end (a handle dropped without release leaves its entry).
+const REMEMBERED: usize = 4096;
+
+/// How long past its TTL a remembered lease may still be live (a leader
+/// change gives leases their full TTL again).
+const LEASE_SLACK: Duration = Duration::from_secs(60);
+
+/// The longest lease etcd grants: 9,000,000,000 s (`MaxLeaseTTL`).
+const MAX_LEASE_SECONDS: i64 = 9_000_000_000;
+
+fn whole_seconds(ttl: i64) -> Duration {
+    Duration::from_secs(u64::try_from(ttl).unwrap_or(0))
 }
 
 /// One grant key of a name, as read.
@@ -117,6 +150,27 @@ enum Write {
     Again(Found),
 }
 
+/// How one renewal on one lease ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Renewal {
+    Renewed,
+    /// The lease ended (lapsed, or revoked with its key).
+    Lost,
+    /// The key is not on this lease (moved, released, removed), or the
+    /// grant was retired by a fence raise.
+    NotOnThisLease,
+}
+
+/// A ttl longer than etcd's longest lease (9,000,000,000 s), asked of a
+/// renewal: refused, the lease left as it was (an acquire is given the
+/// longest instead, and its `valid_until` says so).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+#[error("etcd grants leases of at most 9000000000 s; {asked} s were asked")]
+pub struct LeaseTooLong {
+    /// The seconds asked.
+    pub asked: i64,
+}
+
 /// A grant written: its fence and key.
 #[derive(Debug)]
 struct Granted {
@@ -132,15 +186,32 @@ pub(crate) struct EtcdEngine {
     pub(crate) layout: Layout,
     pub(crate) bus: Arc<ReleaseBus>,
     leased: Mutex<HashMap<(String, u64), Leased>>,
+    /// The shortest lease the cluster grants, in seconds, as learnt from
+    /// its grants (1 until one was raised).
+    floor: AtomicI64,
     watcher: Watcher,
 }
 
+/// The least time an attempt's read gets, even with its deadline passed:
+/// it still makes one attempt.
+const LEAST_ATTEMPT: Duration = Duration::from_millis(100);
+
+/// How long an attempt's read and lease may take: what is left of its
+/// deadline (at least [`LEAST_ATTEMPT`]); the store's timeout without one.
+fn attempt_bound(deadline: Option<Instant>) -> Option<Duration> {
+    deadline.map(|d| {
+        d.saturating_duration_since(Instant::now())
+            .max(LEAST_ATTEMPT)
+    })
+}
+
 /// Whole seconds of lease for `ttl`: rounded up, at least 1 (etcd's leases
-/// are whole seconds; the cluster raises one below its minimum).
+/// are whole seconds; the cluster raises one below its minimum), at most
+/// etcd's longest ([`MAX_LEASE_SECONDS`]).
 pub(crate) fn lease_seconds(ttl: LeaseMillis) -> i64 {
     i64::try_from(ttl.get().div_ceil(1000))
         .unwrap_or(i64::MAX)
-        .max(1)
+        .clamp(1, MAX_LEASE_SECONDS)
 }
 
 impl EtcdEngine {
@@ -153,14 +224,47 @@ impl EtcdEngine {
             layout,
             bus,
             leased: Mutex::new(HashMap::new()),
+            floor: AtomicI64::new(1),
         }
     }
 
-    fn remember(&self, name: &str, fence: u64, leased: Leased) {
-        self.leased
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .insert((name.to_owned(), fence), leased);
+    /// A new lease of `seconds`, bounded by `within` when given; learns the
+    /// cluster's shortest lease from it.
+    async fn lease(
+        &self,
+        seconds: i64,
+        within: Option<Duration>,
+    ) -> Result<(i64, i64), tonic::Status> {
+        let (lease, granted) = self.client.lease_grant_within(seconds, within).await?;
+        if granted > seconds {
+            self.floor.fetch_max(granted, Ordering::Relaxed);
+        }
+        Ok((lease, granted))
+    }
+
+    /// The TTL a lease of `ttl` is granted with: whole seconds, at least
+    /// the cluster's shortest.
+    fn granted_seconds(&self, ttl: LeaseMillis) -> i64 {
+        lease_seconds(ttl).max(self.floor.load(Ordering::Relaxed))
+    }
+
+    /// Remembers `leased` as the lease of the grant (`name`, `fence`);
+    /// unless `replace`, keeps an entry already there.
+    fn remember(&self, name: &str, fence: u64, leased: Leased, replace: bool) {
+        let mut map = self.leased.lock().unwrap_or_else(|e| e.into_inner());
+        if map.len() >= REMEMBERED {
+            let now = Instant::now();
+            map.retain(|_, l| l.until > now);
+        }
+        let key = (name.to_owned(), fence);
+        match replace {
+            true => {
+                map.insert(key, leased);
+            }
+            false => {
+                map.entry(key).or_insert(leased);
+            }
+        }
     }
 
     fn forget(&self, name: &str, fence: u64) {
@@ -172,10 +276,29 @@ impl EtcdEngine {
 
     /// One read of `name`'s keys and the fence base.
     async fn read_name(&self, name: &str) -> Result<NameState, BoxError> {
+        self.read_name_within(name, None).await?
+    }
+
+    /// One read of `name`'s keys and the fence base, bounded by `within`
+    /// when given: `Err` when it ran out.
+    async fn read_name_within(
+        &self,
+        name: &str,
+        within: Option<Duration>,
+    ) -> Result<Result<NameState, BoxError>, tonic::Status> {
         let txn = Txn::new()
             .read(self.layout.name_start(name), self.layout.name_end(name))
-            .read(self.layout.base(), Vec::new());
+            .read(self.layout.base(), Vec::new())
+            .within(within);
         let answer = self.client.txn(txn).await?;
+        Ok(self.name_state(answer))
+    }
+
+    /// A name's state from the answer of its read.
+    fn name_state(
+        &self,
+        answer: crate::proto::etcdserverpb::TxnResponse,
+    ) -> Result<NameState, BoxError> {
         let revision = client::revision(&answer);
         let mut reads = client::reads(answer).into_iter();
         let (keys, base) = (
@@ -221,27 +344,28 @@ impl EtcdEngine {
         name: &str,
         owner: &str,
         ttl: LeaseMillis,
+        deadline: Option<Instant>,
         decide: impl Fn(&NameState) -> Result<Write, T>,
         lost: impl Fn() -> T,
     ) -> Result<Result<Granted, T>, BoxError> {
-        for _ in 0..RACES {
-            let state = self.read_name(name).await?;
+        for race in 0..RACES {
+            if race > 0 && deadline.is_some_and(|d| Instant::now() >= d) {
+                return Ok(Err(lost()));
+            }
+            // The read and the lease wait no longer than the deadline: what
+            // they leave behind is nothing, or a lease with no key. The
+            // write is not cut short (it may land even so).
+            let state = match self.read_name_within(name, attempt_bound(deadline)).await {
+                Ok(state) => state?,
+                Err(status) if ran_out(&status, deadline) => return Ok(Err(lost())),
+                Err(status) => return Err(status.into()),
+            };
             let (slot, permits) = match decide(&state) {
                 Err(answer) => return Ok(Err(answer)),
                 Ok(Write::Again(found)) => {
-                    let expires_in = self.time_left(found.kv.lease).await?;
+                    let (expires_in, granted) = lease_time(&self.client, found.kv.lease).await?;
                     let fence = found.fence();
-                    self.remember(
-                        name,
-                        fence,
-                        Leased {
-                            key: found.kv.key.clone(),
-                            lease: found.kv.lease,
-                            ttl: 0,
-                            fence_revision: found.value.fence_revision(&found.kv),
-                            value: found.value.clone(),
-                        },
-                    );
+                    self.remember(name, fence, Leased::of(&found, granted), false);
                     return Ok(Ok(Granted {
                         fence,
                         slot: found.slot,
@@ -250,9 +374,13 @@ impl EtcdEngine {
                 }
                 Ok(Write::Grant { slot, permits }) => (slot, permits),
             };
-            fence::check_room(state.base.value, state.revision.saturating_add(1))?;
+            fence::check_room(state.base.value, state.revision)?;
             let seconds = lease_seconds(ttl);
-            let (lease, granted_ttl) = self.client.lease_grant(seconds).await?;
+            let (lease, granted_ttl) = match self.lease(seconds, attempt_bound(deadline)).await {
+                Ok(granted) => granted,
+                Err(status) if ran_out(&status, deadline) => return Ok(Err(lost())),
+                Err(status) => return Err(status.into()),
+            };
             let key = self.layout.key(name, slot);
             let over = state.of(slot).cloned();
             let value = GrantValue {
@@ -317,12 +445,15 @@ impl EtcdEngine {
                     ttl: granted_ttl,
                     value,
                     fence_revision: revision,
+                    until: Instant::now() + whole_seconds(granted_ttl) + LEASE_SLACK,
                 },
+                true,
             );
             return Ok(Ok(Granted {
                 fence,
                 slot,
-                expires_in: ttl.as_duration(),
+                // A ttl past etcd's longest lease got the longest.
+                expires_in: ttl.as_duration().min(whole_seconds(granted_ttl)),
             }));
         }
         Ok(Err(lost()))
@@ -339,20 +470,97 @@ impl EtcdEngine {
         if remembered.is_some() {
             return Ok(remembered);
         }
+        self.read_grant(grant).await
+    }
+
+    /// The grant `grant` as its key holds it now (its lease may have moved:
+    /// another handle's renewal), with its lease's TTL; remembered.
+    async fn read_grant(&self, grant: &GrantKey) -> Result<Option<Leased>, BoxError> {
         let state = self.read_name(&grant.name).await?;
-        Ok(state
-            .found
-            .into_iter()
-            .find(|f| {
-                f.slot == slot_of(grant) && f.value.owner == grant.owner && f.fence() == grant.fence
-            })
-            .map(|f| Leased {
-                key: f.kv.key.clone(),
-                lease: f.kv.lease,
-                ttl: 0,
-                fence_revision: f.value.fence_revision(&f.kv),
-                value: f.value,
-            }))
+        let Some(found) = state.found.into_iter().find(|f| {
+            f.slot == slot_of(grant) && f.value.owner == grant.owner && f.fence() == grant.fence
+        }) else {
+            return Ok(None);
+        };
+        let (_, granted) = lease_time(&self.client, found.kv.lease).await?;
+        let leased = Leased::of(&found, granted);
+        self.remember(&grant.name, grant.fence, leased.clone(), true);
+        Ok(Some(leased))
+    }
+
+    /// One renewal of `grant` on the lease `leased` names.
+    ///
+    /// The lease is refreshed first, then the key checked: still on that
+    /// lease (not released, removed by force or moved), and no fence raise
+    /// since the grant (a raise retires it). So a renewal answered true
+    /// had the key on a lease refreshed before the check: the grant lives
+    /// a full TTL from the refresh (unless released after). A lapsed lease
+    /// answers 0 to its refresh (etcd waits for its revocation). With
+    /// another length than the lease's, the key moves to a new lease of
+    /// that length, its fence kept.
+    async fn renew_on(
+        &self,
+        grant: &GrantKey,
+        leased: &Leased,
+        ttl: LeaseMillis,
+    ) -> Result<Renewal, BoxError> {
+        let still = Txn::new()
+            .when(
+                leased.key.clone(),
+                Vec::new(),
+                Target::Lease,
+                Is::Equal,
+                leased.lease,
+            )
+            .when(
+                self.layout.base(),
+                Vec::new(),
+                Target::Mod,
+                Is::Less,
+                leased.fence_revision.saturating_add(1),
+            );
+        if self.client.lease_keep_alive_once(leased.lease).await? == 0 {
+            return Ok(Renewal::Lost);
+        }
+        if leased.ttl == self.granted_seconds(ttl) {
+            return Ok(match self.client.txn(still).await?.succeeded {
+                true => Renewal::Renewed,
+                false => Renewal::NotOnThisLease,
+            });
+        }
+        let (lease, granted_ttl) = self.lease(lease_seconds(ttl), None).await?;
+        let value = GrantValue {
+            revision: FenceRevision::At(leased.fence_revision),
+            ..leased.value.clone()
+        };
+        let moved = self
+            .client
+            .txn(still.put(leased.key.clone(), value.encode(), lease))
+            .await;
+        let answer = match moved {
+            Ok(answer) => answer,
+            Err(status) => {
+                // It may have landed: the new lease is left to its TTL
+                // (revoking it would remove a key its holder still trusts),
+                // and the next call reads the key again.
+                self.forget(&grant.name, grant.fence);
+                return Err(status.into());
+            }
+        };
+        if !answer.succeeded {
+            self.client.lease_revoke_later(lease);
+            return Ok(Renewal::NotOnThisLease);
+        }
+        self.client.lease_revoke_later(leased.lease);
+        let moved = Leased {
+            lease,
+            ttl: granted_ttl,
+            value,
+            until: Instant::now() + whole_seconds(granted_ttl) + LEASE_SLACK,
+            ..leased.clone()
+        };
+        self.remember(&grant.name, grant.fence, moved, true);
+        Ok(Renewal::Renewed)
     }
 
     /// A waiting writer's intent for `owner` on `name`, lasting `intent`,
@@ -368,7 +576,7 @@ impl EtcdEngine {
         if theirs.is_some_and(|i| i.value.owner != owner) {
             return Ok(());
         }
-        let (lease, _) = self.client.lease_grant(lease_seconds(intent)).await?;
+        let (lease, _) = self.lease(lease_seconds(intent), None).await?;
         let key = self.layout.key(name, Slot::Intent);
         let value = GrantValue {
             base: state.base.value,
@@ -376,13 +584,15 @@ impl EtcdEngine {
             permits: 0,
             owner: owner.to_owned(),
         };
+        // Nothing under the name changed since the read that found readers
+        // (a lock granted meanwhile must not get an intent beside it).
         let txn = Txn::new()
             .when(
-                key.clone(),
-                Vec::new(),
+                self.layout.name_start(name),
+                self.layout.name_end(name),
                 Target::Mod,
-                Is::Equal,
-                theirs.map_or(0, |i| i.kv.mod_revision),
+                Is::Less,
+                state.revision.saturating_add(1),
             )
             .put(key, value.encode(), lease);
         let answer = self.client.txn(txn).await;
@@ -444,8 +654,26 @@ impl EtcdEngine {
 /// What is left of `lease`, at most: etcd answers whole seconds, rounded
 /// down, so what it says is never more than what is left.
 async fn time_left(client: &Client, lease: i64) -> Result<Duration, BoxError> {
-    let seconds = client.lease_time_left(lease).await?.unwrap_or(0);
-    Ok(Duration::from_secs(u64::try_from(seconds).unwrap_or(0)))
+    Ok(lease_time(client, lease).await?.0)
+}
+
+/// What is left of `lease` (as [`time_left`]) and the TTL it was granted.
+/// A time left above the TTL granted is impossible but for an etcd bug
+/// (during a leader change, etcd before 3.4.32 and 3.5.14 can answer
+/// 9223372036 s: etcd-io/etcd#17642): it counts as nothing left.
+async fn lease_time(client: &Client, lease: i64) -> Result<(Duration, i64), BoxError> {
+    let (left, granted) = client.lease_time_left(lease).await?.unwrap_or((0, 0));
+    let left = match left <= granted {
+        true => left,
+        false => 0,
+    };
+    Ok((whole_seconds(left), granted))
+}
+
+/// Whether `status` says an attempt with `deadline` ran out of it (not of
+/// the store's own timeout, which is an error).
+fn ran_out(status: &tonic::Status, deadline: Option<Instant>) -> bool {
+    client::ran_out(status) && deadline.is_some_and(|d| Instant::now() >= d)
 }
 
 /// The slot of a grant's key.
@@ -465,7 +693,7 @@ impl Engine for EtcdEngine {
         name: &str,
         owner: &str,
         ttl: LeaseMillis,
-        _deadline: Option<Instant>,
+        deadline: Option<Instant>,
     ) -> Result<Attempt, BoxError> {
         let decide = |state: &NameState| match state.held_as_other(Kind::Lock) {
             Some(HeldAs::Semaphore { permits }) => Err(Attempt::HeldAsSemaphore { permits }),
@@ -488,7 +716,7 @@ impl Engine for EtcdEngine {
         let lost = || Attempt::Held { expires_in: None };
         Ok(
             match self
-                .decide_and_write(name, owner, ttl, decide, lost)
+                .decide_and_write(name, owner, ttl, deadline, decide, lost)
                 .await?
             {
                 Ok(granted) => Attempt::Granted {
@@ -506,7 +734,7 @@ impl Engine for EtcdEngine {
         permits: u32,
         owner: &str,
         ttl: LeaseMillis,
-        _deadline: Option<Instant>,
+        deadline: Option<Instant>,
     ) -> Result<PermitAttempt, BoxError> {
         let decide = |state: &NameState| {
             match state.held_as_other(Kind::Semaphore) {
@@ -547,7 +775,7 @@ impl Engine for EtcdEngine {
         let lost = || PermitAttempt::Held { expires_in: None };
         Ok(
             match self
-                .decide_and_write(name, owner, ttl, decide, lost)
+                .decide_and_write(name, owner, ttl, deadline, decide, lost)
                 .await?
             {
                 Ok(Granted {
@@ -572,7 +800,7 @@ impl Engine for EtcdEngine {
         owner: &str,
         ttl: LeaseMillis,
         intent: Option<LeaseMillis>,
-        _deadline: Option<Instant>,
+        deadline: Option<Instant>,
     ) -> Result<RwAttempt, BoxError> {
         let refused = std::sync::OnceLock::new();
         let decide = |state: &NameState| {
@@ -628,7 +856,7 @@ impl Engine for EtcdEngine {
         };
         let lost = || RwAttempt::Held { expires_in: None };
         let answer = self
-            .decide_and_write(name, owner, ttl, decide, lost)
+            .decide_and_write(name, owner, ttl, deadline, decide, lost)
             .await?;
         Ok(match answer {
             Ok(Granted {
@@ -662,92 +890,64 @@ impl Engine for EtcdEngine {
     }
 
     async fn renew(&self, grant: &GrantKey, ttl: LeaseMillis) -> Result<bool, BoxError> {
-        let Some(leased) = self.leased(grant).await? else {
+        let asked = i64::try_from(ttl.get().div_ceil(1000)).unwrap_or(i64::MAX);
+        if asked > MAX_LEASE_SECONDS {
+            return Err(LeaseTooLong { asked }.into());
+        }
+        let Some(mut leased) = self.leased(grant).await? else {
             return Ok(false);
         };
-        let base = self.layout.base();
-        // Still this grant's key on this lease, and no fence raise since
-        // the grant (a raise retires every grant made before it).
-        let still = Txn::new()
-            .when(
-                leased.key.clone(),
-                Vec::new(),
-                Target::Lease,
-                Is::Equal,
-                leased.lease,
-            )
-            .when(
-                base,
-                Vec::new(),
-                Target::Mod,
-                Is::Less,
-                leased.fence_revision + 1,
-            );
-        let seconds = lease_seconds(ttl);
-        if leased.ttl == seconds {
-            let (check, kept) = tokio::join!(
-                self.client.txn(still),
-                self.client.lease_keep_alive_once(leased.lease)
-            );
-            let renewed = check?.succeeded && kept? > 0;
-            if !renewed {
-                self.forget(&grant.name, grant.fence);
+        let mut read_again = true;
+        loop {
+            match self.renew_on(grant, &leased, ttl).await? {
+                Renewal::Renewed => return Ok(true),
+                // The key on another lease: another handle's renewal moved
+                // it. Once more with the lease it is on now.
+                Renewal::NotOnThisLease if read_again => {
+                    read_again = false;
+                    match self.read_grant(grant).await? {
+                        Some(now) if now.lease != leased.lease => leased = now,
+                        _ => break,
+                    }
+                }
+                Renewal::NotOnThisLease | Renewal::Lost => break,
             }
-            return Ok(renewed);
         }
-        // Another length: the key moves to a new lease of that length,
-        // keeping its fence.
-        let (lease, granted_ttl) = self.client.lease_grant(seconds).await?;
-        let value = GrantValue {
-            revision: FenceRevision::At(leased.fence_revision),
-            ..leased.value.clone()
-        };
-        let answer = match self
-            .client
-            .txn(still.put(leased.key.clone(), value.encode(), lease))
-            .await
-        {
-            Ok(answer) => answer,
-            Err(status) => {
-                self.client.lease_revoke_later(lease);
-                return Err(status.into());
-            }
-        };
-        if !answer.succeeded {
-            self.client.lease_revoke_later(lease);
-            self.forget(&grant.name, grant.fence);
-            return Ok(false);
-        }
-        self.client.lease_revoke_later(leased.lease);
-        self.remember(
-            &grant.name,
-            grant.fence,
-            Leased {
-                lease,
-                ttl: granted_ttl,
-                value,
-                ..leased
-            },
-        );
-        Ok(true)
+        self.forget(&grant.name, grant.fence);
+        Ok(false)
     }
 
     async fn release(&self, grant: &GrantKey) -> Result<bool, BoxError> {
-        let Some(leased) = self.leased(grant).await? else {
+        let Some(mut leased) = self.leased(grant).await? else {
             return Ok(false);
         };
-        let txn = Txn::new()
-            .when(
-                leased.key.clone(),
-                Vec::new(),
-                Target::Lease,
-                Is::Equal,
-                leased.lease,
-            )
-            .delete(leased.key);
-        let released = self.client.txn(txn).await?.succeeded;
+        let mut read_again = true;
+        let released = loop {
+            let txn = Txn::new()
+                .when(
+                    leased.key.clone(),
+                    Vec::new(),
+                    Target::Lease,
+                    Is::Equal,
+                    leased.lease,
+                )
+                .delete(leased.key.clone());
+            if self.client.txn(txn).await?.succeeded {
+                self.client.lease_revoke_later(leased.lease);
+                break true;
+            }
+            // Moved to another lease by another handle's renewal: that
+            // lease, once.
+            if !read_again {
+                break false;
+            }
+            read_again = false;
+            match self.read_grant(grant).await? {
+                Some(now) if now.lease != leased.lease => leased = now,
+                _ => break false,
+            }
+        };
         self.forget(&grant.name, grant.fence);
-        self.client.lease_revoke_later(leased.lease);
         Ok(released)
     }
 

@@ -42,13 +42,24 @@ pub(crate) fn of(base: u64, revision: i64) -> u64 {
     base.saturating_add(u64::try_from(revision).unwrap_or(0))
 }
 
-/// Refuses a grant whose fence could be above [`MAX_FENCE`].
-pub(crate) fn check_room(base: u64, next_revision: i64) -> Result<(), BoxError> {
-    match of(base, next_revision) > MAX_FENCE {
+/// How many revisions other writes may add between a read and the write
+/// after it, as the fence ceiling counts them: the last 2^20 fences below
+/// [`MAX_FENCE`] are never handed out, so that a grant committed some
+/// revisions after its read still fits.
+const ROOM: i64 = 1 << 20;
+
+/// Refuses a grant, decided on a read at `revision`, whose fence could be
+/// above [`MAX_FENCE`].
+pub(crate) fn check_room(base: u64, revision: i64) -> Result<(), BoxError> {
+    match of(base, revision.saturating_add(ROOM)) > MAX_FENCE {
         true => Err(NoFenceLeft { left: 0 }.into()),
         false => Ok(()),
     }
 }
+
+/// How many times a raise reads again after another raise changed the
+/// base under it.
+const RAISES: usize = 16;
 
 /// Reads the store's fence base.
 pub(crate) async fn read_base(client: &Client, layout: &Layout) -> Result<Base, BoxError> {
@@ -62,18 +73,18 @@ pub(crate) async fn read_base(client: &Client, layout: &Layout) -> Result<Base, 
 /// raise began (each at most the old base plus a revision before the
 /// raise's) by more than `by`.
 pub(crate) async fn raise(client: &Client, layout: &Layout, by: u64) -> Result<u64, BoxError> {
-    loop {
+    for _ in 0..RAISES {
         let read = client
             .txn(Txn::new().read(layout.base(), Vec::new()))
             .await?;
         let revision = client::revision(&read);
         let reads = client::reads(read);
         let base = Base::from_read(reads.first().and_then(|r| r.kvs.first()))?;
-        let highest = of(base.value, revision);
+        let highest = of(base.value, revision.saturating_add(ROOM));
         let raised = base.value.saturating_add(by);
-        // The raise's own revision is at least `revision + 1`; a later
-        // grant's at least one more.
-        if of(raised, revision.saturating_add(2)) > MAX_FENCE {
+        // A later grant's revision is above the raise's own, which is above
+        // `revision` (by up to `ROOM`, as for grants).
+        if of(raised, revision.saturating_add(ROOM)) > MAX_FENCE {
             return Err(NoFenceLeft {
                 left: MAX_FENCE.saturating_sub(highest),
             }
@@ -93,4 +104,5 @@ pub(crate) async fn raise(client: &Client, layout: &Layout, by: u64) -> Result<u
             return Ok(of(raised, client::revision(&answer).saturating_add(1)));
         }
     }
+    Err("the fence base changed under every try to raise it (other raises at once)".into())
 }

@@ -45,6 +45,49 @@ use crate::keys::Layout;
 
 pub use url::{DEFAULT_PREFIX, ENGINE};
 
+/// Raw calls on a store's cluster, beside the store's own: for the
+/// benchmark's floors only (what etcd itself costs). Not part of the
+/// public API.
+#[doc(hidden)]
+pub mod raw {
+    use crate::client::{Client, Is, Target, Txn};
+
+    /// The raw calls, over the store's own channel.
+    #[derive(Debug, Clone)]
+    pub struct Raw(Client);
+
+    impl Raw {
+        /// Over `store`'s channel.
+        pub fn of(store: &crate::EtcdStore) -> Raw {
+            Raw(store.inner.engine().client.clone())
+        }
+
+        /// Puts `key` if it is absent (one transaction); whether it did.
+        pub async fn put_if_absent(&self, key: &[u8]) -> bool {
+            let txn = Txn::new()
+                .when(key.to_vec(), Vec::new(), Target::Create, Is::Equal, 0)
+                .put(key.to_vec(), b"raw".to_vec(), 0);
+            self.0.txn(txn).await.unwrap().succeeded
+        }
+
+        /// Deletes `key`.
+        pub async fn delete(&self, key: &[u8]) {
+            self.0.txn(Txn::new().delete(key.to_vec())).await.unwrap();
+        }
+
+        /// Reads `key` (a linearizable range read).
+        pub async fn get(&self, key: &[u8]) -> bool {
+            !self
+                .0
+                .range(key.to_vec(), Vec::new(), 1)
+                .await
+                .unwrap()
+                .kvs
+                .is_empty()
+        }
+    }
+}
+
 /// The granularity of etcd's leases: whole seconds. A ttl is rounded up
 /// to it (and to the cluster's minimum, [`EtcdStore::shortest_lease`]).
 pub const LEASE_GRANULARITY: std::time::Duration = std::time::Duration::from_secs(1);
@@ -136,6 +179,18 @@ async fn claim(
     layout: &Layout,
 ) -> std::result::Result<(), alkstore_core::BoxError> {
     let marker = format!("{}meta/alkstore", layout.prefix()).into_bytes();
+    // A prefix inside another store's (`/a/g/x` in the store `/a`) would
+    // share its keys: refused by the marker of any prefix above it.
+    for above in ancestors(layout.prefix()) {
+        let theirs = format!("{above}meta/alkstore").into_bytes();
+        if !client.range(theirs, Vec::new(), 1).await?.kvs.is_empty() {
+            return Err(ForeignPrefix {
+                prefix: layout.prefix().to_owned(),
+                found: format!("is inside the store at {above:?}"),
+            }
+            .into());
+        }
+    }
     let prefix = layout.prefix().as_bytes().to_vec();
     let end = keys::prefix_end(&prefix);
     for _ in 0..3 {
@@ -179,4 +234,23 @@ async fn claim(
     Err("the prefix's marker could not be read".into())
 }
 
+/// Every proper prefix of `prefix` that ends in `/` (`/a/b/` → `/`, `/a/`).
+fn ancestors(prefix: &str) -> Vec<&str> {
+    prefix
+        .char_indices()
+        .filter(|&(at, c)| c == '/' && at + 1 < prefix.len())
+        .map(|(at, _)| &prefix[..=at])
+        .collect()
+}
+
 alkstore_core::delegate_store!(EtcdStore, inner);
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn ancestors_are_the_proper_prefixes_ending_in_a_slash() {
+        assert_eq!(super::ancestors("/a/b/"), ["/", "/a/"]);
+        assert_eq!(super::ancestors("/alkstore/"), ["/"]);
+        assert_eq!(super::ancestors("x/"), Vec::<&str>::new());
+    }
+}

@@ -76,7 +76,14 @@ async fn watch(client: Client, layout: Layout, bus: Arc<ReleaseBus>) {
     loop {
         // The request stream stays open: closing it would end the watch.
         let requests = futures::stream::iter([create.clone()]).chain(futures::stream::pending());
-        if let Ok(answer) = client.watch.clone().watch(requests).await {
+        // Only from a member with a leader: a member cut off from the
+        // quorum would keep the watch open and silent.
+        let mut request = tonic::Request::new(requests);
+        request.metadata_mut().insert(
+            "hasleader",
+            tonic::metadata::MetadataValue::from_static("true"),
+        );
+        if let Ok(answer) = client.watch.clone().watch(request).await {
             let mut answers = answer.into_inner();
             while let Some(Ok(answer)) = answers.next().await {
                 if answer.created {

@@ -2,6 +2,7 @@
 //! same run, as a table, JSON and plots under `target/bench/`.
 
 mod contention;
+mod etcd;
 mod held;
 mod many;
 mod measure;
@@ -70,7 +71,7 @@ async fn main() {
     );
     std::fs::create_dir_all(&out).unwrap();
     // Engines to measure: those named after the output directory, or all.
-    const ENGINES: [&str; 3] = ["sqlite", "postgres", "mysql"];
+    const ENGINES: [&str; 4] = ["sqlite", "postgres", "mysql", "etcd"];
     if let Some(unknown) = args.iter().skip(1).find(|a| !ENGINES.contains(&a.as_str())) {
         eprintln!("bench: no engine named {unknown:?}; the engines are {ENGINES:?}");
         std::process::exit(2);
@@ -99,6 +100,13 @@ async fn main() {
     {
         Some(server) => curves.push(("mysql", mysql::run(&server.url, &mut collected).await)),
         None => eprintln!("bench: MariaDB/MySQL figures skipped (no server)"),
+    }
+    match wanted("etcd")
+        .then(alkstore_testkit::etcd::server)
+        .flatten()
+    {
+        Some(server) => etcd::run(&server.url, &mut collected.rows).await,
+        None => eprintln!("bench: etcd figures skipped (no cluster)"),
     }
     let Collected {
         rows,

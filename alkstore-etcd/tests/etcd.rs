@@ -1,0 +1,129 @@
+//! The etcd engine beyond the contract suite: bad URLs and unreachable
+//! clusters answer a clear error in bounded time, a prefix holding other
+//! keys is refused, and doctor reads the cluster.
+
+use std::time::{Duration, Instant};
+
+use alkstore_core::doctor::{Promise, Verdict};
+use alkstore_core::{Error, Store};
+use alkstore_etcd::{EtcdStore, ForeignPrefix};
+
+fn url(prefix: &str) -> Option<String> {
+    let server = alkstore_testkit::etcd::server()?;
+    Some(format!(
+        "{}/{}",
+        server.url,
+        alkstore_testkit::unique_name(prefix)
+    ))
+}
+
+#[tokio::test]
+async fn an_unreachable_cluster_is_an_error_within_the_timeout() {
+    // Nothing listens on a port just freed.
+    let port = alkstore_testkit::process::free_port().unwrap();
+    let asked = Instant::now();
+    let opened = tokio::time::timeout(
+        Duration::from_secs(30),
+        EtcdStore::connect(&format!("etcd://127.0.0.1:{port}/x?timeout=1s")),
+    )
+    .await
+    .expect("an answer, not a hang");
+    let error = opened.expect_err("nothing to open");
+    assert!(
+        asked.elapsed() < Duration::from_secs(5),
+        "answered after {:?}",
+        asked.elapsed()
+    );
+    assert!(
+        matches!(
+            error,
+            Error::Database {
+                operation: "open",
+                ..
+            }
+        ),
+        "{error:?}"
+    );
+}
+
+#[tokio::test]
+async fn a_prefix_holding_other_keys_is_refused() {
+    let Some(url) = url("foreign") else { return };
+    let store = EtcdStore::connect(&url).await.unwrap();
+    let lock = store
+        .try_lock("job", "a", Duration::from_secs(30))
+        .await
+        .unwrap()
+        .unwrap();
+    // A prefix inside the store's: its keys are not an alkstore store's.
+    let error = EtcdStore::connect(&format!("{url}/g")).await.unwrap_err();
+    let foreign = error.find_source::<ForeignPrefix>();
+    assert!(foreign.is_some(), "{error:?}");
+    assert!(error.to_string().contains("open"), "{error}");
+    // The store itself opens again, and is untouched.
+    let again = EtcdStore::connect(&url).await.unwrap();
+    assert_eq!(
+        again.holder("job").await.unwrap().map(|h| h.fence),
+        Some(lock.fence())
+    );
+    lock.release().await.unwrap();
+    store.remove_store().await.unwrap();
+}
+
+#[tokio::test]
+async fn bad_urls_open_nothing() {
+    for bad in [
+        "etcd://127.0.0.1/x",
+        "etcd://user:secret@127.0.0.1:2379/x",
+        "etcd://127.0.0.1:2379/x?timeout=0s",
+    ] {
+        let error = EtcdStore::connect(bad).await.unwrap_err();
+        let url = error.find_source::<alkstore_core::UrlError>();
+        assert!(url.is_some(), "{bad}: {error:?}");
+        assert!(!error.to_string().contains("secret"), "{error}");
+    }
+}
+
+/// Whether etcd `version` is a 3.4 before 3.4.32 or a 3.5 before 3.5.14.
+fn old_lease_bugs(version: &str) -> bool {
+    let parts: Vec<u32> = version.split('.').filter_map(|p| p.parse().ok()).collect();
+    matches!(parts.as_slice(), [3, 4, p] if *p < 32)
+        || matches!(parts.as_slice(), [3, 5, p] if *p < 14)
+}
+
+/// doctor on the harness's three members: every promise kept, but for
+/// exclusion on an etcd with the lease bugs of leader changes.
+#[tokio::test]
+async fn doctor_reads_the_members_and_judges_the_version() {
+    let Some(url) = url("doctor") else { return };
+    // Only the harness's own cluster is known to have three members.
+    let ours = alkstore_testkit::etcd::server().is_some_and(|s| s.cluster.is_some());
+    let report = (alkstore_etcd::ENGINE.inspect)(&url).await.unwrap();
+    let setting = |name: &str| {
+        report
+            .settings
+            .iter()
+            .find(|(k, _)| k == name)
+            .map(|(_, v)| v.clone())
+            .unwrap_or_default()
+    };
+    assert_ne!(setting("leader"), "none", "{report:?}");
+    assert!(setting("version").starts_with('3'), "{report:?}");
+    if !ours {
+        return;
+    }
+    assert_eq!(setting("members").split(", ").count(), 3, "{report:?}");
+    for promise in Promise::ALL {
+        let finding = report.finding(promise).unwrap();
+        // Debian's etcd (3.4.23) has the lease bugs of leader changes.
+        let expected = match (promise, old_lease_bugs(&setting("version"))) {
+            (Promise::Exclusion, true) => Verdict::GivenUp,
+            _ => Verdict::Kept,
+        };
+        assert_eq!(finding.verdict, expected, "{finding:?}");
+        if expected == Verdict::GivenUp {
+            assert!(finding.because.contains("3.4.32"), "{finding:?}");
+        }
+    }
+    assert!(report.warnings.is_empty(), "{report:?}");
+}
