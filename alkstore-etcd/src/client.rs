@@ -1,9 +1,16 @@
-//! The gRPC calls the engine makes, over one tonic channel balanced across
-//! the cluster's endpoints. Every call is bounded ([`Client::connect`]'s
-//! request timeout): a call that a member cannot answer (no leader, no
-//! quorum, a stopped process) fails with `DeadlineExceeded` or
-//! `Unavailable` in bounded time, never hangs.
+//! The gRPC calls the engine makes, to one member of the cluster at a
+//! time (pinned): a call that fails for the member's sake (unreachable,
+//! timed out, no leader) moves the calls after it to the next member, as
+//! etcd's own client did with its pinned endpoint. A balancer over all
+//! members kept sending a share of calls to a stopped member (its
+//! connection stays open), each waiting out the timeout. Every call is
+//! bounded ([`Client::connect`]'s request timeout): a call that a member
+//! cannot answer (no leader, no quorum, a stopped process) fails with
+//! `DeadlineExceeded` or `Unavailable` in bounded time, never hangs.
 
+use std::future::Future;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 use futures::StreamExt;
@@ -29,14 +36,21 @@ pub(crate) const REQUEST_TIMEOUT: Duration = Duration::from_secs(5);
 /// How long opening a connection to one member may take.
 pub(crate) const CONNECT_TIMEOUT: Duration = Duration::from_secs(3);
 
-/// The gRPC clients of one cluster, sharing one channel.
+/// The gRPC clients of one member, sharing its channel.
 #[derive(Debug, Clone)]
-pub(crate) struct Client {
+pub(crate) struct Member {
     pub(crate) kv: KvClient<Channel>,
     pub(crate) lease: LeaseClient<Channel>,
     pub(crate) watch: WatchClient<Channel>,
     pub(crate) cluster: ClusterClient<Channel>,
     pub(crate) maintenance: MaintenanceClient<Channel>,
+}
+
+/// The members of one cluster, and which one calls go to.
+#[derive(Debug, Clone)]
+pub(crate) struct Client {
+    members: Arc<[Member]>,
+    pinned: Arc<AtomicUsize>,
 }
 
 impl Client {
@@ -47,10 +61,10 @@ impl Client {
         endpoints: &[String],
         timeout: Duration,
     ) -> Result<Client, tonic::transport::Error> {
-        let endpoints = endpoints
+        let members = endpoints
             .iter()
             .map(|endpoint| {
-                Ok(Endpoint::from_shared(format!("http://{endpoint}"))?
+                let channel = Endpoint::from_shared(format!("http://{endpoint}"))?
                     .connect_timeout(CONNECT_TIMEOUT)
                     .timeout(timeout)
                     .tcp_nodelay(true)
@@ -62,21 +76,47 @@ impl Client {
                     // every 5 s (`--grpc-keepalive-min-time`).
                     .http2_keep_alive_interval(Duration::from_secs(10))
                     .keep_alive_timeout(Duration::from_secs(5))
-                    .keep_alive_while_idle(true))
+                    .keep_alive_while_idle(true)
+                    .connect_lazy();
+                Ok(Member {
+                    kv: KvClient::new(channel.clone()),
+                    lease: LeaseClient::new(channel.clone()),
+                    watch: WatchClient::new(channel.clone()),
+                    cluster: ClusterClient::new(channel.clone()),
+                    maintenance: MaintenanceClient::new(channel),
+                })
             })
             .collect::<Result<Vec<_>, tonic::transport::Error>>()?;
-        Ok(Client::over(Channel::balance_list(endpoints.into_iter())))
+        // Stores start on different members, spreading the load.
+        let start = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.subsec_nanos() as usize)
+            % members.len().max(1);
+        Ok(Client {
+            members: members.into(),
+            pinned: Arc::new(AtomicUsize::new(start)),
+        })
     }
 
-    /// The clients over `channel`.
-    fn over(channel: Channel) -> Client {
-        Client {
-            kv: KvClient::new(channel.clone()),
-            lease: LeaseClient::new(channel.clone()),
-            watch: WatchClient::new(channel.clone()),
-            cluster: ClusterClient::new(channel.clone()),
-            maintenance: MaintenanceClient::new(channel),
+    /// Runs `call` on the pinned member; if it fails for the member's sake,
+    /// the calls after it go to the next member.
+    pub(crate) async fn call<T, F, Fut>(&self, call: F) -> Result<T, tonic::Status>
+    where
+        F: FnOnce(Member) -> Fut,
+        Fut: Future<Output = Result<T, tonic::Status>>,
+    {
+        let index = self.pinned.load(Ordering::Relaxed) % self.members.len();
+        let answer = call(self.members[index].clone()).await;
+        if let Err(status) = &answer {
+            if member_at_fault(status) {
+                // Once for all the calls that failed on it at once.
+                let next = (index + 1) % self.members.len();
+                let _ =
+                    self.pinned
+                        .compare_exchange(index, next, Ordering::Relaxed, Ordering::Relaxed);
+            }
         }
+        answer
     }
 
     /// The keys in `[key, end)` (`end` empty: `key` alone), at most `limit`
@@ -93,7 +133,8 @@ impl Client {
             limit,
             ..Default::default()
         };
-        Ok(self.kv.clone().range(request).await?.into_inner())
+        self.call(|mut m| async move { Ok(m.kv.range(request).await?.into_inner()) })
+            .await
     }
 
     /// One transaction.
@@ -106,7 +147,8 @@ impl Client {
         if let Some(within) = txn.within {
             request.set_timeout(within);
         }
-        Ok(self.kv.clone().txn(request).await?.into_inner())
+        self.call(|mut m| async move { Ok(m.kv.txn(request).await?.into_inner()) })
+            .await
     }
 
     /// A new lease of `ttl` seconds: its id and the TTL the cluster gave
@@ -126,7 +168,9 @@ impl Client {
         if let Some(within) = within {
             request.set_timeout(within);
         }
-        let granted = self.lease.clone().lease_grant(request).await?.into_inner();
+        let granted = self
+            .call(|mut m| async move { Ok(m.lease.lease_grant(request).await?.into_inner()) })
+            .await?;
         if !granted.error.is_empty() {
             return Err(tonic::Status::unknown(granted.error));
         }
@@ -136,12 +180,10 @@ impl Client {
     /// Ends lease `id` and removes its keys; false when it was not there
     /// (expired, or ended before).
     pub(crate) async fn lease_revoke(&self, id: i64) -> Result<bool, tonic::Status> {
-        match self
-            .lease
-            .clone()
-            .lease_revoke(LeaseRevokeRequest { id })
-            .await
-        {
+        let revoked = self
+            .call(|mut m| async move { m.lease.lease_revoke(LeaseRevokeRequest { id }).await })
+            .await;
+        match revoked {
             Ok(_) => Ok(true),
             Err(status) if is_lease_not_found(&status) => Ok(false),
             Err(status) => Err(status),
@@ -161,19 +203,17 @@ impl Client {
     /// Refreshes lease `id` to its full TTL, once; the TTL it now has (0:
     /// the lease is gone).
     pub(crate) async fn lease_keep_alive_once(&self, id: i64) -> Result<i64, tonic::Status> {
-        let request = futures::stream::iter([LeaseKeepAliveRequest { id }]);
-        let mut answers = self
-            .lease
-            .clone()
-            .lease_keep_alive(request)
-            .await?
-            .into_inner();
-        match answers.next().await {
-            Some(answer) => Ok(answer?.ttl.max(0)),
-            None => Err(tonic::Status::unavailable(
-                "the keep-alive stream ended unanswered",
-            )),
-        }
+        self.call(|mut m| async move {
+            let request = futures::stream::iter([LeaseKeepAliveRequest { id }]);
+            let mut answers = m.lease.lease_keep_alive(request).await?.into_inner();
+            match answers.next().await {
+                Some(answer) => Ok(answer?.ttl.max(0)),
+                None => Err(tonic::Status::unavailable(
+                    "the keep-alive stream ended unanswered",
+                )),
+            }
+        })
+        .await
     }
 
     /// What is left of lease `id`, in whole seconds as etcd counts them
@@ -182,14 +222,27 @@ impl Client {
         &self,
         id: i64,
     ) -> Result<Option<(i64, i64)>, tonic::Status> {
+        let request = LeaseTimeToLiveRequest { id, keys: false };
         let answer = self
-            .lease
-            .clone()
-            .lease_time_to_live(LeaseTimeToLiveRequest { id, keys: false })
-            .await?
-            .into_inner();
+            .call(
+                |mut m| async move { Ok(m.lease.lease_time_to_live(request).await?.into_inner()) },
+            )
+            .await?;
         Ok((answer.ttl >= 0).then_some((answer.ttl, answer.granted_ttl)))
     }
+}
+
+/// Whether `status` says the member failed the call (unreachable, timed
+/// out, no leader, shutting down), not that the call was wrong.
+fn member_at_fault(status: &tonic::Status) -> bool {
+    matches!(
+        status.code(),
+        tonic::Code::Unavailable
+            | tonic::Code::DeadlineExceeded
+            | tonic::Code::Cancelled
+            | tonic::Code::Unknown
+            | tonic::Code::Internal
+    )
 }
 
 /// Whether `status` says a call ran out of its time (the client's bound or

@@ -32,18 +32,22 @@ pub(crate) fn inspect_url(url: &str) -> InspectFuture<'_> {
         let client = Client::connect(&parsed.endpoints, parsed.timeout)?;
         let layout = Layout::new(parsed.prefix.clone());
         let members = client
-            .cluster
-            .clone()
-            .member_list(MemberListRequest::default())
+            .call(|mut m| async move {
+                Ok(m.cluster
+                    .member_list(MemberListRequest::default())
+                    .await?
+                    .into_inner())
+            })
             .await?
-            .into_inner()
             .members;
         let status = client
-            .maintenance
-            .clone()
-            .status(StatusRequest::default())
-            .await?
-            .into_inner();
+            .call(|mut m| async move {
+                Ok(m.maintenance
+                    .status(StatusRequest::default())
+                    .await?
+                    .into_inner())
+            })
+            .await?;
         let voters = members.iter().filter(|m| !m.is_learner).count();
         let leader = members
             .iter()

@@ -427,6 +427,17 @@ impl EtcdEngine {
                 continue;
             }
             let revision = client::revision(&answer);
+            if fence::past_the_end(state.base.value, revision) {
+                // Other writes came between the read and the grant, at the
+                // very end of the fence space: the grant is taken back,
+                // never answered.
+                let undo = Txn::new()
+                    .when(key.clone(), Vec::new(), Target::Mod, Is::Equal, revision)
+                    .delete(key.clone());
+                self.client.txn(undo).await?;
+                self.client.lease_revoke_later(lease);
+                return Err(alkstore_core::NoFenceLeft { left: 0 }.into());
+            }
             if let Some(old) = over {
                 self.client.lease_revoke_later(old.kv.lease);
             }
@@ -1000,7 +1011,10 @@ impl Engine for EtcdEngine {
                 ..Default::default()
             };
             request.revision = revision;
-            let read = self.client.kv.clone().range(request).await?.into_inner();
+            let read = self
+                .client
+                .call(|mut m| async move { Ok(m.kv.range(request).await?.into_inner()) })
+                .await?;
             if revision == 0 {
                 revision = read.header.as_ref().map_or(0, |h| h.revision);
             }

@@ -42,19 +42,21 @@ pub(crate) fn of(base: u64, revision: i64) -> u64 {
     base.saturating_add(u64::try_from(revision).unwrap_or(0))
 }
 
-/// How many revisions other writes may add between a read and the write
-/// after it, as the fence ceiling counts them: the last 2^20 fences below
-/// [`MAX_FENCE`] are never handed out, so that a grant committed some
-/// revisions after its read still fits.
-const ROOM: i64 = 1 << 20;
-
-/// Refuses a grant, decided on a read at `revision`, whose fence could be
-/// above [`MAX_FENCE`].
+/// Refuses a grant, decided on a read at `revision`, whose fence would be
+/// above [`MAX_FENCE`] even if nothing else were written before it. (Other
+/// writes may come between: the grant is checked again once its revision
+/// is known, [`past_the_end`].)
 pub(crate) fn check_room(base: u64, revision: i64) -> Result<(), BoxError> {
-    match of(base, revision.saturating_add(ROOM)) > MAX_FENCE {
+    match past_the_end(base, revision.saturating_add(1)) {
         true => Err(NoFenceLeft { left: 0 }.into()),
         false => Ok(()),
     }
+}
+
+/// Whether a grant at `revision` over `base` would have a fence past
+/// [`MAX_FENCE`].
+pub(crate) fn past_the_end(base: u64, revision: i64) -> bool {
+    of(base, revision) > MAX_FENCE
 }
 
 /// How many times a raise reads again after another raise changed the
@@ -80,11 +82,13 @@ pub(crate) async fn raise(client: &Client, layout: &Layout, by: u64) -> Result<u
         let revision = client::revision(&read);
         let reads = client::reads(read);
         let base = Base::from_read(reads.first().and_then(|r| r.kvs.first()))?;
-        let highest = of(base.value, revision.saturating_add(ROOM));
+        let highest = of(base.value, revision);
         let raised = base.value.saturating_add(by);
-        // A later grant's revision is above the raise's own, which is above
-        // `revision` (by up to `ROOM`, as for grants).
-        if of(raised, revision.saturating_add(ROOM)) > MAX_FENCE {
+        // The raise's own revision is at least `revision + 1`; a later
+        // grant's at least one more. (Other writes between the read and the
+        // raise can take that further: a grant past the end is then
+        // refused when its revision is known.)
+        if of(raised, revision.saturating_add(2)) > MAX_FENCE {
             return Err(NoFenceLeft {
                 left: MAX_FENCE.saturating_sub(highest),
             }

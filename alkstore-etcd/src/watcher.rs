@@ -83,8 +83,10 @@ async fn watch(client: Client, layout: Layout, bus: Arc<ReleaseBus>) {
             "hasleader",
             tonic::metadata::MetadataValue::from_static("true"),
         );
-        if let Ok(answer) = client.watch.clone().watch(request).await {
-            let mut answers = answer.into_inner();
+        let opened = client
+            .call(|mut m| async move { Ok(m.watch.watch(request).await?.into_inner()) })
+            .await;
+        if let Ok(mut answers) = opened {
             while let Some(Ok(answer)) = answers.next().await {
                 if answer.created {
                     // Releases before the watch began went unheard.

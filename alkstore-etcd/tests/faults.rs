@@ -32,9 +32,11 @@ static ONE_CLUSTER: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
 enum Told {
     /// Granted to this owner with this fence, no release sent.
     Held(String, u64),
-    /// A release of it was sent (answered or not): another owner may be
-    /// granted the name from now on.
-    Releasing,
+    /// A release of this grant was sent and not answered `true` (an error,
+    /// or still in flight): it may have landed or not.
+    Releasing(String, u64),
+    /// A release of it answered `true`.
+    Released,
 }
 
 #[derive(Debug, Default)]
@@ -62,8 +64,12 @@ impl Record {
             }
         }
         // Fences rise per name; the same one again only for the same live
-        // grant (its owner asking again).
-        let again = current == Some(Told::Held(owner.to_owned(), fence));
+        // grant (its owner asking again, its release not answered true).
+        let same = (owner.to_owned(), fence);
+        let again = matches!(
+            &current,
+            Some(Told::Held(o, f) | Told::Releasing(o, f)) if (o.clone(), *f) == same
+        );
         if let Some(&last) = self.fences.get(name).and_then(|f| f.last()) {
             if fence < last || (fence == last && !again) {
                 self.violations
@@ -74,6 +80,13 @@ impl Record {
         self.names
             .insert(name.to_owned(), Told::Held(owner.to_owned(), fence));
         self.grants += 1;
+    }
+
+    fn highest_of(&self, name: &str) -> u64 {
+        self.fences
+            .get(name)
+            .and_then(|f| f.iter().max().copied())
+            .unwrap_or(0)
     }
 
     fn highest(&self) -> u64 {
@@ -93,11 +106,12 @@ fn writers(
             let (store, record, stop) = (store.clone(), record.clone(), stop.clone());
             tokio::spawn(async move {
                 let owner = format!("writer{w}");
-                let mut turn = w * 7;
+                // Every writer walks the names in the same order, so
+                // that they contend for each name at once.
+                let mut turn = 0usize;
                 while !stop.load(Ordering::Relaxed) {
-                    // Every name is contended by every writer in turn.
-                    let name = format!("n{:02}", turn % NAMES);
-                    turn += 3;
+                    let name = format!("n{:02}", (turn / 2) % NAMES);
+                    turn += 1;
                     let asked = Instant::now();
                     let answer = store.try_lock(&name, &owner, TTL).await;
                     let took = asked.elapsed();
@@ -110,8 +124,9 @@ fn writers(
                                 // Every other grant is released; the rest
                                 // stay held (dropping a handle leaves its
                                 // grant).
-                                (turn % 2 == 0).then(|| {
-                                    r.names.insert(name.clone(), Told::Releasing);
+                                (turn % 4 == w % 4).then(|| {
+                                    let releasing = Told::Releasing(owner.clone(), lock.fence());
+                                    r.names.insert(name.clone(), releasing);
                                     lock
                                 })
                             }
@@ -123,12 +138,20 @@ fn writers(
                         }
                     };
                     if let Some(lock) = release {
-                        let asked = Instant::now();
+                        let (asked, fence) = (Instant::now(), lock.fence());
                         let answer = lock.release().await;
                         let mut r = record.lock().unwrap();
                         r.slowest = r.slowest.max(asked.elapsed());
-                        if let Err(error) = answer {
-                            r.errors.push(format!("release: {error}"));
+                        match answer {
+                            // Unless another owner was told the name since.
+                            Ok(true) => {
+                                let ours = Told::Releasing(owner.clone(), fence);
+                                if r.names.get(&name) == Some(&ours) {
+                                    r.names.insert(name.clone(), Told::Released);
+                                }
+                            }
+                            Ok(false) => r.errors.push(format!("release of {name}: false")),
+                            Err(error) => r.errors.push(format!("release: {error}")),
                         }
                     }
                 }
@@ -137,11 +160,24 @@ fn writers(
         .collect()
 }
 
-/// Polls `done` every 20 ms, for a minute at most.
-async fn until(done: impl Fn() -> bool, what: &str) {
+/// Polls until `record` holds `grants` grants, for a minute at most; the
+/// failure says what the writers met.
+async fn until(record: &Mutex<Record>, grants: usize, what: &str) {
     let deadline = Instant::now() + Duration::from_secs(60);
-    while !done() {
-        assert!(Instant::now() < deadline, "waited a minute for {what}");
+    loop {
+        {
+            let r = record.lock().unwrap();
+            if r.grants >= grants {
+                return;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "waited a minute for {what}: {} grants, {} errors, the last {:?}",
+                r.grants,
+                r.errors.len(),
+                &r.errors[r.errors.len().saturating_sub(3)..]
+            );
+        }
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
 }
@@ -166,24 +202,20 @@ async fn under_load(
     let record = Arc::new(Mutex::new(Record::default()));
     let stop = Arc::new(AtomicBool::new(false));
     let tasks = writers(&stores, record.clone(), stop.clone());
-    let told = |n: usize| {
-        let record = record.clone();
-        move || record.lock().unwrap().grants >= n
-    };
-    until(told(100), "100 grants before the fault").await;
+    until(&record, 100, "100 grants before the fault").await;
     let before = record.lock().unwrap().highest();
     let c = cluster.clone();
     tokio::task::spawn_blocking(move || fault(&c))
         .await
         .unwrap();
     let at_fault = record.lock().unwrap().grants;
-    until(told(at_fault + 100), "100 grants after the fault").await;
+    until(&record, at_fault + 100, "100 grants after the fault").await;
     let c = cluster.clone();
     tokio::task::spawn_blocking(move || recover(&c))
         .await
         .unwrap();
     let at_recovery = record.lock().unwrap().grants;
-    until(told(at_recovery + 50), "50 grants after the recovery").await;
+    until(&record, at_recovery + 50, "50 grants after the recovery").await;
     stop.store(true, Ordering::Relaxed);
     for task in tasks {
         task.await.unwrap();
@@ -224,8 +256,12 @@ async fn under_load(
                     "{what}: {name}"
                 );
             }
-            // A release in flight at the stop may have landed or not.
-            Told::Releasing => {}
+            // A release not answered true may have landed or not.
+            Told::Releasing(..) => {}
+            Told::Released => assert!(
+                holder.is_none() || holder.is_some_and(|h| h.fence > record.highest_of(name)),
+                "{what}: {name} released, still held"
+            ),
         }
     }
     let fresh = store

@@ -111,6 +111,9 @@ impl Cluster {
             })
             .map_err(|e| format!("{e}: {}", cluster.log_tail(member)))?;
         }
+        process::until(Duration::from_secs(30), "etcd to elect a leader", || {
+            Ok(cluster.leader().is_some())
+        })?;
         stop_on_error.defuse();
         Ok(cluster)
     }
