@@ -138,7 +138,18 @@ impl Client {
     }
 
     /// One transaction.
-    pub(crate) async fn txn(&self, txn: Txn) -> Result<TxnResponse, tonic::Status> {
+    ///
+    /// A transaction of compares alone gets a read of its first compared
+    /// key: etcd serves a transaction whose every operation is a
+    /// serializable read — none at all included — from the member's own
+    /// state, which may be behind the leader's, and without a quorum. A
+    /// linearizable read makes it wait for the leader's state.
+    pub(crate) async fn txn(&self, mut txn: Txn) -> Result<TxnResponse, tonic::Status> {
+        if txn.success.is_empty() && txn.failure.is_empty() {
+            if let Some(first) = txn.compare.first() {
+                txn.success.push(read(first.key.clone(), Vec::new()));
+            }
+        }
         let mut request = tonic::Request::new(TxnRequest {
             compare: txn.compare,
             success: txn.success,
