@@ -51,6 +51,7 @@ pub(crate) struct Member {
 pub(crate) struct Client {
     members: Arc<[Member]>,
     pinned: Arc<AtomicUsize>,
+    timeout: Duration,
 }
 
 impl Client {
@@ -95,7 +96,13 @@ impl Client {
         Ok(Client {
             members: members.into(),
             pinned: Arc::new(AtomicUsize::new(start)),
+            timeout,
         })
+    }
+
+    /// The bound on every call.
+    pub(crate) fn timeout(&self) -> Duration {
+        self.timeout
     }
 
     /// Runs `call` on the pinned member; if it fails for the member's sake,
@@ -105,10 +112,26 @@ impl Client {
         F: FnOnce(Member) -> Fut,
         Fut: Future<Output = Result<T, tonic::Status>>,
     {
+        self.call_within(None, call).await
+    }
+
+    /// [`Client::call`] for a call bounded by `within` (a waiting acquire's
+    /// deadline): its running out is the caller's, not the member's fault,
+    /// when shorter than the store's timeout.
+    pub(crate) async fn call_within<T, F, Fut>(
+        &self,
+        within: Option<Duration>,
+        call: F,
+    ) -> Result<T, tonic::Status>
+    where
+        F: FnOnce(Member) -> Fut,
+        Fut: Future<Output = Result<T, tonic::Status>>,
+    {
         let index = self.pinned.load(Ordering::Relaxed) % self.members.len();
         let answer = call(self.members[index].clone()).await;
         if let Err(status) = &answer {
-            if member_at_fault(status) {
+            let ours = within.is_some_and(|w| w < self.timeout) && ran_out(status);
+            if member_at_fault(status) && !ours {
                 // Once for all the calls that failed on it at once.
                 let next = (index + 1) % self.members.len();
                 let _ =
@@ -158,8 +181,10 @@ impl Client {
         if let Some(within) = txn.within {
             request.set_timeout(within);
         }
-        self.call(|mut m| async move { Ok(m.kv.txn(request).await?.into_inner()) })
-            .await
+        self.call_within(txn.within, |mut m| async move {
+            Ok(m.kv.txn(request).await?.into_inner())
+        })
+        .await
     }
 
     /// A new lease of `ttl` seconds: its id and the TTL the cluster gave
@@ -180,7 +205,9 @@ impl Client {
             request.set_timeout(within);
         }
         let granted = self
-            .call(|mut m| async move { Ok(m.lease.lease_grant(request).await?.into_inner()) })
+            .call_within(within, |mut m| async move {
+                Ok(m.lease.lease_grant(request).await?.into_inner())
+            })
             .await?;
         if !granted.error.is_empty() {
             return Err(tonic::Status::unknown(granted.error));
@@ -253,6 +280,8 @@ fn member_at_fault(status: &tonic::Status) -> bool {
             | tonic::Code::Cancelled
             | tonic::Code::Unknown
             | tonic::Code::Internal
+            // "too many requests": the member's applied index lags.
+            | tonic::Code::ResourceExhausted
     )
 }
 

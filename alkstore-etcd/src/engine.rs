@@ -38,6 +38,8 @@ struct Leased {
     ttl: i64,
     value: GrantValue,
     fence_revision: i64,
+    /// The key's mod revision when read or written: a move compares it.
+    mod_revision: i64,
     /// When the lease ends at the latest, by this host's clock, unless
     /// renewed: an entry past it is dropped when the map grows.
     until: Instant,
@@ -51,6 +53,7 @@ impl Leased {
             lease: found.kv.lease,
             ttl,
             fence_revision: found.value.fence_revision(&found.kv),
+            mod_revision: found.kv.mod_revision,
             value: found.value.clone(),
             until: Instant::now() + whole_seconds(ttl) + LEASE_SLACK,
         }
@@ -60,6 +63,17 @@ impl Leased {
 /// How many remembered leases the map holds before it drops those past
 /// their end (a handle dropped without release leaves its entry).
 const REMEMBERED: usize = 4096;
+
+/// The leases of the grants this engine made or found, by name and fence.
+#[derive(Debug, Default)]
+struct Remembered {
+    map: HashMap<(String, u64), Leased>,
+    /// The size at which the next sweep of lapsed entries runs.
+    sweep_at: usize,
+    /// Grants whose move to a new lease got no answer: it may still land,
+    /// until the key's mod revision changes.
+    unsettled: std::collections::HashSet<(String, u64)>,
+}
 
 /// How long past its TTL a remembered lease may still be live (a leader
 /// change gives leases their full TTL again).
@@ -159,6 +173,9 @@ enum Renewal {
     /// The key is not on this lease (moved, released, removed), or the
     /// grant was retired by a fence raise.
     NotOnThisLease,
+    /// A move that got no answer can no longer land: the renewal starts
+    /// again from a read of the key.
+    Settled,
 }
 
 /// A ttl longer than etcd's longest lease (9,000,000,000 s), asked of a
@@ -185,7 +202,7 @@ pub(crate) struct EtcdEngine {
     pub(crate) client: Client,
     pub(crate) layout: Layout,
     pub(crate) bus: Arc<ReleaseBus>,
-    leased: Mutex<HashMap<(String, u64), Leased>>,
+    leased: Mutex<Remembered>,
     /// The shortest lease the cluster grants, in seconds, as learnt from
     /// its grants (1 until one was raised).
     floor: AtomicI64,
@@ -223,7 +240,7 @@ impl EtcdEngine {
             client,
             layout,
             bus,
-            leased: Mutex::new(HashMap::new()),
+            leased: Mutex::new(Remembered::default()),
             floor: AtomicI64::new(1),
         }
     }
@@ -236,8 +253,10 @@ impl EtcdEngine {
         within: Option<Duration>,
     ) -> Result<(i64, i64), tonic::Status> {
         let (lease, granted) = self.client.lease_grant_within(seconds, within).await?;
+        // The cluster's shortest lease as last seen raised (it changes
+        // with the cluster's election timeout).
         if granted > seconds {
-            self.floor.fetch_max(granted, Ordering::Relaxed);
+            self.floor.store(granted, Ordering::Relaxed);
         }
         Ok((lease, granted))
     }
@@ -251,10 +270,14 @@ impl EtcdEngine {
     /// Remembers `leased` as the lease of the grant (`name`, `fence`);
     /// unless `replace`, keeps an entry already there.
     fn remember(&self, name: &str, fence: u64, leased: Leased, replace: bool) {
-        let mut map = self.leased.lock().unwrap_or_else(|e| e.into_inner());
-        if map.len() >= REMEMBERED {
+        let mut remembered = self.leased.lock().unwrap_or_else(|e| e.into_inner());
+        let Remembered { map, sweep_at, .. } = &mut *remembered;
+        if map.len() >= (*sweep_at).max(REMEMBERED) {
             let now = Instant::now();
             map.retain(|_, l| l.until > now);
+            // Not again before the map doubles: a sweep per insert of a
+            // map of live grants would cost its whole length each time.
+            *sweep_at = 2 * map.len();
         }
         let key = (name.to_owned(), fence);
         match replace {
@@ -271,7 +294,27 @@ impl EtcdEngine {
         self.leased
             .lock()
             .unwrap_or_else(|e| e.into_inner())
+            .map
             .remove(&(name.to_owned(), fence));
+    }
+
+    /// Marks the grant (`name`, `fence`) as one whose move to another lease
+    /// may still land ([`EtcdEngine::renew_on`]), or clears the mark.
+    fn unsettled(&self, name: &str, fence: u64, unsettled: bool) {
+        let mut remembered = self.leased.lock().unwrap_or_else(|e| e.into_inner());
+        let key = (name.to_owned(), fence);
+        match unsettled {
+            true => remembered.unsettled.insert(key),
+            false => remembered.unsettled.remove(&key),
+        };
+    }
+
+    fn is_unsettled(&self, name: &str, fence: u64) -> bool {
+        self.leased
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .unsettled
+            .contains(&(name.to_owned(), fence))
     }
 
     /// One read of `name`'s keys and the fence base.
@@ -355,16 +398,22 @@ impl EtcdEngine {
             // The read and the lease wait no longer than the deadline: what
             // they leave behind is nothing, or a lease with no key. The
             // write is not cut short (it may land even so).
-            let state = match self.read_name_within(name, attempt_bound(deadline)).await {
+            let bound = attempt_bound(deadline);
+            let state = match self.read_name_within(name, bound).await {
                 Ok(state) => state?,
-                Err(status) if ran_out(&status, deadline) => return Ok(Err(lost())),
+                Err(status) if ran_out(&status, bound, &self.client) => return Ok(Err(lost())),
                 Err(status) => return Err(status.into()),
             };
             let (slot, permits) = match decide(&state) {
                 Err(answer) => return Ok(Err(answer)),
                 Ok(Write::Again(found)) => {
-                    let (expires_in, granted) = lease_time(&self.client, found.kv.lease).await?;
                     let fence = found.fence();
+                    // A grant past the end that was not taken back (its undo
+                    // failed) is never answered.
+                    if fence > alkstore_core::MAX_FENCE {
+                        return Err(alkstore_core::NoFenceLeft { left: 0 }.into());
+                    }
+                    let (expires_in, granted) = lease_time(&self.client, found.kv.lease).await?;
                     self.remember(name, fence, Leased::of(&found, granted), false);
                     return Ok(Ok(Granted {
                         fence,
@@ -376,9 +425,10 @@ impl EtcdEngine {
             };
             fence::check_room(state.base.value, state.revision)?;
             let seconds = lease_seconds(ttl);
-            let (lease, granted_ttl) = match self.lease(seconds, attempt_bound(deadline)).await {
+            let bound = attempt_bound(deadline);
+            let (lease, granted_ttl) = match self.lease(seconds, bound).await {
                 Ok(granted) => granted,
-                Err(status) if ran_out(&status, deadline) => return Ok(Err(lost())),
+                Err(status) if ran_out(&status, bound, &self.client) => return Ok(Err(lost())),
                 Err(status) => return Err(status.into()),
             };
             let key = self.layout.key(name, slot);
@@ -415,13 +465,10 @@ impl EtcdEngine {
                 }
                 _ => txn,
             };
-            let answer = match self.client.txn(txn).await {
-                Ok(answer) => answer,
-                Err(status) => {
-                    self.client.lease_revoke_later(lease);
-                    return Err(status.into());
-                }
-            };
+            // An error leaves the lease to its TTL: the grant may have
+            // landed, and its owner's next ask adopts it (revoking the lease
+            // would remove a grant the owner may then be told it holds).
+            let answer = self.client.txn(txn).await?;
             if !answer.succeeded {
                 self.client.lease_revoke_later(lease);
                 continue;
@@ -431,11 +478,23 @@ impl EtcdEngine {
                 // Other writes came between the read and the grant, at the
                 // very end of the fence space: the grant is taken back,
                 // never answered.
-                let undo = Txn::new()
-                    .when(key.clone(), Vec::new(), Target::Mod, Is::Equal, revision)
-                    .delete(key.clone());
-                self.client.txn(undo).await?;
+                // The owner's own retired grant it replaced goes back as it
+                // was (on its own lease), else the key goes.
+                let undo =
+                    Txn::new().when(key.clone(), Vec::new(), Target::Mod, Is::Equal, revision);
+                let undo = match &over {
+                    Some(old) => {
+                        let was = GrantValue {
+                            revision: FenceRevision::At(old.value.fence_revision(&old.kv)),
+                            ..old.value.clone()
+                        };
+                        undo.put(key.clone(), was.encode(), old.kv.lease)
+                    }
+                    None => undo.delete(key.clone()),
+                };
+                let undone = self.client.txn(undo).await;
                 self.client.lease_revoke_later(lease);
+                undone?;
                 return Err(alkstore_core::NoFenceLeft { left: 0 }.into());
             }
             if let Some(old) = over {
@@ -456,6 +515,7 @@ impl EtcdEngine {
                     ttl: granted_ttl,
                     value,
                     fence_revision: revision,
+                    mod_revision: revision,
                     until: Instant::now() + whole_seconds(granted_ttl) + LEASE_SLACK,
                 },
                 true,
@@ -476,6 +536,7 @@ impl EtcdEngine {
             .leased
             .lock()
             .unwrap_or_else(|e| e.into_inner())
+            .map
             .get(&(grant.name.clone(), grant.fence))
             .cloned();
         if remembered.is_some() {
@@ -515,46 +576,79 @@ impl EtcdEngine {
         leased: &Leased,
         ttl: LeaseMillis,
     ) -> Result<Renewal, BoxError> {
-        let still = Txn::new()
-            .when(
-                leased.key.clone(),
-                Vec::new(),
-                Target::Lease,
-                Is::Equal,
-                leased.lease,
-            )
-            .when(
-                self.layout.base(),
-                Vec::new(),
-                Target::Mod,
-                Is::Less,
-                leased.fence_revision.saturating_add(1),
-            );
+        let still = || {
+            Txn::new()
+                .when(
+                    leased.key.clone(),
+                    Vec::new(),
+                    Target::Lease,
+                    Is::Equal,
+                    leased.lease,
+                )
+                .when(
+                    self.layout.base(),
+                    Vec::new(),
+                    Target::Mod,
+                    Is::Less,
+                    leased.fence_revision.saturating_add(1),
+                )
+        };
         if self.client.lease_keep_alive_once(leased.lease).await? == 0 {
             return Ok(Renewal::Lost);
         }
-        if leased.ttl == self.granted_seconds(ttl) {
-            return Ok(match self.client.txn(still).await?.succeeded {
-                true => Renewal::Renewed,
-                false => Renewal::NotOnThisLease,
-            });
-        }
-        let (lease, granted_ttl) = self.lease(lease_seconds(ttl), None).await?;
+        // The value a put of the key writes: its fence kept.
         let value = GrantValue {
             revision: FenceRevision::At(leased.fence_revision),
             ..leased.value.clone()
         };
-        let moved = self
-            .client
-            .txn(still.put(leased.key.clone(), value.encode(), lease))
-            .await;
-        let answer = match moved {
+        if self.is_unsettled(&grant.name, grant.fence) {
+            // A move of this grant got no answer and may still land (it
+            // compares the key's mod revision it read): a put of the key on
+            // the lease it is on changes that revision, so the lost move
+            // can no longer shorten the lease under a renewal answered true.
+            let settle = still()
+                .when(
+                    leased.key.clone(),
+                    Vec::new(),
+                    Target::Mod,
+                    Is::Equal,
+                    leased.mod_revision,
+                )
+                .put(leased.key.clone(), value.encode(), leased.lease);
+            if !self.client.txn(settle).await?.succeeded {
+                return Ok(Renewal::NotOnThisLease);
+            }
+            self.unsettled(&grant.name, grant.fence, false);
+            return Ok(Renewal::Settled);
+        }
+        if leased.ttl == self.granted_seconds(ttl) {
+            return Ok(match self.client.txn(still()).await?.succeeded {
+                true => {
+                    self.refresh(grant, leased);
+                    Renewal::Renewed
+                }
+                false => Renewal::NotOnThisLease,
+            });
+        }
+        let (lease, granted_ttl) = self.lease(lease_seconds(ttl), None).await?;
+        let move_it = still()
+            .when(
+                leased.key.clone(),
+                Vec::new(),
+                Target::Mod,
+                Is::Equal,
+                leased.mod_revision,
+            )
+            .put(leased.key.clone(), value.encode(), lease);
+        let answer = match self.client.txn(move_it).await {
             Ok(answer) => answer,
             Err(status) => {
-                // It may have landed: the new lease is left to its TTL
-                // (revoking it would remove a key its holder still trusts),
-                // and the next call reads the key again.
+                // It may have landed, or land later: the new lease is left
+                // to its TTL (revoking it would remove a key its holder
+                // still trusts), the next call reads the key again, and the
+                // next renewal settles the key first.
                 self.forget(&grant.name, grant.fence);
+                self.unsettled(&grant.name, grant.fence, true);
                 return Err(status.into());
             }
         };
@@ -567,11 +661,21 @@ impl EtcdEngine {
             lease,
             ttl: granted_ttl,
             value,
+            mod_revision: client::revision(&answer),
             until: Instant::now() + whole_seconds(granted_ttl) + LEASE_SLACK,
             ..leased.clone()
         };
         self.remember(&grant.name, grant.fence, moved, true);
         Ok(Renewal::Renewed)
+    }
+
+    /// After a renewal on `leased`'s lease: its remembered end moves on.
+    fn refresh(&self, grant: &GrantKey, leased: &Leased) {
+        let refreshed = Leased {
+            until: Instant::now() + whole_seconds(leased.ttl) + LEASE_SLACK,
+            ..leased.clone()
+        };
+        self.remember(&grant.name, grant.fence, refreshed, true);
     }
 
     /// A waiting writer's intent for `owner` on `name`, lasting `intent`,
@@ -668,23 +772,25 @@ async fn time_left(client: &Client, lease: i64) -> Result<Duration, BoxError> {
     Ok(lease_time(client, lease).await?.0)
 }
 
-/// What is left of `lease` (as [`time_left`]) and the TTL it was granted.
-/// A time left above the TTL granted is impossible but for an etcd bug
-/// (during a leader change, etcd before 3.4.32 and 3.5.14 can answer
-/// 9223372036 s: etcd-io/etcd#17642): it counts as nothing left.
+/// What is left of `lease` (as [`time_left`]), at most the TTL it was
+/// granted, and that TTL. A leader change gives a lease its TTL and the
+/// election timeout; more than the longest lease is an etcd bug (during a
+/// leader change, etcd before 3.4.32 and 3.5.14 can answer 9223372036 s:
+/// etcd-io/etcd#17642), and counts as nothing left.
 async fn lease_time(client: &Client, lease: i64) -> Result<(Duration, i64), BoxError> {
     let (left, granted) = client.lease_time_left(lease).await?.unwrap_or((0, 0));
-    let left = match left <= granted {
-        true => left,
-        false => 0,
+    let left = match left > MAX_LEASE_SECONDS {
+        true => 0,
+        false => left.min(granted),
     };
     Ok((whole_seconds(left), granted))
 }
 
-/// Whether `status` says an attempt with `deadline` ran out of it (not of
-/// the store's own timeout, which is an error).
-fn ran_out(status: &tonic::Status, deadline: Option<Instant>) -> bool {
-    client::ran_out(status) && deadline.is_some_and(|d| Instant::now() >= d)
+/// Whether `status` says a call bounded by `bound` (an attempt's deadline,
+/// [`attempt_bound`]) ran out of it: the bound was shorter than the store's
+/// own timeout, whose running out is an error.
+fn ran_out(status: &tonic::Status, bound: Option<Duration>, client: &Client) -> bool {
+    client::ran_out(status) && bound.is_some_and(|b| b < client.timeout())
 }
 
 /// The slot of a grant's key.
@@ -914,7 +1020,12 @@ impl Engine for EtcdEngine {
                 Renewal::Renewed => return Ok(true),
                 // The key on another lease: another handle's renewal moved
                 // it. Once more with the lease it is on now.
-                Renewal::NotOnThisLease if read_again => {
+                // Settled: the key's revision changed; read it again.
+                Renewal::Settled => match self.read_grant(grant).await? {
+                    Some(now) => leased = now,
+                    None => break,
+                },
+                Renewal::NotOnThisLease | Renewal::Lost if read_again => {
                     read_again = false;
                     match self.read_grant(grant).await? {
                         Some(now) if now.lease != leased.lease => leased = now,

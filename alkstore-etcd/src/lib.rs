@@ -112,8 +112,8 @@ pub struct ForeignPrefix {
 
 /// A lock store under one key prefix of one etcd cluster.
 ///
-/// Cheap to share behind an `Arc`: every call goes over one gRPC channel,
-/// balanced across the members the URL names.
+/// Cheap to share behind an `Arc`: every call goes to one member the URL
+/// names, and moves to the next when that member fails it.
 #[derive(Debug)]
 pub struct EtcdStore {
     inner: EngineStore<EtcdEngine>,
@@ -179,21 +179,31 @@ async fn claim(
     layout: &Layout,
 ) -> std::result::Result<(), alkstore_core::BoxError> {
     let marker = format!("{}meta/alkstore", layout.prefix()).into_bytes();
-    // A prefix inside another store's (`/a/g/x` in the store `/a`) would
-    // share its keys: refused by the marker of any prefix above it.
-    for above in ancestors(layout.prefix()) {
-        let theirs = format!("{above}meta/alkstore").into_bytes();
-        if !client.range(theirs, Vec::new(), 1).await?.kvs.is_empty() {
-            return Err(ForeignPrefix {
-                prefix: layout.prefix().to_owned(),
-                found: format!("is inside the store at {above:?}"),
-            }
-            .into());
-        }
-    }
     let prefix = layout.prefix().as_bytes().to_vec();
     let end = keys::prefix_end(&prefix);
+    let above: Vec<(&str, Vec<u8>)> = ancestors(layout.prefix())
+        .into_iter()
+        .map(|above| (above, format!("{above}meta/alkstore").into_bytes()))
+        .collect();
     for _ in 0..3 {
+        // A prefix inside another store's (`/a/g/x` in the store `/a`)
+        // would share its keys: refused by the marker of any prefix above
+        // it (and the marking below compares them, for a store opened
+        // above at the same time).
+        for (above, theirs) in &above {
+            if !client
+                .range(theirs.clone(), Vec::new(), 1)
+                .await?
+                .kvs
+                .is_empty()
+            {
+                return Err(ForeignPrefix {
+                    prefix: layout.prefix().to_owned(),
+                    found: format!("is inside the store at {above:?}"),
+                }
+                .into());
+            }
+        }
         let read = client.range(marker.clone(), Vec::new(), 1).await?;
         if let Some(kv) = read.kvs.first() {
             return match kv.value == MARKER.as_bytes() {
@@ -205,8 +215,11 @@ async fn claim(
                 .into()),
             };
         }
-        let txn = Txn::new()
-            .when(prefix.clone(), end.clone(), Target::Create, Is::Equal, 0)
+        let txn = above.iter().fold(
+            Txn::new().when(prefix.clone(), end.clone(), Target::Create, Is::Equal, 0),
+            |txn, (_, theirs)| txn.when(theirs.clone(), Vec::new(), Target::Create, Is::Equal, 0),
+        );
+        let txn = txn
             .put(marker.clone(), MARKER.as_bytes().to_vec(), 0)
             .or_read(prefix.clone(), end.clone());
         let answer = client.txn(txn).await?;
@@ -217,7 +230,8 @@ async fn claim(
         let is_marker_only = held
             .first()
             .is_some_and(|r| r.kvs.iter().any(|kv| kv.key == marker));
-        if !is_marker_only {
+        let empty = held.first().is_some_and(|r| r.kvs.is_empty());
+        if !is_marker_only && !empty {
             let first = held
                 .first()
                 .and_then(|r| r.kvs.first())
@@ -229,7 +243,7 @@ async fn claim(
             }
             .into());
         }
-        // Another store marked it meanwhile: read the marker again.
+        // Another store marked it (or one above) meanwhile: look again.
     }
     Err("the prefix's marker could not be read".into())
 }
