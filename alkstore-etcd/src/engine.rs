@@ -317,6 +317,18 @@ impl EtcdEngine {
             .contains(&(name.to_owned(), fence))
     }
 
+    /// A transaction whose compare fails if any key of `name` was written
+    /// (created, changed) since `state` was read: deleted keys only free.
+    fn unchanged_since(&self, name: &str, state: &NameState) -> Txn {
+        Txn::new().when(
+            self.layout.name_start(name),
+            self.layout.name_end(name),
+            Target::Mod,
+            Is::Less,
+            state.revision.saturating_add(1),
+        )
+    }
+
     /// One read of `name`'s keys and the fence base.
     async fn read_name(&self, name: &str) -> Result<NameState, BoxError> {
         self.read_name_within(name, None).await?
@@ -442,14 +454,8 @@ impl EtcdEngine {
                 permits,
                 owner: owner.to_owned(),
             };
-            let txn = Txn::new()
-                .when(
-                    self.layout.name_start(name),
-                    self.layout.name_end(name),
-                    Target::Mod,
-                    Is::Less,
-                    state.revision + 1,
-                )
+            let txn = self
+                .unchanged_since(name, &state)
                 .when(
                     self.layout.base(),
                     Vec::new(),
@@ -701,14 +707,8 @@ impl EtcdEngine {
         };
         // Nothing under the name changed since the read that found readers
         // (a lock granted meanwhile must not get an intent beside it).
-        let txn = Txn::new()
-            .when(
-                self.layout.name_start(name),
-                self.layout.name_end(name),
-                Target::Mod,
-                Is::Less,
-                state.revision.saturating_add(1),
-            )
+        let txn = self
+            .unchanged_since(name, state)
             .put(key, value.encode(), lease);
         let answer = self.client.txn(txn).await;
         match (&answer, theirs) {

@@ -264,17 +264,11 @@ static SERVER: OnceLock<Result<Server, String>> = OnceLock::new();
 /// # Panics
 /// When no cluster can be had and etcd is required.
 pub fn server() -> Option<&'static Server> {
-    match SERVER.get_or_init(find_or_start) {
-        Ok(server) => Some(server),
-        Err(why) => {
-            process::skip_or_fail(
-                REQUIRE_NAME,
-                why,
-                &format!("set {URL_VAR}, or install the etcd-server package"),
-            );
-            None
-        }
-    }
+    process::found_or_skipped(
+        SERVER.get_or_init(find_or_start),
+        REQUIRE_NAME,
+        &format!("set {URL_VAR}, or install the etcd-server package"),
+    )
 }
 
 fn find_or_start() -> Result<Server, String> {

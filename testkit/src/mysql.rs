@@ -155,17 +155,11 @@ static SERVER: OnceLock<Result<Server, String>> = OnceLock::new();
 /// # Panics
 /// When no server can be had and `mysql` is required.
 pub fn server() -> Option<&'static Server> {
-    match SERVER.get_or_init(find_or_start) {
-        Ok(server) => Some(server),
-        Err(why) => {
-            process::skip_or_fail(
-                "mysql",
-                why,
-                &format!("set {URL_VAR}, or install MariaDB's server (mariadb-server)"),
-            );
-            None
-        }
-    }
+    process::found_or_skipped(
+        SERVER.get_or_init(find_or_start),
+        "mysql",
+        &format!("set {URL_VAR}, or install MariaDB's server (mariadb-server)"),
+    )
 }
 
 fn find_or_start() -> Result<Server, String> {

@@ -87,17 +87,11 @@ static SERVER: OnceLock<Result<Server, String>> = OnceLock::new();
 /// # Panics
 /// When no server can be had and PostgreSQL is required.
 pub fn server() -> Option<&'static Server> {
-    match SERVER.get_or_init(find_or_start) {
-        Ok(server) => Some(server),
-        Err(why) => {
-            process::skip_or_fail(
-                "postgres",
-                why,
-                &format!("set {URL_VAR}, or install PostgreSQL's server binaries"),
-            );
-            None
-        }
-    }
+    process::found_or_skipped(
+        SERVER.get_or_init(find_or_start),
+        "postgres",
+        &format!("set {URL_VAR}, or install PostgreSQL's server binaries"),
+    )
 }
 
 /// A schema name no other test of any process uses.

@@ -152,6 +152,25 @@ pub fn skip_or_fail(engine: &str, why: &str, hint: &str) {
     }
 }
 
+/// The server `found` holds, or `None` after [`skip_or_fail`] said why for
+/// `engine` (with `hint`): what each module's `server()` answers.
+///
+/// # Panics
+/// When there is no server and `engine` is required.
+pub fn found_or_skipped<T>(
+    found: &'static Result<T, String>,
+    engine: &str,
+    hint: &str,
+) -> Option<&'static T> {
+    match found {
+        Ok(server) => Some(server),
+        Err(why) => {
+            skip_or_fail(engine, why, hint);
+            None
+        }
+    }
+}
+
 /// Polls `ready` every 20 ms until it answers true, for at most `patience`;
 /// an error of `ready` ends the wait with it.
 pub fn until(

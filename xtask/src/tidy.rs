@@ -625,7 +625,11 @@ mod tests {
         );
         plant("README.md", "# ", "# 7 contract cases\n\n# ");
         plant("docs/decisions.md", "# ", "`nowhere.rs`\n\n# ");
-        plant("xtask/src/main.rs", " | soak [minutes] | protos>", " | protos>");
+        plant(
+            "xtask/src/main.rs",
+            " | soak [minutes] | protos>",
+            " | protos>",
+        );
         plant(
             "docs/decisions.md",
             "Every engine (SQLite",
