@@ -343,11 +343,14 @@ impl Cluster {
         found.ok_or_else(|| "no new leader".into())
     }
 
-    /// Whether HAProxy routes to node `index` now (one fresh connection's
-    /// server port).
+    /// Whether HAProxy routes to node `index` now, and it is out of
+    /// recovery (one fresh connection's server port and recovery state):
+    /// Patroni's REST API calls a node the primary once it holds the
+    /// leader key, a moment before its promotion ends, when writes still
+    /// fail with "recovery is in progress".
     fn routes_to(&self, index: usize) -> bool {
-        self.query_via_haproxy("SELECT inet_server_port()")
-            .is_ok_and(|port| port == self.nodes[index].port.to_string())
+        self.query_via_haproxy("SELECT inet_server_port() || ' ' || pg_is_in_recovery()")
+            .is_ok_and(|answer| answer == format!("{} false", self.nodes[index].port))
     }
 
     /// The first value `sql` answers through HAProxy (`psql` over TCP).
