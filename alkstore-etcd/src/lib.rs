@@ -43,6 +43,7 @@ use crate::client::{Client, Is, Target, Txn};
 use crate::engine::EtcdEngine;
 use crate::keys::Layout;
 
+pub use engine::LeaseTooLong;
 pub use url::{DEFAULT_PREFIX, ENGINE};
 
 /// Raw calls on a store's cluster, beside the store's own: for the
@@ -141,7 +142,11 @@ impl EtcdStore {
     /// The shortest lease the cluster grants: a lease of one second asked
     /// for and ended at once (etcd raises a shorter TTL to 1.5 election
     /// timeouts, rounded up to a second: 2 s with its defaults).
+    /// Fails closed after [`Store::close`](alkstore_core::Store::close).
     pub async fn shortest_lease(&self) -> Result<std::time::Duration> {
+        if self.inner.is_closed() {
+            return Err(Error::closed("shortest_lease"));
+        }
         let client = &self.inner.engine().client;
         let (lease, ttl) = client
             .lease_grant(1)

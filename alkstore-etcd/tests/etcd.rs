@@ -6,7 +6,7 @@ use std::time::{Duration, Instant};
 
 use alkstore_core::doctor::{Promise, Verdict};
 use alkstore_core::{Error, Store};
-use alkstore_etcd::{EtcdStore, ForeignPrefix};
+use alkstore_etcd::{EtcdStore, ForeignPrefix, LeaseTooLong};
 
 fn url(prefix: &str) -> Option<String> {
     let server = alkstore_testkit::etcd::server()?;
@@ -126,4 +126,43 @@ async fn doctor_reads_the_members_and_judges_the_version() {
         }
     }
     assert!(report.warnings.is_empty(), "{report:?}");
+}
+
+/// etcd's longest lease is 9,000,000,000 s: a grant asking more gets the
+/// longest and its handle promises no more; a renewal asking more is
+/// refused with `LeaseTooLong` before anything is sent, the lease left as
+/// it was (a renewal of a length etcd grants still answers true).
+#[tokio::test]
+async fn a_ttl_past_etcds_longest_lease() {
+    let Some(url) = url("longest") else { return };
+    let store = EtcdStore::connect(&url).await.unwrap();
+    let longest = Duration::from_secs(9_000_000_000);
+    let asked = Instant::now();
+    let lock = store
+        .try_lock("job", "a", Duration::from_secs(20_000_000_000))
+        .await
+        .unwrap()
+        .unwrap();
+    assert!(lock.valid_until() <= asked + longest + Duration::from_secs(1));
+    let holder = store.holder("job").await.unwrap().unwrap();
+    assert!(holder.expires_in <= longest, "{holder:?}");
+    let refused = lock.renew(Duration::from_secs(10_000_000_000)).await;
+    let error = refused.expect_err("a renewal past the longest lease");
+    let too_long = error.find_source::<LeaseTooLong>();
+    assert_eq!(
+        too_long,
+        Some(&LeaseTooLong {
+            asked: 10_000_000_000
+        }),
+        "{error:?}"
+    );
+    assert_eq!(
+        store.holder("job").await.unwrap().map(|h| h.fence),
+        Some(lock.fence())
+    );
+    assert!(lock.renew(Duration::from_secs(30)).await.unwrap());
+    lock.release().await.unwrap();
+    store.remove_store().await.unwrap();
+    store.close().await.unwrap();
+    assert!(store.shortest_lease().await.is_err(), "closed");
 }
