@@ -200,14 +200,14 @@ pub async fn a_lapsed_lease_stays_lost_once_the_other_kind_holds_the_name(store:
 /// A permit is a `Lock` like any other: a [`KeepAlive`] holds it past its
 /// ttl (same slot, same fence), and its release frees the slot.
 pub async fn keepalive_holds_a_permit_past_its_ttl(store: Arc<dyn Store>) {
-    let ttl = Duration::from_secs(1);
+    let ttl = super::keepalive::KEPT_TTL;
     let permit = granted(store.try_acquire_permit("kept-pool", 1, "a", ttl).await);
     let fence = permit.fence();
     let kept = KeepAlive::start(permit, ttl).unwrap();
-    tokio::time::sleep(ttl * 3).await;
+    tokio::time::sleep(ttl * 2).await;
     assert!(
         matches!(kept.status(), LeaseStatus::Held { .. }),
-        "rule: a keep-alive holds a permit past its ttl; saw {:?} after three ttls",
+        "rule: a keep-alive holds a permit past its ttl; saw {:?} after two ttls",
         kept.status()
     );
     assert_eq!(
