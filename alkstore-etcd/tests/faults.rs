@@ -1,6 +1,7 @@
 //! Faults of a real three-member etcd cluster under load, each test on a
 //! cluster of its own (testkit's `etcd::Cluster`): the leader killed, a
-//! member paused and resumed, the whole cluster killed and restarted.
+//! member paused and resumed, the whole cluster killed and restarted, the
+//! cluster restored from a snapshot.
 //! Writers on independent stores contend on 64 names. What must hold: no
 //! acknowledged grant is lost, no name is granted while another owner's
 //! acknowledged grant of it is live, fences rise per name in the order the
@@ -434,4 +435,118 @@ async fn a_cluster_without_quorum_answers_errors_in_bounded_time() {
     );
     assert!(other.fence() > held.fence());
     assert!(held.renew(TTL).await.unwrap());
+}
+
+/// A restore from a snapshot takes the cluster's revision back to the
+/// snapshot's, so the fences after it would start again below fences
+/// acknowledged before the disaster; the runbook's raise
+/// (`raise_fences`, docs/engine-etcd.md) must put every later fence above
+/// them. A holds 8 names when the snapshot is taken; after it, A releases
+/// them and B is granted each (acknowledged), and 24 more names are
+/// granted; then every member dies and the cluster is restored from the
+/// snapshot. A grant before the raise shows the hazard (its fence is not
+/// above the acknowledged ones: the restore did take revisions back);
+/// after the raise, A's revived grants and B's lost ones renew `false`,
+/// A asking again gets fences above every acknowledged one, B is refused
+/// while A holds, and a new name's fence is above them too.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_restore_from_a_snapshot_keeps_later_fences_above_once_raised() {
+    let _one = ONE_CLUSTER.lock().await;
+    let Some(cluster) = start() else { return };
+    let url = format!("{}/restored", cluster.url());
+    let a = EtcdStore::connect(&url).await.unwrap();
+    let b = EtcdStore::connect(&url).await.unwrap();
+    let names: Vec<String> = (0..8).map(|i| format!("revived{i}")).collect();
+    // Each grant twice: A's own asking again is a second handle of the
+    // same grant, kept to renew once the grant is revived.
+    let (mut released, mut revived) = (Vec::new(), Vec::new());
+    for name in &names {
+        released.push(a.try_lock(name, "a", TTL).await.unwrap().expect("free"));
+        revived.push(a.try_lock(name, "a", TTL).await.unwrap().expect("A's own"));
+    }
+    let snapshot = cluster.dir.join("snapshot.db");
+    let (c, path) = (cluster.clone(), snapshot.clone());
+    tokio::task::spawn_blocking(move || c.snapshot(&path))
+        .await
+        .unwrap()
+        .expect("save a snapshot");
+
+    let mut acknowledged = 0;
+    let mut lost = Vec::new();
+    for (name, grant) in names.iter().zip(released) {
+        assert!(grant.release().await.unwrap());
+        let taken = b.try_lock(name, "b", TTL).await.unwrap().expect("released");
+        acknowledged = acknowledged.max(taken.fence());
+        lost.push(taken);
+    }
+    for i in 0..24 {
+        let later = b.try_lock(&format!("later{i}"), "b", TTL).await.unwrap();
+        acknowledged = acknowledged.max(later.expect("free").fence());
+    }
+
+    let (c, path) = (cluster.clone(), snapshot.clone());
+    tokio::task::spawn_blocking(move || c.restore(&path))
+        .await
+        .unwrap()
+        .expect("restore the cluster from the snapshot");
+    let back = Instant::now();
+    let probe = loop {
+        match a.try_lock("probe", "p", TTL).await {
+            Ok(granted) => break granted.expect("free"),
+            Err(error) => assert!(
+                back.elapsed() < Duration::from_secs(60),
+                "no grant a minute after the restore: {error}"
+            ),
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    assert!(
+        probe.fence() <= acknowledged,
+        "the restore did not take the revision back (fence {} after it, {acknowledged} \
+         acknowledged before): this test no longer shows what the raise is for",
+        probe.fence()
+    );
+
+    let lowest = a
+        .raise_fences(alkstore_core::DEFAULT_FENCE_RAISE)
+        .await
+        .unwrap();
+    // Above every fence of the lost history too, as long as fewer
+    // revisions were lost than the raise's size.
+    assert!(
+        lowest > acknowledged,
+        "the raise's lowest later fence {lowest} is not above the {acknowledged} acknowledged"
+    );
+    for (grant, taken) in revived.iter().zip(&lost) {
+        assert!(
+            !grant.renew(TTL).await.unwrap(),
+            "{}: A's revived grant renewed after the raise",
+            grant.name()
+        );
+        assert!(
+            !taken.renew(TTL).await.unwrap(),
+            "{}: B's grant, lost with the restore, renewed",
+            taken.name()
+        );
+    }
+    for name in &names {
+        let again = a.try_lock(name, "a", TTL).await.unwrap().expect("A's own");
+        assert!(
+            again.fence() > acknowledged,
+            "{name}: A asked again after the raise and got {}, not above the {acknowledged} \
+             acknowledged before the restore",
+            again.fence()
+        );
+        assert!(again.fence() >= lowest);
+        assert!(
+            b.try_lock(name, "b", TTL).await.unwrap().is_none(),
+            "{name}: B granted while A holds it"
+        );
+    }
+    let fresh = b.try_lock("fresh", "b", TTL).await.unwrap().expect("free");
+    assert!(fresh.fence() >= lowest);
+    assert!(
+        !probe.renew(TTL).await.unwrap(),
+        "the probe's grant renewed after the raise"
+    );
 }

@@ -164,7 +164,7 @@ impl Cluster {
                 "--initial-cluster",
                 &self.initial,
                 "--initial-cluster-token",
-                &format!("alkstore{}", std::process::id()),
+                &token(),
                 "--heartbeat-interval",
                 &HEARTBEAT_MS.to_string(),
                 "--election-timeout",
@@ -218,23 +218,69 @@ impl Cluster {
         self.signal(index, "-CONT")
     }
 
+    /// Saves a snapshot of the cluster (`etcdctl snapshot save`, from the
+    /// first member) to `path`.
+    pub fn snapshot(&self, path: &std::path::Path) -> Result<(), String> {
+        let path = path.to_str().ok_or("snapshot path not UTF-8")?;
+        etcdctl(&self.members[0].client, &["snapshot", "save", path]).map(drop)
+    }
+
+    /// A disaster and its recovery: every member dies (SIGKILL), its data
+    /// directory is removed, and the cluster is restored from `snapshot`
+    /// (`etcdctl snapshot restore`, each member from the same file, as
+    /// etcd's recovery guide says) and started on the same ports; waits
+    /// until it has a leader. The cluster's revision is the snapshot's
+    /// again: every write after the snapshot is gone.
+    pub fn restore(&self, snapshot: &std::path::Path) -> Result<(), String> {
+        let snapshot = snapshot.to_str().ok_or("snapshot path not UTF-8")?;
+        for index in 0..self.members.len() {
+            if self.pid_file(&self.members[index]).exists() {
+                self.kill(index)?;
+            }
+        }
+        for member in &self.members {
+            process::until(Duration::from_secs(30), "killed etcd to close", || {
+                Ok(TcpStream::connect(&member.client).is_err())
+            })?;
+        }
+        for member in &self.members {
+            std::fs::remove_dir_all(&member.data)
+                .map_err(|e| format!("cannot remove {}: {e}", member.data.display()))?;
+            let data = member.data.to_str().ok_or("temp dir not UTF-8")?;
+            let peer = format!("http://127.0.0.1:{}", member.peer_port);
+            etcdctl(
+                &member.client,
+                &[
+                    "snapshot",
+                    "restore",
+                    snapshot,
+                    "--name",
+                    &member.name,
+                    "--data-dir",
+                    data,
+                    "--initial-cluster",
+                    &self.initial,
+                    "--initial-cluster-token",
+                    &token(),
+                    "--initial-advertise-peer-urls",
+                    &peer,
+                ],
+            )?;
+        }
+        for index in 0..self.members.len() {
+            self.restart(index)?;
+        }
+        process::until(
+            Duration::from_secs(30),
+            "the restored etcd to elect",
+            || Ok(self.leader().is_some()),
+        )
+    }
+
     /// `etcdctl` (Debian's `etcd-client`) on every member, with `args`.
     pub fn etcdctl(&self, args: &[&str]) -> Result<String, String> {
         let endpoints: Vec<&str> = self.members.iter().map(|m| m.client.as_str()).collect();
-        let endpoints = format!("--endpoints={}", endpoints.join(","));
-        let mut full = vec![endpoints.as_str(), "--command-timeout=5s"];
-        full.extend_from_slice(args);
-        let mut command = Command::new(process::find_tool("etcdctl").ok_or("no etcdctl")?);
-        command.env("ETCDCTL_API", "3");
-        let output = command
-            .args(&full)
-            .stdin(Stdio::null())
-            .output()
-            .map_err(|e| e.to_string())?;
-        match output.status.success() {
-            true => Ok(String::from_utf8_lossy(&output.stdout).into_owned()),
-            false => Err(String::from_utf8_lossy(&output.stderr).into_owned()),
-        }
+        etcdctl(&endpoints.join(","), args)
     }
 
     /// The index of the member that leads now, if one answers as leader.
@@ -247,6 +293,30 @@ impl Cluster {
                 .then(|| self.members.iter().position(|m| m.client == fields[0]))
                 .flatten()
         })
+    }
+}
+
+/// The `--initial-cluster-token` of this process's clusters.
+fn token() -> String {
+    format!("alkstore{}", std::process::id())
+}
+
+/// `etcdctl` (Debian's `etcd-client`) at `endpoints` (comma-separated),
+/// with `args`.
+fn etcdctl(endpoints: &str, args: &[&str]) -> Result<String, String> {
+    let endpoints = format!("--endpoints={endpoints}");
+    let mut full = vec![endpoints.as_str(), "--command-timeout=5s"];
+    full.extend_from_slice(args);
+    let mut command = Command::new(process::find_tool("etcdctl").ok_or("no etcdctl")?);
+    command.env("ETCDCTL_API", "3");
+    let output = command
+        .args(&full)
+        .stdin(Stdio::null())
+        .output()
+        .map_err(|e| e.to_string())?;
+    match output.status.success() {
+        true => Ok(String::from_utf8_lossy(&output.stdout).into_owned()),
+        false => Err(String::from_utf8_lossy(&output.stderr).into_owned()),
     }
 }
 
