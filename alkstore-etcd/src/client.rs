@@ -7,6 +7,13 @@
 //! bounded ([`Client::connect`]'s request timeout): a call that a member
 //! cannot answer (no leader, no quorum, a stopped process) fails with
 //! `DeadlineExceeded` or `Unavailable` in bounded time, never hangs.
+//!
+//! With credentials (`etcd://user:password@…`), every call carries the
+//! token etcd's `Authenticate` gave, as etcd's own client does: the first
+//! call the cluster refuses for want of a token (none yet, one expired
+//! after its idle TTL, one a restarted member forgot) authenticates and is
+//! sent once more. Refused calls were never applied, so sending again is
+//! safe. A cluster without authentication is used as it is.
 
 use std::future::Future;
 use std::sync::Arc;
@@ -14,8 +21,12 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 use futures::StreamExt;
+use tonic::metadata::AsciiMetadataValue;
+use tonic::service::Interceptor;
+use tonic::service::interceptor::InterceptedService;
 use tonic::transport::{Channel, Endpoint};
 
+use crate::proto::etcdserverpb::auth_client::AuthClient;
 use crate::proto::etcdserverpb::cluster_client::ClusterClient;
 use crate::proto::etcdserverpb::compare::{CompareResult, CompareTarget, TargetUnion};
 use crate::proto::etcdserverpb::kv_client::KvClient;
@@ -25,9 +36,9 @@ use crate::proto::etcdserverpb::request_op::Request as Op;
 use crate::proto::etcdserverpb::response_op::Response as OpResponse;
 use crate::proto::etcdserverpb::watch_client::WatchClient;
 use crate::proto::etcdserverpb::{
-    Compare, DeleteRangeRequest, LeaseGrantRequest, LeaseKeepAliveRequest, LeaseRevokeRequest,
-    LeaseTimeToLiveRequest, PutRequest, RangeRequest, RangeResponse, RequestOp, TxnRequest,
-    TxnResponse,
+    AuthenticateRequest, Compare, DeleteRangeRequest, LeaseGrantRequest, LeaseKeepAliveRequest,
+    LeaseRevokeRequest, LeaseTimeToLiveRequest, PutRequest, RangeRequest, RangeResponse, RequestOp,
+    TxnRequest, TxnResponse,
 };
 
 /// How long one call may take, unless the URL says otherwise.
@@ -36,14 +47,70 @@ pub(crate) const REQUEST_TIMEOUT: Duration = Duration::from_secs(5);
 /// How long opening a connection to one member may take.
 pub(crate) const CONNECT_TIMEOUT: Duration = Duration::from_secs(3);
 
+/// A member's channel, every request on it carrying the client's token.
+type Authed = InterceptedService<Channel, Token>;
+
 /// The gRPC clients of one member, sharing its channel.
 #[derive(Debug, Clone)]
 pub(crate) struct Member {
-    pub(crate) kv: KvClient<Channel>,
-    pub(crate) lease: LeaseClient<Channel>,
-    pub(crate) watch: WatchClient<Channel>,
-    pub(crate) cluster: ClusterClient<Channel>,
-    pub(crate) maintenance: MaintenanceClient<Channel>,
+    pub(crate) kv: KvClient<Authed>,
+    pub(crate) lease: LeaseClient<Authed>,
+    pub(crate) watch: WatchClient<Authed>,
+    pub(crate) cluster: ClusterClient<Authed>,
+    pub(crate) maintenance: MaintenanceClient<Authed>,
+    auth: AuthClient<Channel>,
+}
+
+/// A user of the cluster and its password (`etcd://user:password@…`).
+#[derive(Clone, PartialEq, Eq)]
+pub(crate) struct Credentials {
+    pub(crate) user: String,
+    pub(crate) password: String,
+}
+
+impl std::fmt::Debug for Credentials {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Credentials")
+            .field("user", &self.user)
+            .field("password", &"****")
+            .finish()
+    }
+}
+
+/// The token the calls carry (none before the first authentication),
+/// shared by every member's channel.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct Token(Arc<std::sync::RwLock<Option<AsciiMetadataValue>>>);
+
+impl Token {
+    fn current(&self) -> Option<AsciiMetadataValue> {
+        self.0.read().unwrap_or_else(|e| e.into_inner()).clone()
+    }
+
+    fn set(&self, token: AsciiMetadataValue) {
+        *self.0.write().unwrap_or_else(|e| e.into_inner()) = Some(token);
+    }
+}
+
+impl Interceptor for Token {
+    fn call(
+        &mut self,
+        mut request: tonic::Request<()>,
+    ) -> Result<tonic::Request<()>, tonic::Status> {
+        if let Some(token) = self.current() {
+            request.metadata_mut().insert("token", token);
+        }
+        Ok(request)
+    }
+}
+
+/// Authentication: the credentials, the token they got, and one
+/// authentication at a time.
+#[derive(Debug)]
+struct Auth {
+    credentials: Credentials,
+    token: Token,
+    authenticating: tokio::sync::Mutex<()>,
 }
 
 /// The members of one cluster, and which one calls go to.
@@ -52,16 +119,20 @@ pub(crate) struct Client {
     members: Arc<[Member]>,
     pinned: Arc<AtomicUsize>,
     timeout: Duration,
+    /// `None`: the URL gave no credentials.
+    auth: Option<Arc<Auth>>,
 }
 
 impl Client {
     /// A client of the members at `endpoints` (`host:port`), each call
-    /// bounded by `timeout`. Connects lazily: the first call finds out
-    /// whether a member answers.
+    /// bounded by `timeout`, authenticating with `credentials` when given.
+    /// Connects lazily: the first call finds out whether a member answers.
     pub(crate) fn connect(
         endpoints: &[String],
         timeout: Duration,
+        credentials: Option<Credentials>,
     ) -> Result<Client, tonic::transport::Error> {
+        let token = Token::default();
         let members = endpoints
             .iter()
             .map(|endpoint| {
@@ -79,12 +150,14 @@ impl Client {
                     .keep_alive_timeout(Duration::from_secs(5))
                     .keep_alive_while_idle(true)
                     .connect_lazy();
+                let authed = InterceptedService::new(channel.clone(), token.clone());
                 Ok(Member {
-                    kv: KvClient::new(channel.clone()),
-                    lease: LeaseClient::new(channel.clone()),
-                    watch: WatchClient::new(channel.clone()),
-                    cluster: ClusterClient::new(channel.clone()),
-                    maintenance: MaintenanceClient::new(channel),
+                    kv: KvClient::new(authed.clone()),
+                    lease: LeaseClient::new(authed.clone()),
+                    watch: WatchClient::new(authed.clone()),
+                    cluster: ClusterClient::new(authed.clone()),
+                    maintenance: MaintenanceClient::new(authed),
+                    auth: AuthClient::new(channel),
                 })
             })
             .collect::<Result<Vec<_>, tonic::transport::Error>>()?;
@@ -97,6 +170,13 @@ impl Client {
             members: members.into(),
             pinned: Arc::new(AtomicUsize::new(start)),
             timeout,
+            auth: credentials.map(|credentials| {
+                Arc::new(Auth {
+                    credentials,
+                    token,
+                    authenticating: tokio::sync::Mutex::new(()),
+                })
+            }),
         })
     }
 
@@ -106,10 +186,11 @@ impl Client {
     }
 
     /// Runs `call` on the pinned member; if it fails for the member's sake,
-    /// the calls after it go to the next member.
+    /// the calls after it go to the next member. A call refused for want of
+    /// a token runs once more after authenticating.
     pub(crate) async fn call<T, F, Fut>(&self, call: F) -> Result<T, tonic::Status>
     where
-        F: FnOnce(Member) -> Fut,
+        F: Fn(Member) -> Fut,
         Fut: Future<Output = Result<T, tonic::Status>>,
     {
         self.call_within(None, call).await
@@ -124,11 +205,11 @@ impl Client {
         call: F,
     ) -> Result<T, tonic::Status>
     where
-        F: FnOnce(Member) -> Fut,
+        F: Fn(Member) -> Fut,
         Fut: Future<Output = Result<T, tonic::Status>>,
     {
         let index = self.pinned.load(Ordering::Relaxed) % self.members.len();
-        let answer = call(self.members[index].clone()).await;
+        let answer = self.call_on(index, call).await;
         if let Err(status) = &answer {
             let ours = within.is_some_and(|w| w < self.timeout) && ran_out(status);
             if member_at_fault(status) && !ours {
@@ -140,6 +221,70 @@ impl Client {
             }
         }
         answer
+    }
+
+    /// Runs `call` on member `index` (of [`Client::members`]), whatever
+    /// the pinned one; sent once more after authenticating if refused for
+    /// want of a token.
+    pub(crate) async fn call_on<T, F, Fut>(&self, index: usize, call: F) -> Result<T, tonic::Status>
+    where
+        F: Fn(Member) -> Fut,
+        Fut: Future<Output = Result<T, tonic::Status>>,
+    {
+        let member = &self.members[index % self.members.len()];
+        let sent_with = self.auth.as_ref().and_then(|auth| auth.token.current());
+        let answer = call(member.clone()).await;
+        match answer {
+            Err(status) if wants_token(&status) => {
+                self.authenticate(member, sent_with).await?;
+                call(member.clone()).await
+            }
+            answer => answer,
+        }
+    }
+
+    /// Authenticates with the URL's credentials on `member`, unless the
+    /// token changed since the refused call was sent with `sent_with` (a
+    /// call refused at the same time authenticated meanwhile). Without
+    /// credentials, the refusal is explained.
+    async fn authenticate(
+        &self,
+        member: &Member,
+        sent_with: Option<AsciiMetadataValue>,
+    ) -> Result<(), tonic::Status> {
+        let Some(auth) = &self.auth else {
+            return Err(tonic::Status::unauthenticated(
+                "the cluster has authentication on: give the URL a user \
+                 (etcd://user:password@host:2379/prefix)",
+            ));
+        };
+        let _one = auth.authenticating.lock().await;
+        if auth.token.current() != sent_with {
+            return Ok(());
+        }
+        let request = AuthenticateRequest {
+            name: auth.credentials.user.clone(),
+            password: auth.credentials.password.clone(),
+        };
+        let answer = member
+            .auth
+            .clone()
+            .authenticate(request)
+            .await
+            .map_err(|status| {
+                tonic::Status::new(
+                    status.code(),
+                    format!(
+                        "etcd refused the user {}: {}",
+                        auth.credentials.user,
+                        status.message()
+                    ),
+                )
+            })?;
+        let token = AsciiMetadataValue::try_from(answer.into_inner().token)
+            .map_err(|_| tonic::Status::internal("etcd answered a token that is not ASCII"))?;
+        auth.token.set(token);
+        Ok(())
     }
 
     /// The keys in `[key, end)` (`end` empty: `key` alone), at most `limit`
@@ -156,8 +301,11 @@ impl Client {
             limit,
             ..Default::default()
         };
-        self.call(|mut m| async move { Ok(m.kv.range(request).await?.into_inner()) })
-            .await
+        self.call(|mut m| {
+            let request = request.clone();
+            async move { Ok(m.kv.range(request).await?.into_inner()) }
+        })
+        .await
     }
 
     /// One transaction.
@@ -173,16 +321,14 @@ impl Client {
                 txn.success.push(read(first.key.clone(), Vec::new()));
             }
         }
-        let mut request = tonic::Request::new(TxnRequest {
+        let request = TxnRequest {
             compare: txn.compare,
             success: txn.success,
             failure: txn.failure,
-        });
-        if let Some(within) = txn.within {
-            request.set_timeout(within);
-        }
-        self.call_within(txn.within, |mut m| async move {
-            Ok(m.kv.txn(request).await?.into_inner())
+        };
+        self.call_within(txn.within, |mut m| {
+            let request = bounded(request.clone(), txn.within);
+            async move { Ok(m.kv.txn(request).await?.into_inner()) }
         })
         .await
     }
@@ -200,13 +346,10 @@ impl Client {
         ttl: i64,
         within: Option<Duration>,
     ) -> Result<(i64, i64), tonic::Status> {
-        let mut request = tonic::Request::new(LeaseGrantRequest { ttl, id: 0 });
-        if let Some(within) = within {
-            request.set_timeout(within);
-        }
         let granted = self
-            .call_within(within, |mut m| async move {
-                Ok(m.lease.lease_grant(request).await?.into_inner())
+            .call_within(within, |mut m| {
+                let request = bounded(LeaseGrantRequest { ttl, id: 0 }, within);
+                async move { Ok(m.lease.lease_grant(request).await?.into_inner()) }
             })
             .await?;
         if !granted.error.is_empty() {
@@ -268,6 +411,30 @@ impl Client {
             .await?;
         Ok((answer.ttl >= 0).then_some((answer.ttl, answer.granted_ttl)))
     }
+}
+
+/// `message` as a request, bounded by `within` when given (else by the
+/// channel's timeout, the store's).
+fn bounded<T>(message: T, within: Option<Duration>) -> tonic::Request<T> {
+    let mut request = tonic::Request::new(message);
+    if let Some(within) = within {
+        request.set_timeout(within);
+    }
+    request
+}
+
+/// Whether `status` refuses a call for want of a valid token: none sent
+/// (the cluster turned authentication on), one the cluster no longer knows
+/// (expired, or lost with a member's restart), or one older than a change
+/// of users and roles. etcd refuses these before applying anything.
+fn wants_token(status: &tonic::Status) -> bool {
+    let message = status.message();
+    matches!(
+        status.code(),
+        tonic::Code::Unauthenticated | tonic::Code::InvalidArgument
+    ) && (message.contains("invalid auth token")
+        || message.contains("user name is empty")
+        || message.contains("revision of auth store is old"))
 }
 
 /// Whether `status` says the member failed the call (unreachable, timed

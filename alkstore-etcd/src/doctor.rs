@@ -6,7 +6,7 @@ use alkstore_core::doctor::{Finding, InspectFuture, Promise, Report, Verdict, in
 
 use crate::client::Client;
 use crate::keys::Layout;
-use crate::proto::etcdserverpb::{MemberListRequest, StatusRequest};
+use crate::proto::etcdserverpb::{Member, MemberListRequest, StatusRequest};
 
 /// Whether etcd `version` has the lease bugs of leader changes fixed in
 /// 3.4.32 and 3.5.14 (etcd-io/etcd#15247, #17642).
@@ -25,11 +25,69 @@ fn has_lease_bugs(version: &str) -> bool {
     }
 }
 
+/// `3.4.23` as numbers, to find the oldest of several.
+fn version_key(version: &str) -> Vec<u32> {
+    version
+        .split('.')
+        .map(|p| p.parse::<u32>().unwrap_or(0))
+        .collect()
+}
+
+/// Every member's version, asked of the member itself at the first
+/// client URL it advertises (a cluster being upgraded runs several):
+/// `(name, version or why unknown)`.
+async fn member_versions(
+    members: &[Member],
+    timeout: std::time::Duration,
+    credentials: Option<crate::client::Credentials>,
+) -> Vec<(String, Result<String, String>)> {
+    let endpoints: Vec<Option<String>> = members
+        .iter()
+        .map(|m| {
+            let url = m.client_ur_ls.first()?;
+            let endpoint = url.split_once("://").map_or(url.as_str(), |(_, rest)| rest);
+            Some(endpoint.trim_end_matches('/').to_owned())
+        })
+        .collect();
+    let known: Vec<String> = endpoints.iter().flatten().cloned().collect();
+    let each = match known.is_empty() {
+        true => None,
+        false => Client::connect(&known, timeout, credentials).ok(),
+    };
+    let mut versions = Vec::new();
+    let mut index = 0;
+    for (member, endpoint) in members.iter().zip(&endpoints) {
+        let version = match (endpoint, &each) {
+            (Some(_), Some(each)) => {
+                let asked = each
+                    .call_on(index, |mut m| async move {
+                        Ok(m.maintenance
+                            .status(StatusRequest::default())
+                            .await?
+                            .into_inner())
+                    })
+                    .await;
+                index += 1;
+                asked
+                    .map(|status| status.version)
+                    .map_err(|e| format!("no answer: {}", e.message()))
+            }
+            _ => Err("no client URL (not started yet)".to_owned()),
+        };
+        versions.push((member.name.clone(), version));
+    }
+    versions
+}
+
 /// Inspects the cluster `url` names.
 pub(crate) fn inspect_url(url: &str) -> InspectFuture<'_> {
     inspecting(async move {
         let parsed = crate::url::parse(url)?;
-        let client = Client::connect(&parsed.endpoints, parsed.timeout)?;
+        let client = Client::connect(
+            &parsed.endpoints,
+            parsed.timeout,
+            parsed.credentials.clone(),
+        )?;
         let layout = Layout::new(parsed.prefix.clone());
         let members = client
             .call(|mut m| async move {
@@ -58,8 +116,28 @@ pub(crate) fn inspect_url(url: &str) -> InspectFuture<'_> {
         let next = base
             .map(|base| crate::fence::of(base.value, revision.saturating_add(1)))
             .map_err(|e| format!("unknown: {e}"));
+        // The promises are judged by the oldest member that answered (the
+        // one answering here if none did).
+        let versions = member_versions(&members, parsed.timeout, parsed.credentials).await;
+        let version = versions
+            .iter()
+            .filter_map(|(_, v)| v.as_ref().ok())
+            .min_by_key(|v| version_key(v))
+            .cloned()
+            .unwrap_or_else(|| status.version.clone());
         let settings = vec![
-            ("version".to_owned(), status.version.clone()),
+            ("version".to_owned(), version.clone()),
+            (
+                "member versions".to_owned(),
+                versions
+                    .iter()
+                    .map(|(name, v)| match v {
+                        Ok(v) => format!("{name} {v}"),
+                        Err(_) => format!("{name} unknown"),
+                    })
+                    .collect::<Vec<_>>()
+                    .join(", "),
+            ),
             (
                 "members".to_owned(),
                 members
@@ -90,15 +168,14 @@ pub(crate) fn inspect_url(url: &str) -> InspectFuture<'_> {
                 ),
             ),
         };
-        let lease_bugs = has_lease_bugs(&status.version);
+        let lease_bugs = has_lease_bugs(&version);
         let exclusion = match lease_bugs {
             true => Finding::given_up(
                 Promise::Exclusion,
                 format!(
-                    "etcd {} can end a lease early when a stale leader revokes it after a leader \
-                     change (etcd-io/etcd#15247), and report a lease 292 years long (#17642): \
-                     upgrade to 3.4.32, 3.5.14 or later",
-                    status.version
+                    "etcd {version} (the oldest member) can end a lease early when a stale leader \
+                     revokes it after a leader change (etcd-io/etcd#15247), and report a lease \
+                     292 years long (#17642): upgrade every member to 3.4.32, 3.5.14 or later"
                 ),
             ),
             false => Finding::kept(
@@ -106,7 +183,14 @@ pub(crate) fn inspect_url(url: &str) -> InspectFuture<'_> {
                 "every grant is one transaction on the Raft log, compared against the name's keys",
             ),
         };
-        let mut warnings = Vec::new();
+        let mut warnings: Vec<String> = versions
+            .iter()
+            .filter_map(|(name, v)| {
+                v.as_ref().err().map(|why| {
+                    format!("member {name}'s version is unknown ({why}): judged without it")
+                })
+            })
+            .collect();
         if !status.errors.is_empty() {
             warnings.push(format!(
                 "the cluster reports alarms: {} (etcd refuses writes under a NOSPACE alarm: compact, defragment, disarm)",

@@ -1124,7 +1124,10 @@ impl Engine for EtcdEngine {
             request.revision = revision;
             let read = self
                 .client
-                .call(|mut m| async move { Ok(m.kv.range(request).await?.into_inner()) })
+                .call(|mut m| {
+                    let request = request.clone();
+                    async move { Ok(m.kv.range(request).await?.into_inner()) }
+                })
                 .await?;
             if revision == 0 {
                 revision = read.header.as_ref().map_or(0, |h| h.revision);

@@ -128,7 +128,7 @@ impl EtcdStore {
     /// ([`ForeignPrefix`]).
     pub async fn connect(url: &str) -> Result<Self> {
         let parsed = url::parse(url).map_err(url::open_error)?;
-        let client = Client::connect(&parsed.endpoints, parsed.timeout)
+        let client = Client::connect(&parsed.endpoints, parsed.timeout, parsed.credentials)
             .map_err(|e| Error::database("open", e))?;
         let layout = Layout::new(parsed.prefix);
         claim(&client, &layout)
@@ -186,7 +186,7 @@ async fn claim(
     let marker = format!("{}meta/alkstore", layout.prefix()).into_bytes();
     let prefix = layout.prefix().as_bytes().to_vec();
     let end = keys::prefix_end(&prefix);
-    let above: Vec<(&str, Vec<u8>)> = ancestors(layout.prefix())
+    let mut above: Vec<(&str, Vec<u8>)> = ancestors(layout.prefix())
         .into_iter()
         .map(|above| (above, format!("{above}meta/alkstore").into_bytes()))
         .collect();
@@ -194,17 +194,21 @@ async fn claim(
         // A prefix inside another store's (`/a/g/x` in the store `/a`)
         // would share its keys: refused by the marker of any prefix above
         // it (and the marking below compares them, for a store opened
-        // above at the same time).
-        for (above, theirs) in &above {
-            if !client
-                .range(theirs.clone(), Vec::new(), 1)
-                .await?
-                .kvs
-                .is_empty()
-            {
+        // above at the same time). A user allowed only its own prefix
+        // cannot read them: then its role's permissions, not this check,
+        // keep stores apart.
+        for (at, (above_prefix, theirs)) in above.iter().enumerate() {
+            let read = match client.range(theirs.clone(), Vec::new(), 1).await {
+                Err(status) if status.code() == tonic::Code::PermissionDenied => {
+                    above.truncate(at);
+                    break;
+                }
+                read => read?,
+            };
+            if !read.kvs.is_empty() {
                 return Err(ForeignPrefix {
                     prefix: layout.prefix().to_owned(),
-                    found: format!("is inside the store at {above:?}"),
+                    found: format!("is inside the store at {above_prefix:?}"),
                 }
                 .into());
             }

@@ -2,8 +2,9 @@
 //! as `etcdctl --endpoints` lists members (any member answers; the
 //! client moves to another when one fails). The path is the key prefix
 //! the store's keys live under (default [`DEFAULT_PREFIX`]); `timeout`
-//! (`?timeout=5s`, `500ms`) bounds every call. Credentials and TLS are
-//! not supported yet: a URL with either is refused, never opened without.
+//! (`?timeout=5s`, `500ms`) bounds every call. A user and password
+//! (`etcd://user:password@host:2379/prefix`, percent-encoded where they
+//! hold `:`, `@` or `/`) authenticate with etcd's users and roles.
 
 use std::time::Duration;
 
@@ -11,6 +12,7 @@ use alkstore_core::url::OpenFuture;
 use alkstore_core::{EngineDescriptor, Error, Store, UrlError};
 
 use crate::EtcdStore;
+use crate::client::Credentials;
 
 /// The key prefix when the URL has no path.
 pub const DEFAULT_PREFIX: &str = "/alkstore";
@@ -33,6 +35,8 @@ pub(crate) struct Parsed {
     pub(crate) prefix: String,
     /// The bound on every call.
     pub(crate) timeout: Duration,
+    /// The user the calls authenticate as, if any.
+    pub(crate) credentials: Option<Credentials>,
 }
 
 /// Reads `url`.
@@ -49,11 +53,10 @@ pub(crate) fn parse(url: &str) -> Result<Parsed, UrlError> {
         Some(at) => rest.split_at(at),
         None => (rest, ""),
     };
-    if hosts.contains('@') {
-        return Err(malformed(
-            "credentials are not supported yet: use a cluster without authentication on a trusted network",
-        ));
-    }
+    let (credentials, hosts) = match hosts.rsplit_once('@') {
+        Some((user_info, hosts)) => (Some(credentials(user_info).map_err(malformed)?), hosts),
+        None => (None, hosts),
+    };
     let mut endpoints = Vec::new();
     for endpoint in hosts.split(',') {
         let (host, port) = endpoint.rsplit_once(':').ok_or_else(|| {
@@ -92,7 +95,26 @@ pub(crate) fn parse(url: &str) -> Result<Parsed, UrlError> {
         endpoints,
         prefix: format!("{prefix}/"),
         timeout,
+        credentials,
     })
+}
+
+/// `user:password`, each percent-decoded.
+fn credentials(user_info: &str) -> Result<Credentials, &'static str> {
+    let (user, password) = user_info
+        .split_once(':')
+        .ok_or("a user needs its password (etcd://user:password@host:2379)")?;
+    let decode = |part: &str| {
+        percent_encoding::percent_decode_str(part)
+            .decode_utf8()
+            .map(|decoded| decoded.into_owned())
+            .map_err(|_| "the user or password is not UTF-8 once percent-decoded")
+    };
+    let (user, password) = (decode(user)?, decode(password)?);
+    if user.is_empty() {
+        return Err("the user before the password is empty");
+    }
+    Ok(Credentials { user, password })
 }
 
 /// `5s`, `500ms`.
@@ -136,13 +158,32 @@ mod tests {
     }
 
     #[test]
+    fn credentials_are_read_and_never_shown() {
+        let parsed = parse("etcd://alk:p%40ss%3Aw@h:2379/locks").unwrap();
+        let credentials = parsed.credentials.clone().unwrap();
+        assert_eq!(
+            (credentials.user.as_str(), credentials.password.as_str()),
+            ("alk", "p@ss:w")
+        );
+        assert_eq!(parsed.endpoints, ["h:2379"]);
+        assert!(!format!("{parsed:?}").contains("p@ss"));
+        let refused = parse("etcd://alk:secret@h:2379?x=1")
+            .unwrap_err()
+            .to_string();
+        assert!(!refused.contains("secret"), "{refused}");
+        assert_eq!(parse("etcd://h:2379").unwrap().credentials, None);
+    }
+
+    #[test]
     fn bad_urls_are_refused_with_the_reason() {
         for (url, reason) in [
             ("etcd://host", "port"),
             ("etcd://:2379", "host:port"),
             ("etcd://h:0", "host:port"),
             ("etcd://h:x", "host:port"),
-            ("etcd://u:secret@h:2379", "credentials"),
+            ("etcd://u@h:2379", "password"),
+            ("etcd://:secret@h:2379", "user"),
+            ("etcd://u:%ff@h:2379", "UTF-8"),
             ("etcd://h:2379?timeout=0s", "timeout"),
             ("etcd://h:2379?timeout=forever", "timeout"),
             ("etcd://h:2379?user=x", "unknown parameter"),

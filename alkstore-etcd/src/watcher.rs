@@ -74,27 +74,34 @@ async fn watch(client: Client, layout: Layout, bus: Arc<ReleaseBus>) {
     };
     let mut pause = Duration::from_millis(50);
     loop {
-        // The request stream stays open: closing it would end the watch.
-        let requests = futures::stream::iter([create.clone()]).chain(futures::stream::pending());
-        // Only from a member with a leader: a member cut off from the
-        // quorum would keep the watch open and silent.
-        let mut request = tonic::Request::new(requests);
-        request.metadata_mut().insert(
-            "hasleader",
-            tonic::metadata::MetadataValue::from_static("true"),
-        );
         let opened = client
-            .call(|mut m| async move { Ok(m.watch.watch(request).await?.into_inner()) })
+            .call(|mut m| {
+                // The request stream stays open: closing it would end the
+                // watch.
+                let requests =
+                    futures::stream::iter([create.clone()]).chain(futures::stream::pending());
+                // Only from a member with a leader: a member cut off from
+                // the quorum would keep the watch open and silent.
+                let mut request = tonic::Request::new(requests);
+                request.metadata_mut().insert(
+                    "hasleader",
+                    tonic::metadata::MetadataValue::from_static("true"),
+                );
+                async move { Ok(m.watch.watch(request).await?.into_inner()) }
+            })
             .await;
         if let Ok(mut answers) = opened {
             while let Some(Ok(answer)) = answers.next().await {
+                // Refused (a token etcd no longer knows: the waiters'
+                // polling calls authenticate again meanwhile), or ended by
+                // the server: watched again after a growing pause.
+                if answer.canceled {
+                    break;
+                }
                 if answer.created {
                     // Releases before the watch began went unheard.
                     bus.wake_all();
                     pause = Duration::from_millis(50);
-                }
-                if answer.canceled {
-                    break;
                 }
                 for event in answer.events {
                     if event.r#type == EventType::Delete as i32 {

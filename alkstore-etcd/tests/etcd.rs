@@ -74,7 +74,8 @@ async fn a_prefix_holding_other_keys_is_refused() {
 async fn bad_urls_open_nothing() {
     for bad in [
         "etcd://127.0.0.1/x",
-        "etcd://user:secret@127.0.0.1:2379/x",
+        "etcd://user@127.0.0.1:2379/x",
+        "etcd://user:secret@127.0.0.1/x",
         "etcd://127.0.0.1:2379/x?timeout=0s",
     ] {
         let error = EtcdStore::connect(bad).await.unwrap_err();
@@ -113,6 +114,16 @@ async fn doctor_reads_the_members_and_judges_the_version() {
         return;
     }
     assert_eq!(setting("members").split(", ").count(), 3, "{report:?}");
+    // Each member asked for its own version.
+    let versions: Vec<String> = setting("member versions")
+        .split(", ")
+        .map(str::to_owned)
+        .collect();
+    assert_eq!(versions.len(), 3, "{report:?}");
+    assert!(
+        versions.iter().all(|v| v.ends_with(&setting("version"))),
+        "{report:?}"
+    );
     for promise in Promise::ALL {
         let finding = report.finding(promise).unwrap();
         // Debian's etcd (3.4.23) has the lease bugs of leader changes.

@@ -61,11 +61,21 @@ pub struct Cluster {
     initial: String,
     /// The shell command that stops every member.
     stop: String,
+    /// Further flags every member is started with.
+    flags: Vec<String>,
+    /// `--user=root:…` for etcdctl, once authentication is on.
+    root: std::sync::Mutex<Option<String>>,
 }
 
 impl Cluster {
     /// Starts `count` members and waits until every one answers.
     pub fn start(count: usize) -> Result<Cluster, String> {
+        Cluster::start_with(count, &[])
+    }
+
+    /// [`Cluster::start`], every member also given `flags` (such as
+    /// `--auth-token-ttl=1`).
+    pub fn start_with(count: usize, flags: &[&str]) -> Result<Cluster, String> {
         let etcd = process::find_tool("etcd").ok_or("no etcd binary found")?;
         let dir = process::kept_temp_dir("alkstore-etcd-")?;
         let mut members = Vec::new();
@@ -101,6 +111,8 @@ impl Cluster {
             members,
             initial,
             stop,
+            flags: flags.iter().map(|f| f.to_string()).collect(),
+            root: std::sync::Mutex::new(None),
         };
         for i in 0..count {
             cluster.spawn(i, &etcd)?;
@@ -174,6 +186,7 @@ impl Cluster {
                 "--log-level",
                 "warn",
             ])
+            .args(&self.flags)
             .stdin(Stdio::null())
             .stdout(log)
             .stderr(err)
@@ -280,7 +293,40 @@ impl Cluster {
     /// `etcdctl` (Debian's `etcd-client`) on every member, with `args`.
     pub fn etcdctl(&self, args: &[&str]) -> Result<String, String> {
         let endpoints: Vec<&str> = self.members.iter().map(|m| m.client.as_str()).collect();
-        etcdctl(&endpoints.join(","), args)
+        let root = self.root.lock().unwrap_or_else(|e| e.into_inner()).clone();
+        let mut full: Vec<&str> = root.iter().map(String::as_str).collect();
+        full.extend_from_slice(args);
+        etcdctl(&endpoints.join(","), &full)
+    }
+
+    /// Turns etcd's authentication on, with a `root` user of password
+    /// `root_password` (etcd's own guide: the root user first, then
+    /// `auth enable`).
+    /// `etcdctl` here on as root.
+    pub fn enable_auth(&self, root_password: &str) -> Result<(), String> {
+        self.etcdctl(&["user", "add", &format!("root:{root_password}")])?;
+        self.etcdctl(&["auth", "enable"])?;
+        *self.root.lock().unwrap_or_else(|e| e.into_inner()) =
+            Some(format!("--user=root:{root_password}"));
+        Ok(())
+    }
+
+    /// Adds `user` with `password` and a role of the same name allowed to
+    /// read and write every key under `prefix` (no key when `None`).
+    pub fn add_user(&self, user: &str, password: &str, prefix: Option<&str>) -> Result<(), String> {
+        self.etcdctl(&["user", "add", &format!("{user}:{password}")])?;
+        self.etcdctl(&["role", "add", user])?;
+        if let Some(prefix) = prefix {
+            self.etcdctl(&[
+                "role",
+                "grant-permission",
+                user,
+                "--prefix=true",
+                "readwrite",
+                prefix,
+            ])?;
+        }
+        self.etcdctl(&["user", "grant-role", user, user]).map(drop)
     }
 
     /// The index of the member that leads now, if one answers as leader.

@@ -1,0 +1,237 @@
+//! etcd's users and roles: a store whose URL names a user
+//! (`etcd://user:password@…`) authenticates, and its calls carry the token.
+//! On a cluster of its own, one member, with authentication on and tokens
+//! forgotten after 1 s unused (`--auth-token-ttl=1`), so that the cases
+//! below, which idle for their leases, meet expired tokens all the time:
+//! a selection of contract cases runs through a user allowed only its
+//! prefix; a missing user, a wrong password and a user without rights are
+//! refused with a clear error (the password never shown); and a token the
+//! cluster forgot — expired, or lost with a restart — is replaced.
+
+use std::sync::{Arc, OnceLock};
+use std::time::{Duration, Instant};
+
+use alkstore_contract_suite::{Case, CaseFn, Fresh, LeaseClock, run_case};
+use alkstore_core::Store;
+use alkstore_etcd::{EtcdStore, LEASE_GRANULARITY};
+use alkstore_testkit::etcd::{Cluster, REQUIRE_NAME, URL_VAR};
+
+const ROOT_PASSWORD: &str = "root-secret";
+const USER: &str = "alk";
+/// Percent-encoded in URLs: `p%40ss%3Aword`.
+const PASSWORD: &str = "p@ss:word";
+const PREFIX: &str = "/locks/";
+
+/// A cluster of this test's own with authentication on, and a user `alk`
+/// allowed to read and write under `/locks/` (and `nobody`, allowed
+/// nothing); `None` when it cannot be had (etcd not installed, or
+/// `ALKSTORE_ETCD_URL` names a cluster whose users this test cannot
+/// change) and etcd is not required.
+fn start() -> Option<Cluster> {
+    if std::env::var(URL_VAR).is_ok_and(|url| !url.is_empty()) {
+        eprintln!("auth: {URL_VAR} names a cluster whose users this test cannot change; skipped");
+        return None;
+    }
+    let started = Cluster::start_with(1, &["--auth-token-ttl=1"]).and_then(|cluster| {
+        cluster.enable_auth(ROOT_PASSWORD)?;
+        cluster.add_user(USER, PASSWORD, Some(PREFIX))?;
+        cluster.add_user("nobody", "nothing", None)?;
+        Ok(cluster)
+    });
+    match started {
+        Ok(cluster) => Some(cluster),
+        Err(why) => {
+            alkstore_testkit::process::skip_or_fail(REQUIRE_NAME, &why, "install etcd-server");
+            None
+        }
+    }
+}
+
+/// The cluster the tests share ([`start`]); none of them stops it.
+fn cluster() -> Option<&'static Cluster> {
+    static CLUSTER: OnceLock<Option<Cluster>> = OnceLock::new();
+    CLUSTER.get_or_init(start).as_ref()
+}
+
+/// `etcd://user_info@endpoints/locks/<unique>`.
+fn url_as(cluster: &Cluster, user_info: &str, name: &str) -> String {
+    let endpoints = cluster.url();
+    let endpoints = endpoints.trim_start_matches("etcd://");
+    let prefix = alkstore_testkit::unique_name(name);
+    format!("etcd://{user_info}{endpoints}{PREFIX}{prefix}")
+}
+
+fn user_url(cluster: &Cluster, name: &str) -> String {
+    url_as(cluster, "alk:p%40ss%3Aword@", name)
+}
+
+async fn fresh() -> Option<Fresh> {
+    let url = user_url(cluster()?, "case");
+    let store = Arc::new(EtcdStore::connect(&url).await.expect("open as alk"));
+    let clock = LeaseClock {
+        granularity: LEASE_GRANULARITY,
+        minimum: store.shortest_lease().await.expect("the shortest lease"),
+        expiry_lag: Duration::from_secs(1),
+        removes_lapsed: true,
+    };
+    let cleanup = store.clone();
+    Some(
+        Fresh::new(store)
+            .with_lease_clock(clock)
+            .with_peers(move || {
+                let url = url.clone();
+                async move {
+                    Arc::new(EtcdStore::connect(&url).await.expect("open a peer")) as Arc<dyn Store>
+                }
+            })
+            .with_cleanup(async move {
+                let _ = cleanup.remove_store().await;
+            }),
+    )
+}
+
+/// Contract cases through the user: every primitive, the watch's
+/// wake-ups, the operator's calls and a fence raise.
+macro_rules! cases_as_a_user {
+    ($($case:ident),* $(,)?; peers: $($peer_case:ident),* $(,)?) => {
+        $(
+            #[test]
+            fn $case() {
+                run_case(fresh, Case {
+                    name: stringify!($case),
+                    run: CaseFn::Single(|store| Box::pin(alkstore_contract_suite::cases::$case(store))),
+                });
+            }
+        )*
+        $(
+            #[test]
+            fn $peer_case() {
+                run_case(fresh, Case {
+                    name: stringify!($peer_case),
+                    run: CaseFn::Peers(|stores| Box::pin(alkstore_contract_suite::cases::$peer_case(stores))),
+                });
+            }
+        )*
+    };
+}
+
+cases_as_a_user!(
+    lock_woken_by_release,
+    renew_is_a_full_window_from_now,
+    force_release_ends_the_grant,
+    list_pages_live_holders_by_prefix,
+    readers_share_a_name_and_a_writer_holds_it_alone,
+    raise_fences_lifts_every_later_fence,
+    keepalive_signals_revoked;
+    peers: fences_in_commit_order_across_stores,
+    semaphore_admits_at_most_its_permits,
+);
+
+/// The error `connect` answers for `url`, and its whole source chain.
+async fn refusal(url: &str) -> String {
+    let asked = Instant::now();
+    let error = EtcdStore::connect(url)
+        .await
+        .expect_err("opened what should be refused");
+    assert!(
+        asked.elapsed() < Duration::from_secs(10),
+        "answered after {:?}",
+        asked.elapsed()
+    );
+    let mut chain = error.to_string();
+    let mut source = std::error::Error::source(&error);
+    while let Some(cause) = source {
+        chain += &format!(": {cause}");
+        source = cause.source();
+    }
+    for password in [PASSWORD, "not-the-password", "nothing"] {
+        assert!(!chain.contains(password), "a password shown: {chain}");
+    }
+    chain
+}
+
+#[tokio::test]
+async fn no_user_a_wrong_password_or_no_rights_are_refused_clearly() {
+    let Some(cluster) = cluster() else { return };
+    let none = refusal(&url_as(cluster, "", "anon")).await;
+    assert!(
+        none.contains("authentication on") && none.contains("user:password@"),
+        "{none}"
+    );
+    let wrong = refusal(&url_as(cluster, "alk:not-the-password@", "wrong")).await;
+    assert!(
+        wrong.contains("refused the user alk") && wrong.contains("invalid user ID or password"),
+        "{wrong}"
+    );
+    let denied = refusal(&url_as(cluster, "nobody:nothing@", "denied")).await;
+    assert!(denied.contains("permission denied"), "{denied}");
+}
+
+/// A token the cluster forgot is replaced, and the call it failed is
+/// answered: after the token's 1 s TTL unused, and after the member
+/// restarted (etcd keeps its simple tokens in memory). On a cluster of its
+/// own: the others' calls would fail while it restarts.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_token_the_cluster_forgot_is_replaced() {
+    let Some(cluster) = start() else { return };
+    let store = EtcdStore::connect(&user_url(&cluster, "token"))
+        .await
+        .unwrap();
+    let ttl = Duration::from_secs(60);
+    let lock = store
+        .try_lock("job", "a", ttl)
+        .await
+        .unwrap()
+        .expect("free");
+    // Unused for twice the token's TTL (etcd looks every second).
+    tokio::time::sleep(Duration::from_millis(2500)).await;
+    assert!(
+        lock.renew(ttl).await.unwrap(),
+        "renewed after the token expired"
+    );
+    assert_eq!(
+        store.holder("job").await.unwrap().map(|h| h.fence),
+        Some(lock.fence())
+    );
+    cluster.kill(0).unwrap();
+    cluster.restart(0).unwrap();
+    let back = Instant::now();
+    loop {
+        match lock.renew(ttl).await {
+            Ok(renewed) => break assert!(renewed, "the grant was lost with the restart"),
+            Err(error) => assert!(
+                back.elapsed() < Duration::from_secs(30),
+                "no renewal 30 s after the restart: {error}"
+            ),
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert!(store.try_lock("job", "b", ttl).await.unwrap().is_none());
+    assert!(lock.release().await.unwrap());
+    store.remove_store().await.unwrap();
+}
+
+/// doctor through the user: members, leader and every member's version
+/// read with its token, nothing unknown.
+#[tokio::test]
+async fn doctor_reads_the_cluster_as_a_user() {
+    let Some(cluster) = cluster() else { return };
+    let report = (alkstore_etcd::ENGINE.inspect)(&user_url(cluster, "doctor"))
+        .await
+        .unwrap();
+    let setting = |name: &str| {
+        report
+            .settings
+            .iter()
+            .find(|(k, _)| k == name)
+            .map(|(_, v)| v.clone())
+            .unwrap_or_default()
+    };
+    assert!(setting("version").starts_with('3'), "{report:?}");
+    assert_eq!(
+        setting("member versions"),
+        format!("e0 {}", setting("version"))
+    );
+    assert!(report.warnings.is_empty(), "{report:?}");
+    assert!(!format!("{report:?}").contains(PASSWORD));
+}
