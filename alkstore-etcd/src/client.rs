@@ -20,11 +20,13 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
+use alkstore_core::BoxError;
 use futures::StreamExt;
+use std::path::PathBuf;
 use tonic::metadata::AsciiMetadataValue;
 use tonic::service::Interceptor;
 use tonic::service::interceptor::InterceptedService;
-use tonic::transport::{Channel, Endpoint};
+use tonic::transport::{Certificate, Channel, ClientTlsConfig, Endpoint, Identity};
 
 use crate::proto::etcdserverpb::auth_client::AuthClient;
 use crate::proto::etcdserverpb::cluster_client::ClusterClient;
@@ -59,6 +61,52 @@ pub(crate) struct Member {
     pub(crate) cluster: ClusterClient<Authed>,
     pub(crate) maintenance: MaintenanceClient<Authed>,
     auth: AuthClient<Channel>,
+}
+
+/// How a client calls the members.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Options {
+    /// The bound on every call.
+    pub(crate) timeout: Duration,
+    /// The user the calls authenticate as, if any.
+    pub(crate) credentials: Option<Credentials>,
+    /// TLS, if the members serve it.
+    pub(crate) tls: Option<Tls>,
+}
+
+/// TLS to the members, as `etcdctl`'s `--cacert`, `--cert` and `--key`.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub(crate) struct Tls {
+    /// The CA to trust; `None`: the system's roots.
+    pub(crate) ca: Option<PathBuf>,
+    /// A client certificate and its key (both or neither).
+    pub(crate) cert: Option<PathBuf>,
+    pub(crate) key: Option<PathBuf>,
+}
+
+impl Tls {
+    /// tonic's configuration, the files read (a file that cannot be read
+    /// or holds no PEM is an error naming it).
+    fn config(&self) -> Result<ClientTlsConfig, BoxError> {
+        let read = |what: &str, path: &PathBuf| {
+            std::fs::read(path)
+                .map_err(|e| format!("cannot read the {what} {}: {e}", path.display()))
+        };
+        let mut config = ClientTlsConfig::new();
+        config = match &self.ca {
+            Some(ca) => {
+                config.ca_certificate(Certificate::from_pem(read("CA certificate (cacert=)", ca)?))
+            }
+            None => config.with_native_roots(),
+        };
+        if let (Some(cert), Some(key)) = (&self.cert, &self.key) {
+            config = config.identity(Identity::from_pem(
+                read("client certificate (cert=)", cert)?,
+                read("client key (key=)", key)?,
+            ));
+        }
+        Ok(config)
+    }
 }
 
 /// A user of the cluster and its password (`etcd://user:password@…`).
@@ -124,19 +172,25 @@ pub(crate) struct Client {
 }
 
 impl Client {
-    /// A client of the members at `endpoints` (`host:port`), each call
-    /// bounded by `timeout`, authenticating with `credentials` when given.
-    /// Connects lazily: the first call finds out whether a member answers.
-    pub(crate) fn connect(
-        endpoints: &[String],
-        timeout: Duration,
-        credentials: Option<Credentials>,
-    ) -> Result<Client, tonic::transport::Error> {
+    /// A client of the members at `endpoints` (`host:port`), as `options`
+    /// say. Connects lazily: the first call finds out whether a member
+    /// answers (TLS files are read now).
+    pub(crate) fn connect(endpoints: &[String], options: &Options) -> Result<Client, BoxError> {
+        let timeout = options.timeout;
+        let tls = options.tls.as_ref().map(Tls::config).transpose()?;
+        let scheme = match tls {
+            Some(_) => "https",
+            None => "http",
+        };
         let token = Token::default();
         let members = endpoints
             .iter()
             .map(|endpoint| {
-                let channel = Endpoint::from_shared(format!("http://{endpoint}"))?
+                let mut channel = Endpoint::from_shared(format!("{scheme}://{endpoint}"))?;
+                if let Some(tls) = &tls {
+                    channel = channel.tls_config(tls.clone())?;
+                }
+                let channel = channel
                     .connect_timeout(CONNECT_TIMEOUT)
                     .timeout(timeout)
                     .tcp_nodelay(true)
@@ -161,6 +215,7 @@ impl Client {
                 })
             })
             .collect::<Result<Vec<_>, tonic::transport::Error>>()?;
+        let credentials = options.credentials.clone();
         // Stores start on different members, spreading the load.
         let start = std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)

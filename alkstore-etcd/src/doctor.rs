@@ -38,8 +38,7 @@ fn version_key(version: &str) -> Vec<u32> {
 /// `(name, version or why unknown)`.
 async fn member_versions(
     members: &[Member],
-    timeout: std::time::Duration,
-    credentials: Option<crate::client::Credentials>,
+    options: &crate::client::Options,
 ) -> Vec<(String, Result<String, String>)> {
     let endpoints: Vec<Option<String>> = members
         .iter()
@@ -52,7 +51,7 @@ async fn member_versions(
     let known: Vec<String> = endpoints.iter().flatten().cloned().collect();
     let each = match known.is_empty() {
         true => None,
-        false => Client::connect(&known, timeout, credentials).ok(),
+        false => Client::connect(&known, options).ok(),
     };
     let mut versions = Vec::new();
     let mut index = 0;
@@ -83,11 +82,7 @@ async fn member_versions(
 pub(crate) fn inspect_url(url: &str) -> InspectFuture<'_> {
     inspecting(async move {
         let parsed = crate::url::parse(url)?;
-        let client = Client::connect(
-            &parsed.endpoints,
-            parsed.timeout,
-            parsed.credentials.clone(),
-        )?;
+        let client = Client::connect(&parsed.endpoints, &parsed.options)?;
         let layout = Layout::new(parsed.prefix.clone());
         let members = client
             .call(|mut m| async move {
@@ -118,7 +113,7 @@ pub(crate) fn inspect_url(url: &str) -> InspectFuture<'_> {
             .map_err(|e| format!("unknown: {e}"));
         // The promises are judged by the oldest member that answered (the
         // one answering here if none did).
-        let versions = member_versions(&members, parsed.timeout, parsed.credentials).await;
+        let versions = member_versions(&members, &parsed.options).await;
         let version = versions
             .iter()
             .filter_map(|(_, v)| v.as_ref().ok())

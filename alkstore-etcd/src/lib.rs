@@ -128,7 +128,7 @@ impl EtcdStore {
     /// ([`ForeignPrefix`]).
     pub async fn connect(url: &str) -> Result<Self> {
         let parsed = url::parse(url).map_err(url::open_error)?;
-        let client = Client::connect(&parsed.endpoints, parsed.timeout, parsed.credentials)
+        let client = Client::connect(&parsed.endpoints, &parsed.options)
             .map_err(|e| Error::database("open", e))?;
         let layout = Layout::new(parsed.prefix);
         claim(&client, &layout)

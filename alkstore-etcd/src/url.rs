@@ -4,15 +4,19 @@
 //! the store's keys live under (default [`DEFAULT_PREFIX`]); `timeout`
 //! (`?timeout=5s`, `500ms`) bounds every call. A user and password
 //! (`etcd://user:password@host:2379/prefix`, percent-encoded where they
-//! hold `:`, `@` or `/`) authenticate with etcd's users and roles.
+//! hold `:`, `@` or `/`) authenticate with etcd's users and roles. TLS,
+//! as `etcdctl`'s flags say it: `cacert=` (the CA that signed the
+//! members' certificates; without it, the system's roots and `tls=true`),
+//! `cert=` and `key=` (a client certificate, for `--client-cert-auth`).
 
+use std::path::PathBuf;
 use std::time::Duration;
 
 use alkstore_core::url::OpenFuture;
 use alkstore_core::{EngineDescriptor, Error, Store, UrlError};
 
 use crate::EtcdStore;
-use crate::client::Credentials;
+use crate::client::{Credentials, Options, Tls};
 
 /// The key prefix when the URL has no path.
 pub const DEFAULT_PREFIX: &str = "/alkstore";
@@ -33,10 +37,8 @@ pub(crate) struct Parsed {
     pub(crate) endpoints: Vec<String>,
     /// The key prefix, ending in `/`.
     pub(crate) prefix: String,
-    /// The bound on every call.
-    pub(crate) timeout: Duration,
-    /// The user the calls authenticate as, if any.
-    pub(crate) credentials: Option<Credentials>,
+    /// How calls are made: their bound, the user, TLS.
+    pub(crate) options: Options,
 }
 
 /// Reads `url`.
@@ -75,6 +77,7 @@ pub(crate) fn parse(url: &str) -> Result<Parsed, UrlError> {
         return Err(malformed("the prefix holds a control character"));
     }
     let mut timeout = crate::client::REQUEST_TIMEOUT;
+    let (mut tls, mut tls_on) = (Tls::default(), None);
     for pair in query.split('&').filter(|p| !p.is_empty()) {
         match pair.split_once('=') {
             Some(("timeout", value)) => {
@@ -84,18 +87,51 @@ pub(crate) fn parse(url: &str) -> Result<Parsed, UrlError> {
                         malformed("timeout is a duration from 1ms to 600s, such as 5s or 500ms")
                     })?;
             }
+            Some(("tls", "true")) => tls_on = Some(true),
+            Some(("tls", "false")) => tls_on = Some(false),
+            Some(("tls", _)) => return Err(malformed("tls is true or false")),
+            Some((file @ ("cacert" | "cert" | "key"), path)) => {
+                let path = percent_encoding::percent_decode_str(path)
+                    .decode_utf8()
+                    .map_err(|_| malformed(&format!("{file} is not UTF-8 once percent-decoded")))?;
+                if path.is_empty() {
+                    return Err(malformed(&format!("{file} needs a file's path")));
+                }
+                let path = Some(PathBuf::from(path.as_ref()));
+                match file {
+                    "cacert" => tls.ca = path,
+                    "cert" => tls.cert = path,
+                    _ => tls.key = path,
+                }
+            }
             _ => {
                 return Err(malformed(&format!(
-                    "unknown parameter {pair:?} (etcd URLs know timeout)"
+                    "unknown parameter {pair:?} (etcd URLs know timeout, tls, cacert, cert and key)"
                 )));
             }
         }
     }
+    if tls.cert.is_some() != tls.key.is_some() {
+        return Err(malformed(
+            "a client certificate needs both cert= and key= (etcdctl's --cert and --key)",
+        ));
+    }
+    let files = tls != Tls::default();
+    let tls = match (tls_on, files) {
+        (Some(false), true) => {
+            return Err(malformed("tls=false, but cacert, cert or key given"));
+        }
+        (Some(true), _) | (None, true) => Some(tls),
+        _ => None,
+    };
     Ok(Parsed {
         endpoints,
         prefix: format!("{prefix}/"),
-        timeout,
-        credentials,
+        options: Options {
+            timeout,
+            credentials,
+            tls,
+        },
     })
 }
 
@@ -150,17 +186,18 @@ mod tests {
         let parsed = parse("etcd://10.0.0.1:2379,10.0.0.2:2379/locks/prod?timeout=500ms").unwrap();
         assert_eq!(parsed.endpoints, ["10.0.0.1:2379", "10.0.0.2:2379"]);
         assert_eq!(parsed.prefix, "/locks/prod/");
-        assert_eq!(parsed.timeout, Duration::from_millis(500));
+        assert_eq!(parsed.options.timeout, Duration::from_millis(500));
+        assert_eq!(parsed.options.tls, None);
         let plain = parse("etcd://localhost:2379").unwrap();
         assert_eq!(plain.prefix, "/alkstore/");
-        assert_eq!(plain.timeout, crate::client::REQUEST_TIMEOUT);
+        assert_eq!(plain.options.timeout, crate::client::REQUEST_TIMEOUT);
         assert_eq!(parse("etcd://h:1/").unwrap().prefix, "/alkstore/");
     }
 
     #[test]
     fn credentials_are_read_and_never_shown() {
         let parsed = parse("etcd://alk:p%40ss%3Aw@h:2379/locks").unwrap();
-        let credentials = parsed.credentials.clone().unwrap();
+        let credentials = parsed.options.credentials.clone().unwrap();
         assert_eq!(
             (credentials.user.as_str(), credentials.password.as_str()),
             ("alk", "p@ss:w")
@@ -171,7 +208,18 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(!refused.contains("secret"), "{refused}");
-        assert_eq!(parse("etcd://h:2379").unwrap().credentials, None);
+        assert_eq!(parse("etcd://h:2379").unwrap().options.credentials, None);
+    }
+
+    #[test]
+    fn tls_is_read_as_etcdctl_names_it() {
+        let tls = |url: &str| parse(url).unwrap().options.tls;
+        assert_eq!(tls("etcd://h:2379?tls=true"), Some(Tls::default()));
+        assert_eq!(tls("etcd://h:2379?tls=false"), None);
+        let full = tls("etcd://h:2379/p?cacert=/etc/ca.pem&cert=/c%20d.pem&key=k.pem").unwrap();
+        assert_eq!(full.ca, Some(PathBuf::from("/etc/ca.pem")));
+        assert_eq!(full.cert, Some(PathBuf::from("/c d.pem")));
+        assert_eq!(full.key, Some(PathBuf::from("k.pem")));
     }
 
     #[test]
@@ -187,6 +235,11 @@ mod tests {
             ("etcd://h:2379?timeout=0s", "timeout"),
             ("etcd://h:2379?timeout=forever", "timeout"),
             ("etcd://h:2379?user=x", "unknown parameter"),
+            ("etcd://h:2379?cert=c.pem", "both cert= and key="),
+            ("etcd://h:2379?key=k.pem", "both cert= and key="),
+            ("etcd://h:2379?tls=false&cacert=ca.pem", "tls=false"),
+            ("etcd://h:2379?tls=yes", "true or false"),
+            ("etcd://h:2379?cacert=", "path"),
             ("etcd://h:2379/p#x", "fragment"),
         ] {
             let error = parse(url).unwrap_err().to_string();

@@ -8,12 +8,14 @@
 //! refused with a clear error (the password never shown); and a token the
 //! cluster forgot — expired, or lost with a restart — is replaced.
 
-use std::sync::{Arc, OnceLock};
+mod common;
+
+use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
-use alkstore_contract_suite::{Case, CaseFn, Fresh, LeaseClock, run_case};
+use alkstore_contract_suite::{Fresh, contract_tests};
 use alkstore_core::Store;
-use alkstore_etcd::{EtcdStore, LEASE_GRANULARITY};
+use alkstore_etcd::EtcdStore;
 use alkstore_testkit::etcd::{Cluster, REQUIRE_NAME, URL_VAR};
 
 const ROOT_PASSWORD: &str = "root-secret";
@@ -66,56 +68,13 @@ fn user_url(cluster: &Cluster, name: &str) -> String {
 }
 
 async fn fresh() -> Option<Fresh> {
-    let url = user_url(cluster()?, "case");
-    let store = Arc::new(EtcdStore::connect(&url).await.expect("open as alk"));
-    let clock = LeaseClock {
-        granularity: LEASE_GRANULARITY,
-        minimum: store.shortest_lease().await.expect("the shortest lease"),
-        expiry_lag: Duration::from_secs(1),
-        removes_lapsed: true,
-    };
-    let cleanup = store.clone();
-    Some(
-        Fresh::new(store)
-            .with_lease_clock(clock)
-            .with_peers(move || {
-                let url = url.clone();
-                async move {
-                    Arc::new(EtcdStore::connect(&url).await.expect("open a peer")) as Arc<dyn Store>
-                }
-            })
-            .with_cleanup(async move {
-                let _ = cleanup.remove_store().await;
-            }),
-    )
+    Some(common::fresh_at(user_url(cluster()?, "case")).await)
 }
 
-/// Contract cases through the user: every primitive, the watch's
-/// wake-ups, the operator's calls and a fence raise.
-macro_rules! cases_as_a_user {
-    ($($case:ident),* $(,)?; peers: $($peer_case:ident),* $(,)?) => {
-        $(
-            #[test]
-            fn $case() {
-                run_case(fresh, Case {
-                    name: stringify!($case),
-                    run: CaseFn::Single(|store| Box::pin(alkstore_contract_suite::cases::$case(store))),
-                });
-            }
-        )*
-        $(
-            #[test]
-            fn $peer_case() {
-                run_case(fresh, Case {
-                    name: stringify!($peer_case),
-                    run: CaseFn::Peers(|stores| Box::pin(alkstore_contract_suite::cases::$peer_case(stores))),
-                });
-            }
-        )*
-    };
-}
-
-cases_as_a_user!(
+// Contract cases through the user: every primitive, the watch's
+// wake-ups, the operator's calls and a fence raise.
+contract_tests!(
+    fresh;
     lock_woken_by_release,
     renew_is_a_full_window_from_now,
     force_release_ends_the_grant,

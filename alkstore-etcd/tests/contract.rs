@@ -1,17 +1,10 @@
 //! The shared contract suite on the etcd engine, against a real cluster
 //! (`ALKSTORE_ETCD_URL`, or three members the test harness starts).
 
-use std::sync::Arc;
-use std::time::Duration;
+mod common;
 
-use alkstore_contract_suite::{Fresh, LeaseClock, case, contract_tests};
-use alkstore_core::Store;
-use alkstore_etcd::{EtcdStore, LEASE_GRANULARITY};
+use alkstore_contract_suite::{Fresh, contract_tests};
 
-/// A store under a prefix of its own, removed after the case; peers are
-/// further stores on the same prefix, each with its own channel. Leases are
-/// whole seconds, at least the cluster's shortest, and a lapsed one is
-/// gone within a second (etcd looks for them every 500 ms).
 async fn fresh() -> Option<Fresh> {
     let server = alkstore_testkit::etcd::server()?;
     let url = format!(
@@ -19,31 +12,7 @@ async fn fresh() -> Option<Fresh> {
         server.url,
         alkstore_testkit::unique_name("contract")
     );
-    let store = Arc::new(EtcdStore::connect(&url).await.expect("open the store"));
-    let clock = LeaseClock {
-        granularity: LEASE_GRANULARITY,
-        minimum: store.shortest_lease().await.expect("the shortest lease"),
-        expiry_lag: Duration::from_secs(1),
-        removes_lapsed: true,
-    };
-    let cleanup = store.clone();
-    Some(
-        Fresh::new(store)
-            .with_lease_clock(clock)
-            .opting_out(
-                case!(expired_rows_stay_until_purged),
-                "etcd removes a grant's key when its lease ends: no lapsed grant stays to be purged",
-            )
-            .with_peers(move || {
-                let url = url.clone();
-                async move {
-                    Arc::new(EtcdStore::connect(&url).await.expect("open a peer")) as Arc<dyn Store>
-                }
-            })
-            .with_cleanup(async move {
-                let _ = cleanup.remove_store().await;
-            }),
-    )
+    Some(common::fresh_at(url).await)
 }
 
 contract_tests!(fresh);

@@ -160,10 +160,18 @@ macro_rules! __with_cases {
 ///
 /// The calling crate needs no tokio dependency: each test builds its own
 /// multi-threaded runtime.
+///
+/// `contract_tests!(fresh; case, …; peers: case, …)` runs only the cases
+/// named (those taking peers after `peers:`): for a way of reaching an
+/// engine that the whole suite already passes on (a user, TLS), where a
+/// selection over every primitive shows the way works.
 #[macro_export]
 macro_rules! contract_tests {
     ($fresh:path) => {
         $crate::__with_cases!($crate::contract_tests; @cases $fresh);
+    };
+    ($fresh:path; $($case:ident),* $(,)?; peers: $($peer_case:ident),* $(,)?) => {
+        $crate::contract_tests!(@cases $fresh; $($case),*; peers: $($peer_case),*);
     };
     (@cases $fresh:path; $($case:ident),* $(,)?; peers: $($peer_case:ident),* $(,)?) => {
         $(

@@ -15,6 +15,7 @@ use std::process::{Command, Stdio};
 use std::sync::OnceLock;
 use std::time::Duration;
 
+use crate::certs::Certificates;
 use crate::process;
 
 /// The URL of a cluster to use instead of starting one
@@ -65,6 +66,8 @@ pub struct Cluster {
     flags: Vec<String>,
     /// `--user=root:…` for etcdctl, once authentication is on.
     root: std::sync::Mutex<Option<String>>,
+    /// The certificates of a cluster serving TLS to its clients.
+    pub tls: Option<Certificates>,
 }
 
 impl Cluster {
@@ -76,8 +79,23 @@ impl Cluster {
     /// [`Cluster::start`], every member also given `flags` (such as
     /// `--auth-token-ttl=1`).
     pub fn start_with(count: usize, flags: &[&str]) -> Result<Cluster, String> {
+        Cluster::start_as(count, flags, false)
+    }
+
+    /// [`Cluster::start`], the members serving their clients TLS only, and
+    /// only to clients with a certificate of the same CA
+    /// (`--client-cert-auth`); the certificates in [`Cluster::tls`].
+    pub fn start_tls(count: usize) -> Result<Cluster, String> {
+        Cluster::start_as(count, &[], true)
+    }
+
+    fn start_as(count: usize, flags: &[&str], tls: bool) -> Result<Cluster, String> {
         let etcd = process::find_tool("etcd").ok_or("no etcd binary found")?;
         let dir = process::kept_temp_dir("alkstore-etcd-")?;
+        let tls = match tls {
+            true => Some(Certificates::make(&dir)?),
+            false => None,
+        };
         let mut members = Vec::new();
         for i in 0..count {
             members.push(Member {
@@ -113,6 +131,7 @@ impl Cluster {
             stop,
             flags: flags.iter().map(|f| f.to_string()).collect(),
             root: std::sync::Mutex::new(None),
+            tls,
         };
         for i in 0..count {
             cluster.spawn(i, &etcd)?;
@@ -158,7 +177,19 @@ impl Cluster {
             .map_err(|e| e.to_string())?;
         let err = log.try_clone().map_err(|e| e.to_string())?;
         let peer = format!("http://127.0.0.1:{}", m.peer_port);
-        let client = format!("http://{}", m.client);
+        let client = format!("{}://{}", self.scheme(), m.client);
+        let mut tls = Vec::new();
+        if let Some(certs) = &self.tls {
+            for (flag, file) in [
+                ("--cert-file", &certs.server_cert),
+                ("--key-file", &certs.server_key),
+                ("--trusted-ca-file", &certs.ca),
+            ] {
+                tls.push(flag.to_owned());
+                tls.push(file.to_str().ok_or("temp dir not UTF-8")?.to_owned());
+            }
+            tls.push("--client-cert-auth".to_owned());
+        }
         let child = Command::new(etcd)
             .args([
                 "--name",
@@ -187,12 +218,20 @@ impl Cluster {
                 "warn",
             ])
             .args(&self.flags)
+            .args(&tls)
             .stdin(Stdio::null())
             .stdout(log)
             .stderr(err)
             .spawn()
             .map_err(|e| format!("could not start etcd: {e}"))?;
         std::fs::write(self.pid_file(m), child.id().to_string()).map_err(|e| e.to_string())
+    }
+
+    fn scheme(&self) -> &'static str {
+        match self.tls {
+            Some(_) => "https",
+            None => "http",
+        }
     }
 
     fn signal(&self, index: usize, signal: &str) -> Result<(), String> {
@@ -235,7 +274,8 @@ impl Cluster {
     /// first member) to `path`.
     pub fn snapshot(&self, path: &std::path::Path) -> Result<(), String> {
         let path = path.to_str().ok_or("snapshot path not UTF-8")?;
-        etcdctl(&self.members[0].client, &["snapshot", "save", path]).map(drop)
+        self.etcdctl_at(&self.members[0].client, &["snapshot", "save", path])
+            .map(drop)
     }
 
     /// A disaster and its recovery: every member dies (SIGKILL), its data
@@ -293,10 +333,26 @@ impl Cluster {
     /// `etcdctl` (Debian's `etcd-client`) on every member, with `args`.
     pub fn etcdctl(&self, args: &[&str]) -> Result<String, String> {
         let endpoints: Vec<&str> = self.members.iter().map(|m| m.client.as_str()).collect();
-        let root = self.root.lock().unwrap_or_else(|e| e.into_inner()).clone();
-        let mut full: Vec<&str> = root.iter().map(String::as_str).collect();
-        full.extend_from_slice(args);
-        etcdctl(&endpoints.join(","), &full)
+        self.etcdctl_at(&endpoints.join(","), args)
+    }
+
+    /// `etcdctl` on `endpoints`, as root once authentication is on, with
+    /// the client certificate when the cluster serves TLS.
+    fn etcdctl_at(&self, endpoints: &str, args: &[&str]) -> Result<String, String> {
+        let mut full: Vec<String> = Vec::new();
+        full.extend(self.root.lock().unwrap_or_else(|e| e.into_inner()).clone());
+        if let Some(certs) = &self.tls {
+            for (flag, file) in [
+                ("--cacert", &certs.ca),
+                ("--cert", &certs.client_cert),
+                ("--key", &certs.client_key),
+            ] {
+                full.push(format!("{flag}={}", file.display()));
+            }
+        }
+        full.extend(args.iter().map(|a| a.to_string()));
+        let full: Vec<&str> = full.iter().map(String::as_str).collect();
+        etcdctl(endpoints, &full)
     }
 
     /// Turns etcd's authentication on, with a `root` user of password

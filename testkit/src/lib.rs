@@ -9,6 +9,7 @@
 //! none, and the caller skips — unless the engine is required (see
 //! [`required`]), which turns the skip into a failure.
 
+pub mod certs;
 pub mod child;
 pub mod etcd;
 pub mod mysql;
