@@ -151,27 +151,34 @@ const SECRET_KEYS: [&str; 4] = ["password", "passwd", "pwd", "sslpassword"];
 
 /// The URL with every secret replaced by `****`, parsed or not: the
 /// password of the user-info (everything between the first `:` after the
-/// scheme and the last `@` before the path or query, so that a password
-/// holding `/`, `@` or `:` is masked whole) and the value of every query
+/// scheme and the last `@` before the query, so that a password holding
+/// `/`, `@` or `:` is masked whole; with no `@` before the query, the last
+/// `@` anywhere, so that one holding an unencoded `?` or `#` is too — more
+/// is masked than needed rather than less) and the value of every query
 /// parameter named like a password.
 pub fn masked(url: &str) -> String {
-    let (before_query, query) = match url.split_once('?') {
-        Some((head, query)) => (head, Some(query)),
-        None => (url, None),
-    };
-    let (prefix, rest) = match before_query.split_once("://") {
+    let (prefix, rest) = match url.split_once("://") {
         Some((scheme, rest)) => (format!("{scheme}://"), rest),
-        None => (String::new(), before_query),
+        None => (String::new(), url),
     };
-    let mut out = match rest.rfind('@') {
+    let head = &rest[..rest.find('?').unwrap_or(rest.len())];
+    let at = head.rfind('@').or_else(|| rest.rfind('@'));
+    let mut out = prefix;
+    let tail = match at {
         Some(at) => {
             let userinfo = &rest[..at];
             let user = userinfo.split(':').next().unwrap_or_default();
             let password = if userinfo.contains(':') { ":****" } else { "" };
-            format!("{prefix}{user}{password}@{}", &rest[at + 1..])
+            out += &format!("{user}{password}@");
+            &rest[at + 1..]
         }
-        None => before_query.to_owned(),
+        None => rest,
     };
+    let (before_query, query) = match tail.split_once('?') {
+        Some((head, query)) => (head, Some(query)),
+        None => (tail, None),
+    };
+    out += before_query;
     if let Some(query) = query {
         let pairs: Vec<String> = query
             .split('&')
@@ -204,8 +211,15 @@ mod tests {
             "postgres://user:se@cret@/db",
             "postgres://host/db?PassWord=secret",
             "mysql://u:secret@h?pwd=secret",
+            "etcd://alk:pa?secret@h:2379/locks?timeout=1s",
+            "etcd://alk:pa#secret@h:2379/locks",
         ] {
             assert!(!masked(url).contains("secret"), "{url}: {}", masked(url));
         }
+        assert_eq!(
+            masked("etcd://alk:pa?secret@h:2379/locks?timeout=1s&password=x"),
+            "etcd://alk:****@h:2379/locks?timeout=1s&password=****"
+        );
+        assert_eq!(masked("sqlite://a.db?mode=ro"), "sqlite://a.db?mode=ro");
     }
 }

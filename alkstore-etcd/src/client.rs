@@ -126,9 +126,18 @@ impl std::fmt::Debug for Credentials {
 }
 
 /// The token the calls carry (none before the first authentication),
-/// shared by every member's channel.
-#[derive(Debug, Clone, Default)]
+/// shared by every member's channel. Its `Debug` never shows it.
+#[derive(Clone, Default)]
 pub(crate) struct Token(Arc<std::sync::RwLock<Option<AsciiMetadataValue>>>);
+
+impl std::fmt::Debug for Token {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self.current() {
+            Some(_) => f.write_str("Token(****)"),
+            None => f.write_str("Token(none)"),
+        }
+    }
+}
 
 impl Token {
     fn current(&self) -> Option<AsciiMetadataValue> {
@@ -158,7 +167,12 @@ impl Interceptor for Token {
 struct Auth {
     credentials: Credentials,
     token: Token,
-    authenticating: tokio::sync::Mutex<()>,
+    /// How many authentications were made, read before a call is sent: a
+    /// call refused for want of a token authenticates only if none was
+    /// made since (else it takes that one's token, or its error).
+    attempts: std::sync::atomic::AtomicU64,
+    /// One authentication at a time, and the last one's error.
+    last: tokio::sync::Mutex<Option<tonic::Status>>,
 }
 
 /// The members of one cluster, and which one calls go to.
@@ -229,7 +243,8 @@ impl Client {
                 Arc::new(Auth {
                     credentials,
                     token,
-                    authenticating: tokio::sync::Mutex::new(()),
+                    attempts: std::sync::atomic::AtomicU64::new(0),
+                    last: tokio::sync::Mutex::new(None),
                 })
             }),
         })
@@ -264,7 +279,7 @@ impl Client {
         Fut: Future<Output = Result<T, tonic::Status>>,
     {
         let index = self.pinned.load(Ordering::Relaxed) % self.members.len();
-        let answer = self.call_on(index, call).await;
+        let answer = self.call_on(index, within, call).await;
         if let Err(status) = &answer {
             let ours = within.is_some_and(|w| w < self.timeout) && ran_out(status);
             if member_at_fault(status) && !ours {
@@ -278,54 +293,71 @@ impl Client {
         answer
     }
 
-    /// Runs `call` on member `index` (of [`Client::members`]), whatever
-    /// the pinned one; sent once more after authenticating if refused for
-    /// want of a token.
-    pub(crate) async fn call_on<T, F, Fut>(&self, index: usize, call: F) -> Result<T, tonic::Status>
+    /// Runs `call` on member `index`, whatever the pinned one; sent once
+    /// more after authenticating if refused for want of a token. The
+    /// authentication and the second sending end within the call's bound
+    /// (`within`, else the store's timeout) from its start.
+    pub(crate) async fn call_on<T, F, Fut>(
+        &self,
+        index: usize,
+        within: Option<Duration>,
+        call: F,
+    ) -> Result<T, tonic::Status>
     where
         F: Fn(Member) -> Fut,
         Fut: Future<Output = Result<T, tonic::Status>>,
     {
+        let started = tokio::time::Instant::now();
         let member = &self.members[index % self.members.len()];
-        let sent_with = self.auth.as_ref().and_then(|auth| auth.token.current());
+        let seen = self
+            .auth
+            .as_ref()
+            .map_or(0, |auth| auth.attempts.load(Ordering::Acquire));
         let answer = call(member.clone()).await;
         match answer {
             Err(status) if wants_token(&status) => {
-                self.authenticate(member, sent_with).await?;
-                call(member.clone()).await
+                let until = started + within.unwrap_or(self.timeout);
+                let again = async {
+                    self.authenticate(member, seen).await?;
+                    call(member.clone()).await
+                };
+                tokio::time::timeout_at(until, again)
+                    .await
+                    .unwrap_or_else(|_| {
+                        Err(tonic::Status::deadline_exceeded(
+                            "authenticating again took longer than the call's bound",
+                        ))
+                    })
             }
             answer => answer,
         }
     }
 
-    /// Authenticates with the URL's credentials on `member`, unless the
-    /// token changed since the refused call was sent with `sent_with` (a
-    /// call refused at the same time authenticated meanwhile). Without
-    /// credentials, the refusal is explained.
-    async fn authenticate(
-        &self,
-        member: &Member,
-        sent_with: Option<AsciiMetadataValue>,
-    ) -> Result<(), tonic::Status> {
+    /// Authenticates with the URL's credentials on `member`, unless an
+    /// authentication was made since the refused call was sent (`seen`
+    /// made before): then its token is used, or its error answered (the
+    /// calls refused together make one authentication, not one each).
+    /// Without credentials, the refusal is explained.
+    async fn authenticate(&self, member: &Member, seen: u64) -> Result<(), tonic::Status> {
         let Some(auth) = &self.auth else {
             return Err(tonic::Status::unauthenticated(
                 "the cluster has authentication on: give the URL a user \
                  (etcd://user:password@host:2379/prefix)",
             ));
         };
-        let _one = auth.authenticating.lock().await;
-        if auth.token.current() != sent_with {
-            return Ok(());
+        let mut last = auth.last.lock().await;
+        if auth.attempts.load(Ordering::Acquire) != seen {
+            return match &*last {
+                None => Ok(()),
+                Some(error) => Err(error.clone()),
+            };
         }
         let request = AuthenticateRequest {
             name: auth.credentials.user.clone(),
             password: auth.credentials.password.clone(),
         };
-        let answer = member
-            .auth
-            .clone()
-            .authenticate(request)
-            .await
+        let answer = member.auth.clone().authenticate(request).await;
+        let outcome = answer
             .map_err(|status| {
                 tonic::Status::new(
                     status.code(),
@@ -335,11 +367,15 @@ impl Client {
                         status.message()
                     ),
                 )
-            })?;
-        let token = AsciiMetadataValue::try_from(answer.into_inner().token)
-            .map_err(|_| tonic::Status::internal("etcd answered a token that is not ASCII"))?;
-        auth.token.set(token);
-        Ok(())
+            })
+            .and_then(|answer| {
+                AsciiMetadataValue::try_from(answer.into_inner().token)
+                    .map_err(|_| tonic::Status::internal("etcd answered a token that is not ASCII"))
+            })
+            .map(|token| auth.token.set(token));
+        *last = outcome.as_ref().err().cloned();
+        auth.attempts.fetch_add(1, Ordering::AcqRel);
+        outcome
     }
 
     /// The keys in `[key, end)` (`end` empty: `key` alone), at most `limit`

@@ -34,48 +34,36 @@ fn version_key(version: &str) -> Vec<u32> {
 }
 
 /// Every member's version, asked of the member itself at the first
-/// client URL it advertises (a cluster being upgraded runs several):
-/// `(name, version or why unknown)`.
+/// client URL it advertises (a cluster being upgraded runs several), all
+/// at once: `(name, version or why unknown)`.
 async fn member_versions(
     members: &[Member],
     options: &crate::client::Options,
 ) -> Vec<(String, Result<String, String>)> {
-    let endpoints: Vec<Option<String>> = members
-        .iter()
-        .map(|m| {
-            let url = m.client_ur_ls.first()?;
-            let endpoint = url.split_once("://").map_or(url.as_str(), |(_, rest)| rest);
-            Some(endpoint.trim_end_matches('/').to_owned())
-        })
-        .collect();
-    let known: Vec<String> = endpoints.iter().flatten().cloned().collect();
-    let each = match known.is_empty() {
-        true => None,
-        false => Client::connect(&known, options).ok(),
-    };
-    let mut versions = Vec::new();
-    let mut index = 0;
-    for (member, endpoint) in members.iter().zip(&endpoints) {
-        let version = match (endpoint, &each) {
-            (Some(_), Some(each)) => {
-                let asked = each
-                    .call_on(index, |mut m| async move {
-                        Ok(m.maintenance
-                            .status(StatusRequest::default())
-                            .await?
-                            .into_inner())
-                    })
-                    .await;
-                index += 1;
-                asked
-                    .map(|status| status.version)
-                    .map_err(|e| format!("no answer: {}", e.message()))
-            }
-            _ => Err("no client URL (not started yet)".to_owned()),
+    let asked = members.iter().map(|member| async move {
+        let Some(url) = member.client_ur_ls.first() else {
+            return Err("no client URL (not started yet)".to_owned());
         };
-        versions.push((member.name.clone(), version));
-    }
-    versions
+        let endpoint = url.split_once("://").map_or(url.as_str(), |(_, rest)| rest);
+        let endpoint = endpoint.trim_end_matches('/').to_owned();
+        let one = Client::connect(std::slice::from_ref(&endpoint), options)
+            .map_err(|e| format!("cannot reach {endpoint}: {e}"))?;
+        one.call_on(0, None, |mut m| async move {
+            Ok(m.maintenance
+                .status(StatusRequest::default())
+                .await?
+                .into_inner())
+        })
+        .await
+        .map(|status| status.version)
+        .map_err(|e| format!("no answer at {endpoint}: {}", e.message()))
+    });
+    let versions = futures::future::join_all(asked).await;
+    members
+        .iter()
+        .map(|m| m.name.clone())
+        .zip(versions)
+        .collect()
 }
 
 /// Inspects the cluster `url` names.
@@ -112,7 +100,8 @@ pub(crate) fn inspect_url(url: &str) -> InspectFuture<'_> {
             .map(|base| crate::fence::of(base.value, revision.saturating_add(1)))
             .map_err(|e| format!("unknown: {e}"));
         // The promises are judged by the oldest member that answered (the
-        // one answering here if none did).
+        // one answering here if none did); a member that did not answer
+        // leaves exclusion unknown.
         let versions = member_versions(&members, &parsed.options).await;
         let version = versions
             .iter()
@@ -163,8 +152,22 @@ pub(crate) fn inspect_url(url: &str) -> InspectFuture<'_> {
                 ),
             ),
         };
+        let unanswered: Vec<&str> = versions
+            .iter()
+            .filter(|(_, v)| v.is_err())
+            .map(|(name, _)| name.as_str())
+            .collect();
         let lease_bugs = has_lease_bugs(&version);
         let exclusion = match lease_bugs {
+            false if !unanswered.is_empty() => Finding::new(
+                Promise::Exclusion,
+                Verdict::Unknown,
+                format!(
+                    "the version of {} is unknown (see the warnings): a member before 3.4.32 or \
+                     3.5.14 can end a lease early after a leader change",
+                    unanswered.join(", ")
+                ),
+            ),
             true => Finding::given_up(
                 Promise::Exclusion,
                 format!(

@@ -186,7 +186,7 @@ async fn claim(
     let marker = format!("{}meta/alkstore", layout.prefix()).into_bytes();
     let prefix = layout.prefix().as_bytes().to_vec();
     let end = keys::prefix_end(&prefix);
-    let mut above: Vec<(&str, Vec<u8>)> = ancestors(layout.prefix())
+    let above: Vec<(&str, Vec<u8>)> = ancestors(layout.prefix())
         .into_iter()
         .map(|above| (above, format!("{above}meta/alkstore").into_bytes()))
         .collect();
@@ -195,13 +195,19 @@ async fn claim(
         // would share its keys: refused by the marker of any prefix above
         // it (and the marking below compares them, for a store opened
         // above at the same time). A user allowed only its own prefix
-        // cannot read them: then its role's permissions, not this check,
-        // keep stores apart.
-        for (at, (above_prefix, theirs)) in above.iter().enumerate() {
+        // must also be allowed to read those markers: a store above, whose
+        // user may write here, would share this store's keys unseen.
+        for (above_prefix, theirs) in &above {
             let read = match client.range(theirs.clone(), Vec::new(), 1).await {
                 Err(status) if status.code() == tonic::Code::PermissionDenied => {
-                    above.truncate(at);
-                    break;
+                    let key = String::from_utf8_lossy(theirs);
+                    return Err(format!(
+                        "{}: the URL's user may not read {key:?}, where a store at \
+                         {above_prefix:?} (which would hold this one's keys) keeps its marker; \
+                         grant its role read on it (etcdctl role grant-permission ROLE read {key})",
+                        status.message()
+                    )
+                    .into());
                 }
                 read => read?,
             };

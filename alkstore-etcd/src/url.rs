@@ -4,7 +4,7 @@
 //! the store's keys live under (default [`DEFAULT_PREFIX`]); `timeout`
 //! (`?timeout=5s`, `500ms`) bounds every call. A user and password
 //! (`etcd://user:password@host:2379/prefix`, percent-encoded where they
-//! hold `:`, `@` or `/`) authenticate with etcd's users and roles. TLS,
+//! hold `:`, `@`, `/`, `?` or `#`) authenticate with etcd's users and roles. TLS,
 //! as `etcdctl`'s flags say it: `cacert=` (the CA that signed the
 //! members' certificates; without it, the system's roots and `tls=true`),
 //! `cert=` and `key=` (a client certificate, for `--client-cert-auth`).
@@ -47,6 +47,15 @@ pub(crate) fn parse(url: &str) -> Result<Parsed, UrlError> {
     let rest = url
         .strip_prefix("etcd://")
         .ok_or_else(|| malformed("it does not start with etcd://"))?;
+    // A user or password holding an unencoded `?` or `#` would be read as
+    // the query or fragment (and then shown, in an error about them).
+    let ends = rest.find(['?', '#']).unwrap_or(rest.len());
+    if rest[ends..].contains('@') {
+        return Err(malformed(
+            "an @ after ? or #: percent-encode a ?, # or @ in the user, the password or a \
+             parameter (%3F, %23, %40)",
+        ));
+    }
     let (rest, query) = rest.split_once('?').unwrap_or((rest, ""));
     if rest.contains('#') {
         return Err(malformed("a fragment (#) has no meaning here"));
@@ -239,6 +248,8 @@ mod tests {
             ("etcd://h:2379?key=k.pem", "both cert= and key="),
             ("etcd://h:2379?tls=false&cacert=ca.pem", "tls=false"),
             ("etcd://h:2379?tls=yes", "true or false"),
+            ("etcd://alk:pa?ss@h:2379/p", "percent-encode"),
+            ("etcd://alk:pa#ss@h:2379/p", "percent-encode"),
             ("etcd://h:2379?cacert=", "path"),
             ("etcd://h:2379/p#x", "fragment"),
         ] {

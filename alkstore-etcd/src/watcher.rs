@@ -92,10 +92,12 @@ async fn watch(client: Client, layout: Layout, bus: Arc<ReleaseBus>) {
             .await;
         if let Ok(mut answers) = opened {
             while let Some(Ok(answer)) = answers.next().await {
-                // Refused (a token etcd no longer knows: the waiters'
-                // polling calls authenticate again meanwhile), or ended by
-                // the server: watched again after a growing pause.
+                // Refused (a token etcd no longer knows: etcd cancels the
+                // watch with "permission denied"), or ended by the server:
+                // one read first, which authenticates again if that was
+                // it, then watched again after a growing pause.
                 if answer.canceled {
+                    let _ = client.range(layout.grants(), Vec::new(), 1).await;
                     break;
                 }
                 if answer.created {

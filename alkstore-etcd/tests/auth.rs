@@ -1,12 +1,13 @@
 //! etcd's users and roles: a store whose URL names a user
 //! (`etcd://user:password@…`) authenticates, and its calls carry the token.
-//! On a cluster of its own, one member, with authentication on and tokens
-//! forgotten after 1 s unused (`--auth-token-ttl=1`), so that the cases
-//! below, which idle for their leases, meet expired tokens all the time:
-//! a selection of contract cases runs through a user allowed only its
-//! prefix; a missing user, a wrong password and a user without rights are
-//! refused with a clear error (the password never shown); and a token the
-//! cluster forgot — expired, or lost with a restart — is replaced.
+//! On clusters of their own, one member each, with authentication on: a
+//! selection of contract cases runs through a user allowed only its prefix
+//! (and to read the marker above it); a missing user, a wrong password, a
+//! user without rights and one that may not read the marker above are
+//! refused with a clear error (the password never shown); and, on a
+//! member whose tokens are forgotten after 1 s unused
+//! (`--auth-token-ttl=1`), a token the cluster forgot — expired, or lost
+//! with a restart — is replaced.
 
 mod common;
 
@@ -24,19 +25,23 @@ const USER: &str = "alk";
 const PASSWORD: &str = "p@ss:word";
 const PREFIX: &str = "/locks/";
 
-/// A cluster of this test's own with authentication on, and a user `alk`
-/// allowed to read and write under `/locks/` (and `nobody`, allowed
-/// nothing); `None` when it cannot be had (etcd not installed, or
-/// `ALKSTORE_ETCD_URL` names a cluster whose users this test cannot
-/// change) and etcd is not required.
-fn start() -> Option<Cluster> {
+/// A cluster of this test's own with authentication on (`flags` given to
+/// its member), and users: `alk`, allowed to read and write under
+/// `/locks/` and to read `/meta/alkstore` (the marker of a store at `/`,
+/// which would hold its keys); `nested`, allowed the same but not that
+/// marker; `nobody`, allowed nothing. `None` when it cannot be had (etcd
+/// not installed, or `ALKSTORE_ETCD_URL` names a cluster whose users this
+/// test cannot change) and etcd is not required.
+fn start(flags: &[&str]) -> Option<Cluster> {
     if std::env::var(URL_VAR).is_ok_and(|url| !url.is_empty()) {
         eprintln!("auth: {URL_VAR} names a cluster whose users this test cannot change; skipped");
         return None;
     }
-    let started = Cluster::start_with(1, &["--auth-token-ttl=1"]).and_then(|cluster| {
+    let started = Cluster::start_with(1, flags).and_then(|cluster| {
         cluster.enable_auth(ROOT_PASSWORD)?;
         cluster.add_user(USER, PASSWORD, Some(PREFIX))?;
+        cluster.grant_read(USER, "/meta/alkstore")?;
+        cluster.add_user("nested", "nested-secret", Some(PREFIX))?;
         cluster.add_user("nobody", "nothing", None)?;
         Ok(cluster)
     });
@@ -49,10 +54,11 @@ fn start() -> Option<Cluster> {
     }
 }
 
-/// The cluster the tests share ([`start`]); none of them stops it.
+/// The cluster the tests share ([`start`], etcd's default token TTL);
+/// none of them stops it.
 fn cluster() -> Option<&'static Cluster> {
     static CLUSTER: OnceLock<Option<Cluster>> = OnceLock::new();
-    CLUSTER.get_or_init(start).as_ref()
+    CLUSTER.get_or_init(|| start(&[])).as_ref()
 }
 
 /// `etcd://user_info@endpoints/locks/<unique>`.
@@ -103,7 +109,7 @@ async fn refusal(url: &str) -> String {
         chain += &format!(": {cause}");
         source = cause.source();
     }
-    for password in [PASSWORD, "not-the-password", "nothing"] {
+    for password in [PASSWORD, "not-the-password", "nothing", "nested-secret"] {
         assert!(!chain.contains(password), "a password shown: {chain}");
     }
     chain
@@ -124,6 +130,14 @@ async fn no_user_a_wrong_password_or_no_rights_are_refused_clearly() {
     );
     let denied = refusal(&url_as(cluster, "nobody:nothing@", "denied")).await;
     assert!(denied.contains("permission denied"), "{denied}");
+    // Allowed its prefix, but not to read the marker of a store at `/`:
+    // such a store's user could write this one's keys unseen.
+    let nested = refusal(&url_as(cluster, "nested:nested-secret@", "nested")).await;
+    assert!(
+        nested.contains("may not read \"/meta/alkstore\"")
+            && nested.contains("etcdctl role grant-permission ROLE read /meta/alkstore"),
+        "{nested}"
+    );
 }
 
 /// A token the cluster forgot is replaced, and the call it failed is
@@ -132,7 +146,9 @@ async fn no_user_a_wrong_password_or_no_rights_are_refused_clearly() {
 /// own: the others' calls would fail while it restarts.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_token_the_cluster_forgot_is_replaced() {
-    let Some(cluster) = start() else { return };
+    let Some(cluster) = start(&["--auth-token-ttl=1"]) else {
+        return;
+    };
     let store = EtcdStore::connect(&user_url(&cluster, "token"))
         .await
         .unwrap();
@@ -142,8 +158,8 @@ async fn a_token_the_cluster_forgot_is_replaced() {
         .await
         .unwrap()
         .expect("free");
-    // Unused for twice the token's TTL (etcd looks every second).
-    tokio::time::sleep(Duration::from_millis(2500)).await;
+    // Unused for three times the token's TTL (etcd looks every second).
+    tokio::time::sleep(Duration::from_secs(3)).await;
     assert!(
         lock.renew(ttl).await.unwrap(),
         "renewed after the token expired"

@@ -385,6 +385,12 @@ impl Cluster {
         self.etcdctl(&["user", "grant-role", user, user]).map(drop)
     }
 
+    /// Allows `user`'s role (of the same name) to read the key `key`.
+    pub fn grant_read(&self, user: &str, key: &str) -> Result<(), String> {
+        self.etcdctl(&["role", "grant-permission", user, "read", key])
+            .map(drop)
+    }
+
     /// The index of the member that leads now, if one answers as leader.
     pub fn leader(&self) -> Option<usize> {
         let table = self.etcdctl(&["endpoint", "status", "-w", "simple"]).ok()?;
