@@ -62,9 +62,13 @@ fn trusted(cluster: &Cluster) -> String {
     )
 }
 
+/// Each call bounded by 20 s: the contract's races open 16 stores at once,
+/// each with its handshakes, and two runs at once on 2 cores can take a
+/// call past the default 5 s.
 async fn fresh() -> Option<Fresh> {
     let cluster = cluster()?;
-    Some(common::fresh_at(url_with(cluster, "case", &trusted(cluster))).await)
+    let query = format!("timeout=20s&{}", trusted(cluster));
+    Some(common::fresh_at(url_with(cluster, "case", &query)).await)
 }
 
 // Contract cases over TLS: every primitive, the watch's wake-ups, the
@@ -132,7 +136,10 @@ async fn plain_the_wrong_ca_or_no_certificate_are_refused_clearly() {
         &format!("timeout=2s&cacert={}", certs.ca.display()),
     ))
     .await;
-    assert!(no_cert.contains("BadCertificate"), "{no_cert}");
+    // The member's alert or, as often (TLS 1.3 ends the client's handshake
+    // before the member judges its certificate), the connection it then
+    // closed: a transport error either way, never an answer.
+    assert!(no_cert.contains("transport error"), "{no_cert}");
     let missing = refusal(&url_with(cluster, "missing", "cacert=/nonexistent/ca.pem")).await;
     assert!(
         missing.contains("cannot read the CA certificate (cacert=) /nonexistent/ca.pem"),

@@ -159,7 +159,8 @@ impl Cluster {
         self.dir.join(format!("{}.pid", member.name))
     }
 
-    fn log_tail(&self, member: &Member) -> String {
+    /// The last ten lines of `member`'s log.
+    pub fn log_tail(&self, member: &Member) -> String {
         let log = std::fs::read_to_string(self.dir.join(format!("{}.log", member.name)))
             .unwrap_or_default();
         let lines: Vec<&str> = log.lines().collect();
@@ -240,11 +241,20 @@ impl Cluster {
         process::run(std::path::Path::new("kill"), &[signal, pid.trim()], None)
     }
 
-    /// Member `index` dies (SIGKILL): no shutdown, its data kept.
+    /// Member `index` dies (SIGKILL): no shutdown, its data kept. Waits
+    /// until its ports are closed: a signal is delivered after `kill`
+    /// returns, and a member started again on ports the dying one still
+    /// holds fails to listen (and exits).
     pub fn kill(&self, index: usize) -> Result<(), String> {
         self.signal(index, "-KILL")?;
-        let _ = std::fs::remove_file(self.pid_file(&self.members[index]));
-        Ok(())
+        let member = &self.members[index];
+        let _ = std::fs::remove_file(self.pid_file(member));
+        let peer = ("127.0.0.1", member.peer_port);
+        process::until(
+            Duration::from_secs(30),
+            "killed etcd to close its ports",
+            || Ok(TcpStream::connect(&member.client).is_err() && TcpStream::connect(peer).is_err()),
+        )
     }
 
     /// Starts member `index` again after [`Cluster::kill`], and waits until
@@ -290,11 +300,6 @@ impl Cluster {
             if self.pid_file(&self.members[index]).exists() {
                 self.kill(index)?;
             }
-        }
-        for member in &self.members {
-            process::until(Duration::from_secs(30), "killed etcd to close", || {
-                Ok(TcpStream::connect(&member.client).is_err())
-            })?;
         }
         for member in &self.members {
             std::fs::remove_dir_all(&member.data)
