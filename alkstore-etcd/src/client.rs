@@ -544,12 +544,19 @@ fn member_at_fault(status: &tonic::Status) -> bool {
 }
 
 /// Whether `status` says a call ran out of its time (the client's bound or
-/// the server's).
+/// the server's). etcd answers some calls whose deadline passed on the
+/// server (a linearizable read waiting for its index) with Go's context
+/// error as it is, code `Unknown`: a loaded run saw waiting acquires fail
+/// with it instead of answering "not granted".
 pub(crate) fn ran_out(status: &tonic::Status) -> bool {
-    matches!(
-        status.code(),
-        tonic::Code::DeadlineExceeded | tonic::Code::Cancelled
-    )
+    match status.code() {
+        tonic::Code::DeadlineExceeded | tonic::Code::Cancelled => true,
+        tonic::Code::Unknown => matches!(
+            status.message(),
+            "context deadline exceeded" | "context canceled"
+        ),
+        _ => false,
+    }
 }
 
 /// Whether `status` says the lease is not there.
@@ -699,4 +706,60 @@ pub(crate) fn reads(answer: TxnResponse) -> Vec<RangeResponse> {
 /// The revision a transaction's answer was applied at.
 pub(crate) fn revision(answer: &TxnResponse) -> i64 {
     answer.header.as_ref().map_or(0, |h| h.revision)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_deadline_passed_on_the_server_is_running_out() {
+        for (status, out) in [
+            (tonic::Status::deadline_exceeded("timeout"), true),
+            (tonic::Status::cancelled("gone"), true),
+            (tonic::Status::unknown("context deadline exceeded"), true),
+            (tonic::Status::unknown("context canceled"), true),
+            (tonic::Status::unknown("transport error"), false),
+            (
+                tonic::Status::unavailable("context deadline exceeded"),
+                false,
+            ),
+        ] {
+            assert_eq!(ran_out(&status), out, "{status:?}");
+        }
+    }
+
+    #[test]
+    fn only_refusals_for_want_of_a_token_authenticate_again() {
+        for (status, wants) in [
+            (
+                tonic::Status::unauthenticated("etcdserver: invalid auth token"),
+                true,
+            ),
+            (
+                tonic::Status::invalid_argument("etcdserver: user name is empty"),
+                true,
+            ),
+            (
+                tonic::Status::invalid_argument("etcdserver: revision of auth store is old"),
+                true,
+            ),
+            (
+                tonic::Status::invalid_argument(
+                    "etcdserver: authentication failed, invalid user ID or password",
+                ),
+                false,
+            ),
+            (
+                tonic::Status::permission_denied("etcdserver: permission denied"),
+                false,
+            ),
+            (
+                tonic::Status::unavailable("etcdserver: invalid auth token"),
+                false,
+            ),
+        ] {
+            assert_eq!(wants_token(&status), wants, "{status:?}");
+        }
+    }
 }

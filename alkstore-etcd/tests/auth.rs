@@ -69,11 +69,9 @@ fn url_as(cluster: &Cluster, user_info: &str, name: &str) -> String {
     format!("etcd://{user_info}{endpoints}{PREFIX}{prefix}")
 }
 
-/// As `alk`, each call bounded by 20 s: the contract's races open 16
-/// stores at once, each authenticating (a bcrypt check on the member), and
-/// two such runs at once on 2 cores took a call past the default 5 s.
+/// As `alk`.
 fn user_url(cluster: &Cluster, name: &str) -> String {
-    url_as(cluster, "alk:p%40ss%3Aword@", name) + "?timeout=20s"
+    url_as(cluster, "alk:p%40ss%3Aword@", name)
 }
 
 async fn fresh() -> Option<Fresh> {
@@ -81,18 +79,21 @@ async fn fresh() -> Option<Fresh> {
 }
 
 // Contract cases through the user: every primitive, the watch's
-// wake-ups, the operator's calls and a fence raise.
+// wake-ups, the operator's calls, a fence raise, and independent stores
+// (each authenticating). The races stay in the main suite: run here, two
+// runs at once on 2 cores overloaded the one member past etcd's own 6 s
+// request timeout.
 contract_tests!(
     fresh;
     lock_woken_by_release,
     renew_is_a_full_window_from_now,
     force_release_ends_the_grant,
     list_pages_live_holders_by_prefix,
+    permit_release_ends_its_grant_only,
     readers_share_a_name_and_a_writer_holds_it_alone,
-    raise_fences_lifts_every_later_fence,
-    keepalive_signals_revoked;
-    peers: fences_in_commit_order_across_stores,
-    semaphore_admits_at_most_its_permits,
+    keepalive_signals_revoked,
+    raise_fences_lifts_every_later_fence;
+    peers: renew_false_ends_valid_until,
 );
 
 /// The error `connect` answers for `url`, and its whole source chain.

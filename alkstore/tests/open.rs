@@ -94,6 +94,28 @@ async fn mysql_url_path_opens_that_database() {
     direct.drop_database().await.unwrap();
 }
 
+/// `alkstore::open("etcd://…")` opens the store under the URL's prefix: a
+/// grant made through it is the one the engine's own store sees.
+#[cfg(feature = "etcd")]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn etcd_url_opens_that_prefix() {
+    use alkstore::Store;
+    let Some(server) = alkstore_testkit::etcd::server() else {
+        return;
+    };
+    let url = format!("{}/{}", server.url, alkstore_testkit::unique_name("facade"));
+    let store = alkstore::open(&url).await.unwrap();
+    let lock = store.try_lock("job", "a", TTL).await.unwrap().unwrap();
+    let direct = alkstore::etcd::EtcdStore::connect(&url).await.unwrap();
+    assert_eq!(
+        direct.holder("job").await.unwrap().unwrap().fence,
+        lock.fence()
+    );
+    assert!(store.try_lock("job", "b", TTL).await.unwrap().is_none());
+    assert!(lock.release().await.unwrap());
+    direct.remove_store().await.unwrap();
+}
+
 /// A URL of an engine this build leaves out names the forms it does open.
 #[tokio::test]
 async fn unknown_schemes_name_what_this_build_opens() {
@@ -129,6 +151,12 @@ async fn no_error_of_open_holds_the_password() {
     if cfg!(feature = "mysql") {
         urls.push("mysql://app:s3cret@127.0.0.1:1/app");
         urls.push("mysql://app:s3cret@db:x/app");
+    }
+    if cfg!(feature = "etcd") {
+        urls.push("etcd://app:s3cret@127.0.0.1:1/x?timeout=1s");
+        urls.push("etcd://app:s3?cret@127.0.0.1:1/x");
+        urls.push("etcd://app:s3#cret@127.0.0.1:1/x");
+        urls.push("etcd://app:s3cret@db:x/x");
     }
     let mut opens = Vec::new();
     for url in urls {

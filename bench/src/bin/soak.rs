@@ -3,7 +3,8 @@
 //! mixing `try_lock`, `lock`, renewals, releases, leases left to lapse,
 //! dropped handles, `KeepAlive` with leases short enough to be lost,
 //! `purge_expired`, `holder` and futures cancelled at random points; a
-//! side task opens 8 stores on a new file or schema at once every 5 s.
+//! side task opens 8 stores on a new file, schema or prefix at once every
+//! 5 s. The engines: SQLite, PostgreSQL and etcd (testkit's servers).
 //!
 //! It reports, per engine: operations, grants, errors, failed opens, the
 //! history checker's verdict per name (no two holders at once, fences in
@@ -22,6 +23,7 @@ use std::time::{Duration, Instant};
 use alkstore_contract_suite::safety::Rng;
 use alkstore_contract_suite::safety::history::{Interval, check};
 use alkstore_core::{KeepAlive, LeaseStatus, Lock, LostReason, Store, unique_owner};
+use alkstore_etcd::EtcdStore;
 use alkstore_postgres::PgStore;
 use alkstore_sqlite::SqliteStore;
 
@@ -402,6 +404,37 @@ async fn main() -> std::process::ExitCode {
         }
         None => {
             println!("postgres: SKIPPED (no server)");
+            ok = false;
+        }
+    }
+    // etcd with the soak's short leases unscaled: each is a whole second
+    // on the server, while its holder counts only the ttl asked, so more
+    // grants are refused and none is checked against more than it had.
+    match alkstore_testkit::etcd::server() {
+        Some(server) => {
+            let base = format!("{}/{}", server.url, alkstore_testkit::unique_name("soak"));
+            let made = Arc::new(Mutex::new(Vec::new()));
+            let (url, opened) = (base.clone(), made.clone());
+            let etcd: Opener = Arc::new(move |n| {
+                let url = format!("{url}/{n}");
+                opened.lock().unwrap().push(url.clone());
+                Box::pin(async move {
+                    let store: Arc<dyn Store> = Arc::new(EtcdStore::connect(&url).await?);
+                    Ok(store)
+                })
+            });
+            ok &= soak("etcd", etcd, length).await;
+            let mut removed: Vec<String> = made.lock().unwrap().clone();
+            removed.sort();
+            removed.dedup();
+            for url in removed {
+                if let Ok(store) = EtcdStore::connect(&url).await {
+                    let _ = store.remove_store().await;
+                }
+            }
+        }
+        None => {
+            println!("etcd: SKIPPED (no cluster)");
             ok = false;
         }
     }
