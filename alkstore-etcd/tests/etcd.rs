@@ -177,3 +177,85 @@ async fn a_ttl_past_etcds_longest_lease() {
     store.close().await.unwrap();
     assert!(store.shortest_lease().await.is_err(), "closed");
 }
+
+/// A ttl of no whole number of seconds is granted rounded up (others see
+/// the name held that long), but its holder is promised only the ttl it
+/// asked, counted from the ask: a lock, a permit and a reader, each asked
+/// for 1.5 s, have `valid_until` at most 1.5 s after the call began, and
+/// so does a renewal of 1.5 s.
+#[tokio::test]
+async fn a_holder_is_promised_the_ttl_asked_not_the_rounded_lease() {
+    let Some(url) = url("rounded") else { return };
+    let store = EtcdStore::connect(&url).await.unwrap();
+    let ttl = Duration::from_millis(1500);
+    let promised = |asked: Instant, until: Instant, what: &str| {
+        assert!(
+            until <= asked + ttl,
+            "{what}: promised {:?} from the ask, asked {ttl:?}",
+            until - asked
+        );
+    };
+    let asked = Instant::now();
+    let lock = store.try_lock("lock", "a", ttl).await.unwrap().unwrap();
+    promised(asked, lock.valid_until(), "a lock");
+    let asked = Instant::now();
+    let permit = store
+        .try_acquire_permit("pool", 2, "a", ttl)
+        .await
+        .unwrap()
+        .unwrap();
+    promised(asked, permit.valid_until(), "a permit");
+    let asked = Instant::now();
+    let reader = store.try_read_lock("rw", "a", ttl).await.unwrap().unwrap();
+    promised(asked, reader.valid_until(), "a reader");
+    let asked = Instant::now();
+    assert!(lock.renew(ttl).await.unwrap());
+    promised(asked, lock.valid_until(), "a renewal");
+    store.remove_store().await.unwrap();
+}
+
+/// A release in one store wakes a waiter in another, through the watch
+/// (the waiter's own polls come at most every 250 ms): over five rounds,
+/// each waiter waiting long enough for its back-off to reach that ceiling
+/// first, the median release → grant stays under 30 ms. (The contract's
+/// `lock_woken_by_release` runs holder and waiter on one store, where the
+/// store's own release wakes its waiters.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_release_in_one_store_wakes_a_waiter_in_another() {
+    let Some(url) = url("wake") else { return };
+    let holder = EtcdStore::connect(&url).await.unwrap();
+    let waiter = std::sync::Arc::new(EtcdStore::connect(&url).await.unwrap());
+    let ttl = Duration::from_secs(30);
+    let mut handoffs = Vec::new();
+    for round in 0..5 {
+        let name = format!("wake{round}");
+        let held = holder.try_lock(&name, "a", ttl).await.unwrap().unwrap();
+        let waiting = {
+            let (waiter, name) = (waiter.clone(), name.clone());
+            tokio::spawn(async move {
+                let asked = Instant::now();
+                let lock = waiter.lock(&name, "b", ttl, Duration::from_secs(20)).await;
+                (asked, Instant::now(), lock.unwrap().expect("granted"))
+            })
+        };
+        tokio::time::sleep(Duration::from_millis(600)).await;
+        assert!(!waiting.is_finished(), "round {round}: granted while held");
+        let released = Instant::now();
+        assert!(held.release().await.unwrap());
+        let (asked, granted, lock) = waiting.await.unwrap();
+        assert!(
+            released >= asked + Duration::from_millis(400),
+            "round {round}: waited too little"
+        );
+        handoffs.push(granted - released);
+        assert!(lock.release().await.unwrap());
+    }
+    handoffs.sort();
+    assert!(
+        handoffs[2] < Duration::from_millis(30),
+        "the median release → grant across stores is {:?} ({handoffs:?}): woken by polls, not \
+         the watch",
+        handoffs[2]
+    );
+    holder.remove_store().await.unwrap();
+}

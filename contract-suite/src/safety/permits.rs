@@ -156,8 +156,14 @@ pub async fn race_permits(
                     .permit()
                     .expect("a permit's handle tells its slot")
                     .slot;
+                // Held up to 2 ms, times the engine's lease clock's scale:
+                // on a slower engine (etcd: three round trips a grant) a
+                // 2 ms hold ended before the next grant landed, so the
+                // permits were seldom all held at once, and a grant of one
+                // permit too many went unseen.
+                let hold = 2000 * u64::from(crate::clock::clock().scale());
                 let (interval, released) =
-                    hold_then_release(permit, requested, start, &mut rng, 2000).await;
+                    hold_then_release(permit, requested, start, &mut rng, hold).await;
                 history.lock().unwrap().push(PermitInterval {
                     interval,
                     slot,
