@@ -794,6 +794,14 @@ fn ran_out(status: &tonic::Status, bound: Option<Duration>, client: &Client) -> 
 }
 
 /// The slot of a grant's key.
+/// Whether `status` says a read's revision was compacted away.
+fn is_compacted(status: &tonic::Status) -> bool {
+    status.code() == tonic::Code::OutOfRange
+        || status
+            .message()
+            .contains("required revision has been compacted")
+}
+
 fn slot_of(grant: &GrantKey) -> Slot {
     match (grant.permit, grant.access) {
         (Some(permit), _) => Slot::Permit(permit.slot),
@@ -1109,9 +1117,13 @@ impl Engine for EtcdEngine {
             start = from_prefix;
         }
         // Pages of keys at one revision (one snapshot), until `limit`
-        // grants and the last one's name whole.
+        // grants and the last one's name whole. A compaction past that
+        // revision between two pages starts the listing again, at the
+        // newest revision (a few times, then its error).
+        let first = start.clone();
         let mut rows: Vec<Found> = Vec::new();
         let mut revision = 0;
+        let mut compacted = 0;
         let page = i64::try_from(limit).unwrap_or(i64::MAX).saturating_add(64);
         loop {
             let mut request = crate::proto::etcdserverpb::RangeRequest {
@@ -1128,7 +1140,15 @@ impl Engine for EtcdEngine {
                     let request = request.clone();
                     async move { Ok(m.kv.range(request).await?.into_inner()) }
                 })
-                .await?;
+                .await;
+            let read = match read {
+                Err(status) if revision != 0 && compacted < RACES && is_compacted(&status) => {
+                    compacted += 1;
+                    (rows, revision, start) = (Vec::new(), 0, first.clone());
+                    continue;
+                }
+                read => read?,
+            };
             if revision == 0 {
                 revision = read.header.as_ref().map_or(0, |h| h.revision);
             }
@@ -1208,5 +1228,16 @@ impl Engine for EtcdEngine {
 
     fn name(&self) -> &'static str {
         "etcd"
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn a_compacted_revision_is_told_apart() {
+        let compacted =
+            tonic::Status::out_of_range("etcdserver: mvcc: required revision has been compacted");
+        assert!(super::is_compacted(&compacted));
+        assert!(!super::is_compacted(&tonic::Status::unavailable("no leader")));
     }
 }

@@ -259,3 +259,44 @@ async fn a_release_in_one_store_wakes_a_waiter_in_another() {
     );
     holder.remove_store().await.unwrap();
 }
+
+/// Compaction drops old revisions of keys, never the revision counter:
+/// after the cluster is compacted at the newest revision, a grant made
+/// before renews, shows in a listing and releases, and every grant after
+/// has a fence above every one before.
+#[tokio::test]
+async fn compaction_leaves_fences_rising_and_grants_whole() {
+    let Some(url) = url("compacted") else { return };
+    let Some(cluster) = alkstore_testkit::etcd::server().and_then(|s| s.cluster.as_ref()) else {
+        eprintln!("compaction: ALKSTORE_ETCD_URL names a cluster this test will not compact");
+        return;
+    };
+    let store = EtcdStore::connect(&url).await.unwrap();
+    let ttl = Duration::from_secs(30);
+    let held = store.try_lock("held", "a", ttl).await.unwrap().unwrap();
+    let mut highest = held.fence();
+    for i in 0..10 {
+        let lock = store
+            .try_lock(&format!("n{i}"), "a", ttl)
+            .await
+            .unwrap()
+            .unwrap();
+        highest = highest.max(lock.fence());
+        assert!(lock.release().await.unwrap());
+    }
+    // A fresh prefix's fence base is 0: the newest fence is a revision.
+    cluster
+        .etcdctl(&["compact", &highest.to_string()])
+        .expect("compact the cluster");
+    assert!(held.renew(ttl).await.unwrap(), "a grant from before renews");
+    let listed = store.list("", None, 100).await.unwrap();
+    assert_eq!(
+        listed.iter().map(|l| l.name.as_str()).collect::<Vec<_>>(),
+        ["held"]
+    );
+    let after = store.try_lock("after", "b", ttl).await.unwrap().unwrap();
+    assert!(after.fence() > highest, "{} after {highest}", after.fence());
+    assert!(held.release().await.unwrap());
+    assert!(after.release().await.unwrap());
+    store.remove_store().await.unwrap();
+}
