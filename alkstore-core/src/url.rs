@@ -152,17 +152,20 @@ const SECRET_KEYS: [&str; 4] = ["password", "passwd", "pwd", "sslpassword"];
 /// The URL with every secret replaced by `****`, parsed or not: the
 /// password of the user-info (everything between the first `:` after the
 /// scheme and the last `@` before the query, so that a password holding
-/// `/`, `@` or `:` is masked whole; with no `@` before the query, the last
-/// `@` anywhere, so that one holding an unencoded `?` or `#` is too — more
-/// is masked than needed rather than less) and the value of every query
-/// parameter named like a password.
+/// `/`, `@` or `:` is masked whole; with an `@` after the first `?` or `#`,
+/// the last `@` anywhere, so that one holding an unencoded `?` or `#` is
+/// too — more is masked than needed rather than less) and the value of
+/// every query parameter named like a password.
 pub fn masked(url: &str) -> String {
     let (prefix, rest) = match url.split_once("://") {
         Some((scheme, rest)) => (format!("{scheme}://"), rest),
         None => (String::new(), url),
     };
-    let head = &rest[..rest.find('?').unwrap_or(rest.len())];
-    let at = head.rfind('@').or_else(|| rest.rfind('@'));
+    let head_end = rest.find(['?', '#']).unwrap_or(rest.len());
+    let at = match rest[head_end..].contains('@') {
+        true => rest.rfind('@'),
+        false => rest[..head_end].rfind('@'),
+    };
     let mut out = prefix;
     let tail = match at {
         Some(at) => {
@@ -213,6 +216,9 @@ mod tests {
             "mysql://u:secret@h?pwd=secret",
             "etcd://alk:pa?secret@h:2379/locks?timeout=1s",
             "etcd://alk:pa#secret@h:2379/locks",
+            "etcd://alk:pa@ss?secret@h:2379/locks",
+            "postgres://u:se@cr?secret@h/db",
+            "etcd://alk:se/secret@h:2379",
         ] {
             assert!(!masked(url).contains("secret"), "{url}: {}", masked(url));
         }

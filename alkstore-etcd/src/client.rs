@@ -1,6 +1,7 @@
 //! The gRPC calls the engine makes, to one member of the cluster at a
 //! time (pinned): a call that fails for the member's sake (unreachable,
-//! timed out, no leader) moves the calls after it to the next member, as
+//! timed out, no leader; or the third short bound in a row that ran out on
+//! it) moves the calls after it to the next member, as
 //! etcd's own client did with its pinned endpoint. A balancer over all
 //! members kept sending a share of calls to a stopped member (its
 //! connection stays open), each waiting out the timeout. Every call is
@@ -175,11 +176,50 @@ struct Auth {
     last: tokio::sync::Mutex<Option<tonic::Status>>,
 }
 
+impl Auth {
+    /// [`Client::authenticate`]'s work.
+    async fn authenticate_on(&self, member: Member, seen: u64) -> Result<(), tonic::Status> {
+        let mut last = self.last.lock().await;
+        if self.attempts.load(Ordering::Acquire) != seen {
+            return match &*last {
+                None => Ok(()),
+                Some(error) => Err(error.clone()),
+            };
+        }
+        let request = AuthenticateRequest {
+            name: self.credentials.user.clone(),
+            password: self.credentials.password.clone(),
+        };
+        let answer = member.auth.clone().authenticate(request).await;
+        let outcome = answer
+            .map_err(|status| {
+                tonic::Status::new(
+                    status.code(),
+                    format!(
+                        "etcd refused the user {}: {}",
+                        self.credentials.user,
+                        status.message()
+                    ),
+                )
+            })
+            .and_then(|answer| {
+                AsciiMetadataValue::try_from(answer.into_inner().token)
+                    .map_err(|_| tonic::Status::internal("etcd answered a token that is not ASCII"))
+            })
+            .map(|token| self.token.set(token));
+        *last = outcome.as_ref().err().cloned();
+        self.attempts.fetch_add(1, Ordering::AcqRel);
+        outcome
+    }
+}
+
 /// The members of one cluster, and which one calls go to.
 #[derive(Debug, Clone)]
 pub(crate) struct Client {
     members: Arc<[Member]>,
     pinned: Arc<AtomicUsize>,
+    /// Short bounds run out in a row on the pinned member.
+    short_run_outs: Arc<AtomicUsize>,
     timeout: Duration,
     /// `None`: the URL gave no credentials.
     auth: Option<Arc<Auth>>,
@@ -238,6 +278,7 @@ impl Client {
         Ok(Client {
             members: members.into(),
             pinned: Arc::new(AtomicUsize::new(start)),
+            short_run_outs: Arc::new(AtomicUsize::new(0)),
             timeout,
             auth: credentials.map(|credentials| {
                 Arc::new(Auth {
@@ -280,15 +321,29 @@ impl Client {
     {
         let index = self.pinned.load(Ordering::Relaxed) % self.members.len();
         let answer = self.call_on(index, within, call).await;
-        if let Err(status) = &answer {
-            let ours = within.is_some_and(|w| w < self.timeout) && ran_out(status);
-            if member_at_fault(status) && !ours {
-                // Once for all the calls that failed on it at once.
-                let next = (index + 1) % self.members.len();
-                let _ =
-                    self.pinned
-                        .compare_exchange(index, next, Ordering::Relaxed, Ordering::Relaxed);
+        match &answer {
+            Ok(_) => self.short_run_outs.store(0, Ordering::Relaxed),
+            Err(status) if member_at_fault(status) => {
+                // A short bound running out is the caller's, not the
+                // member's, fault — unless it keeps happening: a member
+                // cut off from its leader answers no read in time, and a
+                // store making only short waiting acquires would stay on
+                // it for good.
+                let ours = within.is_some_and(|w| w < self.timeout) && ran_out(status);
+                let again = ours && self.short_run_outs.fetch_add(1, Ordering::Relaxed) + 1 >= 3;
+                if !ours || again {
+                    // Once for all the calls that failed on it at once.
+                    let next = (index + 1) % self.members.len();
+                    let _ = self.pinned.compare_exchange(
+                        index,
+                        next,
+                        Ordering::Relaxed,
+                        Ordering::Relaxed,
+                    );
+                    self.short_run_outs.store(0, Ordering::Relaxed);
+                }
             }
+            Err(_) => {}
         }
         answer
     }
@@ -338,6 +393,11 @@ impl Client {
     /// made before): then its token is used, or its error answered (the
     /// calls refused together make one authentication, not one each).
     /// Without credentials, the refusal is explained.
+    ///
+    /// In a task of its own, bounded by the store's timeout (the channel's):
+    /// a caller whose bound is shorter than etcd's bcrypt check and Raft
+    /// round (a waiting acquire's, 100 ms or less) stops waiting for it,
+    /// but the authentication goes on and its token serves the next call.
     async fn authenticate(&self, member: &Member, seen: u64) -> Result<(), tonic::Status> {
         let Some(auth) = &self.auth else {
             return Err(tonic::Status::unauthenticated(
@@ -345,37 +405,14 @@ impl Client {
                  (etcd://user:password@host:2379/prefix)",
             ));
         };
-        let mut last = auth.last.lock().await;
-        if auth.attempts.load(Ordering::Acquire) != seen {
-            return match &*last {
-                None => Ok(()),
-                Some(error) => Err(error.clone()),
-            };
-        }
-        let request = AuthenticateRequest {
-            name: auth.credentials.user.clone(),
-            password: auth.credentials.password.clone(),
-        };
-        let answer = member.auth.clone().authenticate(request).await;
-        let outcome = answer
-            .map_err(|status| {
-                tonic::Status::new(
-                    status.code(),
-                    format!(
-                        "etcd refused the user {}: {}",
-                        auth.credentials.user,
-                        status.message()
-                    ),
-                )
+        let (auth, member) = (auth.clone(), member.clone());
+        tokio::spawn(async move { auth.authenticate_on(member, seen).await })
+            .await
+            .unwrap_or_else(|ended| {
+                Err(tonic::Status::internal(format!(
+                    "the authentication ended unanswered: {ended}"
+                )))
             })
-            .and_then(|answer| {
-                AsciiMetadataValue::try_from(answer.into_inner().token)
-                    .map_err(|_| tonic::Status::internal("etcd answered a token that is not ASCII"))
-            })
-            .map(|token| auth.token.set(token));
-        *last = outcome.as_ref().err().cloned();
-        auth.attempts.fetch_add(1, Ordering::AcqRel);
-        outcome
     }
 
     /// The keys in `[key, end)` (`end` empty: `key` alone), at most `limit`

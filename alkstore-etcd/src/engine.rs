@@ -793,15 +793,14 @@ fn ran_out(status: &tonic::Status, bound: Option<Duration>, client: &Client) -> 
     client::ran_out(status) && bound.is_some_and(|b| b < client.timeout())
 }
 
-/// The slot of a grant's key.
 /// Whether `status` says a read's revision was compacted away.
 fn is_compacted(status: &tonic::Status) -> bool {
-    status.code() == tonic::Code::OutOfRange
-        || status
-            .message()
-            .contains("required revision has been compacted")
+    status
+        .message()
+        .contains("required revision has been compacted")
 }
 
+/// The slot of a grant's key.
 fn slot_of(grant: &GrantKey) -> Slot {
     match (grant.permit, grant.access) {
         (Some(permit), _) => Slot::Permit(permit.slot),
@@ -1238,6 +1237,8 @@ mod tests {
         let compacted =
             tonic::Status::out_of_range("etcdserver: mvcc: required revision has been compacted");
         assert!(super::is_compacted(&compacted));
-        assert!(!super::is_compacted(&tonic::Status::unavailable("no leader")));
+        assert!(!super::is_compacted(&tonic::Status::unavailable(
+            "no leader"
+        )));
     }
 }

@@ -64,6 +64,14 @@ pub(crate) fn parse(url: &str) -> Result<Parsed, UrlError> {
         Some(at) => rest.split_at(at),
         None => (rest, ""),
     };
+    // Likewise a password holding an unencoded `/`: the rest of it would be
+    // read as the prefix (and shown, in doctor's report).
+    if !hosts.contains('@') && path.contains('@') {
+        return Err(malformed(
+            "an @ after the hosts: percent-encode a / or @ in the user, the password or the \
+             prefix (%2F, %40)",
+        ));
+    }
     let (credentials, hosts) = match hosts.rsplit_once('@') {
         Some((user_info, hosts)) => (Some(credentials(user_info).map_err(malformed)?), hosts),
         None => (None, hosts),
@@ -250,6 +258,8 @@ mod tests {
             ("etcd://h:2379?tls=yes", "true or false"),
             ("etcd://alk:pa?ss@h:2379/p", "percent-encode"),
             ("etcd://alk:pa#ss@h:2379/p", "percent-encode"),
+            ("etcd://alk:se/cret@h:2379", "percent-encode"),
+            ("etcd://alk:2024/pw@h:2379", "percent-encode"),
             ("etcd://h:2379?cacert=", "path"),
             ("etcd://h:2379/p#x", "fragment"),
         ] {
