@@ -195,6 +195,21 @@ impl Report {
     pub fn finding(&self, promise: Promise) -> Option<&Finding> {
         self.findings.iter().find(|f| f.promise == promise)
     }
+
+    /// The value of the setting line `name`, if the report has one.
+    ///
+    /// ```
+    /// use alkstore_core::doctor::Report;
+    /// let report = Report::new("etcd", "h:2379", vec![("version".into(), "3.5.14".into())], vec![]);
+    /// assert_eq!(report.setting("version"), Some("3.5.14"));
+    /// assert_eq!(report.setting("leader"), None);
+    /// ```
+    pub fn setting(&self, name: &str) -> Option<&str> {
+        self.settings
+            .iter()
+            .find(|(k, _)| k == name)
+            .map(|(_, v)| v.as_str())
+    }
 }
 
 /// The name of the doctor's setting line on the fence space's headroom.

@@ -9,12 +9,13 @@
 //! (`--auth-token-ttl=1`), a token the cluster forgot — expired, or lost
 //! with a restart — is replaced.
 
+#[macro_use]
 mod common;
 
 use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
-use alkstore_contract_suite::{Fresh, contract_tests};
+use alkstore_contract_suite::Fresh;
 use alkstore_core::Store;
 use alkstore_etcd::EtcdStore;
 use alkstore_testkit::etcd::{Cluster, REQUIRE_NAME, URL_VAR};
@@ -78,41 +79,11 @@ async fn fresh() -> Option<Fresh> {
     Some(common::fresh_at(user_url(cluster()?, "case")).await)
 }
 
-// Contract cases through the user: every primitive, the watch's
-// wake-ups, the operator's calls, a fence raise, and independent stores
-// (each authenticating). The races stay in the main suite: run here, two
-// runs at once on 2 cores overloaded the one member past etcd's own 6 s
-// request timeout.
-contract_tests!(
-    fresh;
-    lock_woken_by_release,
-    renew_is_a_full_window_from_now,
-    force_release_ends_the_grant,
-    list_pages_live_holders_by_prefix,
-    permit_release_ends_its_grant_only,
-    readers_share_a_name_and_a_writer_holds_it_alone,
-    keepalive_signals_revoked,
-    raise_fences_lifts_every_later_fence;
-    peers: renew_false_ends_valid_until,
-);
+contract_tests_of_a_way_in!(fresh);
 
-/// The error `connect` answers for `url`, and its whole source chain.
+/// [`common::refusal`], which shows none of the passwords.
 async fn refusal(url: &str) -> String {
-    let asked = Instant::now();
-    let error = EtcdStore::connect(url)
-        .await
-        .expect_err("opened what should be refused");
-    assert!(
-        asked.elapsed() < Duration::from_secs(10),
-        "answered after {:?}",
-        asked.elapsed()
-    );
-    let mut chain = error.to_string();
-    let mut source = std::error::Error::source(&error);
-    while let Some(cause) = source {
-        chain += &format!(": {cause}");
-        source = cause.source();
-    }
+    let chain = common::refusal(url).await;
     for password in [PASSWORD, "not-the-password", "nothing", "nested-secret"] {
         assert!(!chain.contains(password), "a password shown: {chain}");
     }
@@ -199,14 +170,7 @@ async fn doctor_reads_the_cluster_as_a_user() {
     let report = (alkstore_etcd::ENGINE.inspect)(&user_url(cluster, "doctor"))
         .await
         .unwrap();
-    let setting = |name: &str| {
-        report
-            .settings
-            .iter()
-            .find(|(k, _)| k == name)
-            .map(|(_, v)| v.clone())
-            .unwrap_or_default()
-    };
+    let setting = |name: &str| report.setting(name).unwrap_or_default().to_owned();
     assert!(setting("version").starts_with('3'), "{report:?}");
     assert_eq!(
         setting("member versions"),

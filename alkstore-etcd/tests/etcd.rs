@@ -100,14 +100,7 @@ async fn doctor_reads_the_members_and_judges_the_version() {
     // Only the harness's own cluster is known to have three members.
     let ours = alkstore_testkit::etcd::server().is_some_and(|s| s.cluster.is_some());
     let report = (alkstore_etcd::ENGINE.inspect)(&url).await.unwrap();
-    let setting = |name: &str| {
-        report
-            .settings
-            .iter()
-            .find(|(k, _)| k == name)
-            .map(|(_, v)| v.clone())
-            .unwrap_or_default()
-    };
+    let setting = |name: &str| report.setting(name).unwrap_or_default().to_owned();
     assert_ne!(setting("leader"), "none", "{report:?}");
     assert!(setting("version").starts_with('3'), "{report:?}");
     if !ours {

@@ -5,13 +5,12 @@
 //! a plain connection, the wrong CA, no client certificate and a missing
 //! file are refused with a clear error in bounded time.
 
+#[macro_use]
 mod common;
 
 use std::sync::OnceLock;
-use std::time::{Duration, Instant};
 
-use alkstore_contract_suite::{Fresh, contract_tests};
-use alkstore_etcd::EtcdStore;
+use alkstore_contract_suite::Fresh;
 use alkstore_testkit::etcd::{Cluster, REQUIRE_NAME, URL_VAR};
 
 /// The TLS cluster the tests share; `None` when it cannot be had (etcd or
@@ -67,53 +66,16 @@ async fn fresh() -> Option<Fresh> {
     Some(common::fresh_at(url_with(cluster, "case", &trusted(cluster))).await)
 }
 
-// Contract cases over TLS: every primitive, the watch's wake-ups, the
-// operator's calls, a fence raise, and independent stores (each with its
-// handshakes). The races stay in the main suite: run here, two runs at
-// once on 2 cores overloaded the one member past etcd's own 6 s request
-// timeout.
-contract_tests!(
-    fresh;
-    lock_woken_by_release,
-    renew_is_a_full_window_from_now,
-    force_release_ends_the_grant,
-    list_pages_live_holders_by_prefix,
-    permit_release_ends_its_grant_only,
-    readers_share_a_name_and_a_writer_holds_it_alone,
-    raise_fences_lifts_every_later_fence;
-    peers: renew_false_ends_valid_until,
-);
-
-/// The error `connect` answers for `url` within 10 s (the URLs below
-/// bound each call by 2 s; the margin is a loaded machine's), with its
-/// whole source chain.
-async fn refusal(url: &str) -> String {
-    let asked = Instant::now();
-    let error = EtcdStore::connect(url)
-        .await
-        .expect_err("opened what should be refused");
-    assert!(
-        asked.elapsed() < Duration::from_secs(10),
-        "answered after {:?}",
-        asked.elapsed()
-    );
-    let mut chain = error.to_string();
-    let mut source = std::error::Error::source(&error);
-    while let Some(cause) = source {
-        chain += &format!(": {cause}");
-        source = cause.source();
-    }
-    chain
-}
+contract_tests_of_a_way_in!(fresh);
 
 #[tokio::test]
 async fn plain_the_wrong_ca_or_no_certificate_are_refused_clearly() {
     let Some(cluster) = cluster() else { return };
     let certs = cluster.tls.as_ref().expect("a TLS cluster");
     // Plain gRPC to a TLS listener: the connection fails (no hang).
-    let plain = refusal(&url_with(cluster, "plain", "timeout=2s")).await;
+    let plain = common::refusal(&url_with(cluster, "plain", "timeout=2s")).await;
     assert!(plain.contains("transport error"), "{plain}");
-    let wrong_ca = refusal(&url_with(
+    let wrong_ca = common::refusal(&url_with(
         cluster,
         "wrong-ca",
         &format!(
@@ -129,7 +91,7 @@ async fn plain_the_wrong_ca_or_no_certificate_are_refused_clearly() {
         "{wrong_ca}"
     );
     // Without a client certificate, the member ends the handshake.
-    let no_cert = refusal(&url_with(
+    let no_cert = common::refusal(&url_with(
         cluster,
         "no-cert",
         &format!("timeout=2s&cacert={}", certs.ca.display()),
@@ -139,7 +101,8 @@ async fn plain_the_wrong_ca_or_no_certificate_are_refused_clearly() {
     // before the member judges its certificate), the connection it then
     // closed: a transport error either way, never an answer.
     assert!(no_cert.contains("transport error"), "{no_cert}");
-    let missing = refusal(&url_with(cluster, "missing", "cacert=/nonexistent/ca.pem")).await;
+    let missing =
+        common::refusal(&url_with(cluster, "missing", "cacert=/nonexistent/ca.pem")).await;
     assert!(
         missing.contains("cannot read the CA certificate (cacert=) /nonexistent/ca.pem"),
         "{missing}"
@@ -153,12 +116,7 @@ async fn doctor_reads_the_cluster_over_tls() {
     let Some(cluster) = cluster() else { return };
     let url = url_with(cluster, "doctor", &trusted(cluster));
     let report = (alkstore_etcd::ENGINE.inspect)(&url).await.unwrap();
-    let versions = report
-        .settings
-        .iter()
-        .find(|(k, _)| k == "member versions")
-        .map(|(_, v)| v.clone())
-        .unwrap_or_default();
+    let versions = report.setting("member versions").unwrap_or_default();
     assert!(versions.starts_with("e0 3."), "{report:?}");
     assert!(report.warnings.is_empty(), "{report:?}");
 }

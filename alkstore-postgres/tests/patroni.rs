@@ -439,13 +439,9 @@ async fn doctor_gives_up_on_synchronous_mode_without_strict() {
         failover.because.contains("synchronous_mode_strict"),
         "{report:?}"
     );
-    let patroni = report
-        .settings
-        .iter()
-        .find(|(k, _)| k == "Patroni")
-        .unwrap();
+    let patroni = report.setting("Patroni").unwrap();
     assert!(
-        patroni.1.contains("synchronous_mode_strict = false"),
+        patroni.contains("synchronous_mode_strict = false"),
         "{report:?}"
     ); // The harness's own stop (the one its watchdog runs) leaves nothing.
     assert_eq!(cluster.stop(), Vec::<String>::new());
