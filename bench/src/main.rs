@@ -3,6 +3,7 @@
 
 mod contention;
 mod etcd;
+mod fairness;
 mod held;
 mod many;
 mod measure;
@@ -108,6 +109,7 @@ async fn main() {
         Some(server) => etcd::run(&server.url, &mut collected.rows).await,
         None => eprintln!("bench: etcd figures skipped (no cluster)"),
     }
+    fair(&wanted, dir.path(), &mut collected.rows).await;
     let Collected {
         rows,
         contended,
@@ -138,4 +140,54 @@ async fn main() {
          {0}/semaphore.svg, {0}/renewals.svg",
         out.display()
     );
+}
+
+/// Issue 38's "before": how fair waiting is on each engine wanted.
+async fn fair(wanted: &dyn Fn(&str) -> bool, dir: &std::path::Path, rows: &mut Vec<report::Row>) {
+    use alkstore_core::Store;
+    use std::sync::Arc;
+    let tag = format!("fair_{}", std::process::id());
+    if wanted("sqlite") {
+        let path = dir.join("fair.db");
+        let open = || async {
+            Arc::new(alkstore_sqlite::SqliteStore::open(&path).await.unwrap()) as Arc<dyn Store>
+        };
+        rows.extend(fairness::run("sqlite", open).await);
+    }
+    if let Some(server) = wanted("postgres")
+        .then(alkstore_testkit::pg::server)
+        .flatten()
+    {
+        let open = || async {
+            Arc::new(
+                alkstore_postgres::PgStore::connect(&server.url, &tag)
+                    .await
+                    .unwrap(),
+            ) as Arc<dyn Store>
+        };
+        rows.extend(fairness::run("postgres", open).await);
+    }
+    if let Some(server) = wanted("mysql")
+        .then(alkstore_testkit::mysql::server)
+        .flatten()
+    {
+        let open = || async {
+            Arc::new(
+                alkstore_mysql::MySqlStore::connect(&server.url, &tag)
+                    .await
+                    .unwrap(),
+            ) as Arc<dyn Store>
+        };
+        rows.extend(fairness::run("mysql", open).await);
+    }
+    if let Some(server) = wanted("etcd")
+        .then(alkstore_testkit::etcd::server)
+        .flatten()
+    {
+        let url = format!("{}/{tag}", server.url);
+        let open = || async {
+            Arc::new(alkstore_etcd::EtcdStore::connect(&url).await.unwrap()) as Arc<dyn Store>
+        };
+        rows.extend(fairness::run("etcd", open).await);
+    }
 }

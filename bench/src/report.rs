@@ -48,6 +48,17 @@ impl Row {
         }
     }
 
+    pub fn count(engine: &'static str, figure: impl Into<String>, count: u64) -> Self {
+        Row {
+            engine,
+            figure: figure.into(),
+            value: count as f64,
+            unit: "n",
+            floor: None,
+            target: None,
+        }
+    }
+
     /// The p50 and p99 release → grant latency of a contended run.
     pub fn handoffs(engine: &'static str, run: &Contended) -> [Row; 2] {
         let mut samples = run.handoffs.clone();
