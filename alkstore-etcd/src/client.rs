@@ -12,7 +12,7 @@
 //! With credentials (`etcd://user:password@…`), every call carries the
 //! token etcd's `Authenticate` gave, as etcd's own client does: the first
 //! call the cluster refuses for want of a token (none yet, one expired
-//! after its idle TTL, one a restarted member forgot) authenticates and is
+//! after its idle TTL, one a member no longer knows) authenticates and is
 //! sent once more. Refused calls were never applied, so sending again is
 //! safe. A cluster without authentication is used as it is.
 
@@ -289,6 +289,13 @@ impl Client {
                 })
             }),
         })
+    }
+
+    /// How many times the client authenticated (0 without credentials).
+    pub(crate) fn authentications(&self) -> u64 {
+        self.auth
+            .as_ref()
+            .map_or(0, |auth| auth.attempts.load(Ordering::Acquire))
     }
 
     /// The bound on every call.

@@ -607,12 +607,10 @@ impl EtcdEngine {
             revision: FenceRevision::At(leased.fence_revision),
             ..leased.value.clone()
         };
-        if self.is_unsettled(&grant.name, grant.fence) {
-            // A move of this grant got no answer and may still land (it
-            // compares the key's mod revision it read): a put of the key on
-            // the lease it is on changes that revision, so the lost move
-            // can no longer shorten the lease under a renewal answered true.
-            let settle = still()
+        // The key put again on `lease`, its fence kept, if it is still
+        // this grant's and no write changed it since it was read.
+        let put_unmoved = |lease: i64| {
+            still()
                 .when(
                     leased.key.clone(),
                     Vec::new(),
@@ -620,7 +618,14 @@ impl EtcdEngine {
                     Is::Equal,
                     leased.mod_revision,
                 )
-                .put(leased.key.clone(), value.encode(), leased.lease);
+                .put(leased.key.clone(), value.encode(), lease)
+        };
+        if self.is_unsettled(&grant.name, grant.fence) {
+            // A move of this grant got no answer and may still land (it
+            // compares the key's mod revision it read): a put of the key on
+            // the lease it is on changes that revision, so the lost move
+            // can no longer shorten the lease under a renewal answered true.
+            let settle = put_unmoved(leased.lease);
             if !self.client.txn(settle).await?.succeeded {
                 return Ok(Renewal::NotOnThisLease);
             }
@@ -637,15 +642,7 @@ impl EtcdEngine {
             });
         }
         let (lease, granted_ttl) = self.lease(lease_seconds(ttl), None).await?;
-        let move_it = still()
-            .when(
-                leased.key.clone(),
-                Vec::new(),
-                Target::Mod,
-                Is::Equal,
-                leased.mod_revision,
-            )
-            .put(leased.key.clone(), value.encode(), lease);
+        let move_it = put_unmoved(lease);
         let answer = match self.client.txn(move_it).await {
             Ok(answer) => answer,
             Err(status) => {

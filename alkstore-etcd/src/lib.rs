@@ -47,8 +47,8 @@ pub use engine::LeaseTooLong;
 pub use url::{DEFAULT_PREFIX, ENGINE};
 
 /// Raw calls on a store's cluster, beside the store's own: for the
-/// benchmark's floors only (what etcd itself costs). Not part of the
-/// public API.
+/// benchmark's floors (what etcd itself costs) and tests that look inside
+/// the client. Not part of the public API.
 #[doc(hidden)]
 pub mod raw {
     use crate::client::{Client, Is, Target, Txn};
@@ -74,6 +74,12 @@ pub mod raw {
         /// Deletes `key`.
         pub async fn delete(&self, key: &[u8]) {
             self.0.txn(Txn::new().delete(key.to_vec())).await.unwrap();
+        }
+
+        /// How many times the store authenticated (0 without a user in
+        /// its URL): for the tests of tokens the cluster forgot.
+        pub fn authentications(&self) -> u64 {
+            self.0.authentications()
         }
 
         /// Reads `key` (a linearizable range read).

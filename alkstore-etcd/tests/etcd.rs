@@ -281,6 +281,12 @@ async fn compaction_leaves_fences_rising_and_grants_whole() {
     cluster
         .etcdctl(&["compact", &highest.to_string()])
         .expect("compact the cluster");
+    // Compacted: a read at a revision before it is refused.
+    let old_read = cluster.etcdctl(&["get", "x", &format!("--rev={}", highest - 1)]);
+    assert!(
+        old_read.as_ref().is_err_and(|e| e.contains("compacted")),
+        "a read before the compaction: {old_read:?}"
+    );
     assert!(held.renew(ttl).await.unwrap(), "a grant from before renews");
     let listed = store.list("", None, 100).await.unwrap();
     assert_eq!(
