@@ -176,7 +176,7 @@ where
         };
         crate::clock::declare(fresh.clock);
         if let Some((case, why)) = fresh.opt_outs.iter().find(|(case, _)| Some(*case) == name) {
-            println!("OPTED OUT: {case}: {why}");
+            say_past_the_capture(&format!("OPTED OUT: {case}: {why}"));
             let _ = fresh.store.close().await;
             if let Some(cleanup) = fresh.cleanup {
                 cleanup.await;
@@ -226,4 +226,18 @@ where
             .or_else(|| payload.downcast_ref::<&str>().map(|s| (*s).to_owned()))
             .unwrap_or_else(|| "a panic without a message".to_owned())
     })
+}
+
+/// Writes `line` to the process's standard error past the test harness's
+/// output capture (through /dev/stderr), so that a plain `cargo test` shows
+/// it and `cargo xtask contract` finds it in a recorded run's output.
+fn say_past_the_capture(line: &str) {
+    use std::io::Write;
+    let direct = std::fs::OpenOptions::new()
+        .append(true)
+        .open("/dev/stderr")
+        .and_then(|mut stderr| writeln!(stderr, "{line}"));
+    if direct.is_err() {
+        eprintln!("{line}");
+    }
 }

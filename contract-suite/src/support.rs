@@ -58,6 +58,34 @@ pub async fn outlive(ttl: Duration) {
     tokio::time::sleep(crate::clock::clock().lease_end(ttl) + Duration::from_millis(30)).await;
 }
 
+/// How much later than its lease's end a grant touched by a dropped
+/// operation may still be seen: a renewal or release runs to its answer in
+/// the background after its caller stopped waiting (and a dropped acquire's
+/// statement may still commit), so the last lease may start that much after
+/// the caller's drop on a loaded machine. A grant kept alive for good (a
+/// leaked keep-alive, a lease without an end) still outlasts it.
+pub const LANDING: Duration = Duration::from_secs(2);
+
+/// Waits out the lease of `ttl` of every operation dropped before this call,
+/// then until `look` finds nothing held, for at most [`LANDING`] more.
+/// Answers how long it waited in all, or what `look` still saw at the bound.
+pub async fn lapsed_after_drops<T, F, Fut>(ttl: Duration, mut look: F) -> Result<Duration, T>
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Option<T>>,
+{
+    let dropped = Instant::now();
+    outlive(ttl).await;
+    let bound = Instant::now() + LANDING;
+    loop {
+        match look().await {
+            None => return Ok(dropped.elapsed()),
+            Some(seen) if Instant::now() >= bound => return Err(seen),
+            Some(_) => tokio::time::sleep(Duration::from_millis(20)).await,
+        }
+    }
+}
+
 /// After the holder of `name` (owner `dead_owner`, grant `fence`) died
 /// without releasing: its lease is still live, nobody gets the lock before the
 /// lease ends, and a waiter gets it within a second after, with a higher

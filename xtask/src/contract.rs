@@ -1,5 +1,6 @@
 //! `cargo xtask contract`: the contract suite on every engine, side by side.
 
+use std::collections::{BTreeMap, BTreeSet};
 use std::process::Command;
 
 use crate::{Outcome, Table};
@@ -11,6 +12,8 @@ pub(crate) struct Column {
     pub(crate) name: String,
     /// The package whose tests run it.
     pub(crate) package: String,
+    /// That package's directory, under the workspace's root.
+    pub(crate) dir: std::path::PathBuf,
     /// Its test target: `contract`, `contract_pgbouncer_tx`, …
     pub(crate) test: String,
 }
@@ -58,6 +61,7 @@ pub(crate) fn engines() -> Result<Vec<Column>, String> {
             found.push(Column {
                 name,
                 package: package.to_owned(),
+                dir: dir.file_name().into(),
                 test,
             });
         }
@@ -89,45 +93,162 @@ fn required(engine: &str) -> bool {
         || (engine == "postgres" && std::env::var("ALKSTORE_REQUIRE_PG").as_deref() == Ok("1"))
 }
 
-pub(crate) fn run() -> Result<(), String> {
+/// What one column's test binary printed, stdout and stderr together in
+/// the order written, and whether it passed.
+struct ColumnRun {
+    output: String,
+    passed: bool,
+}
+
+/// `cargo xtask contract`: each column's suite run on its own.
+/// `cargo xtask contract --from FILE`: the columns read from a whole
+/// `cargo test --workspace --all-features` run's output (stdout and stderr
+/// together, as `2>&1 | tee FILE` keeps it), so that CI runs each suite
+/// once.
+pub(crate) fn run(args: &[String]) -> Result<(), String> {
     let engines = engines()?;
+    let runs = match args {
+        [] => engines
+            .iter()
+            .map(run_column)
+            .collect::<Result<Vec<_>, _>>()?,
+        [from, file] if from == "--from" => {
+            let output = std::fs::read_to_string(file)
+                .map_err(|e| format!("cannot read the test run's output {file}: {e}"))?;
+            recorded_columns(&engines, &output)?
+        }
+        _ => return Err("usage: cargo xtask contract [--from FILE]".into()),
+    };
+    tabulate(&engines, &runs)
+}
+
+/// Runs one column's suite.
+fn run_column(column: &Column) -> Result<ColumnRun, String> {
+    eprintln!("xtask: contract suite on {}", column.name);
+    let ran = Command::new(env!("CARGO"))
+        .args([
+            "test",
+            "-p",
+            column.package.as_str(),
+            "--test",
+            column.test.as_str(),
+            "--",
+            "--show-output",
+        ])
+        .output()
+        .map_err(|e| format!("could not run cargo: {e}"))?;
+    // One binary: the order between its two streams does not matter.
+    let output = format!(
+        "{}{}",
+        String::from_utf8_lossy(&ran.stdout),
+        String::from_utf8_lossy(&ran.stderr)
+    );
+    Ok(ColumnRun {
+        output,
+        passed: ran.status.success(),
+    })
+}
+
+/// Each column's part of a recorded `cargo test` run: from the line cargo
+/// prints before running its test binary (`Running tests/contract.rs
+/// (target/debug/deps/contract-…)`) to the next binary's. Which binary is
+/// which column is cargo's to say (`--no-run --message-format=json`, with
+/// the run's flags, builds nothing new).
+fn recorded_columns(engines: &[Column], output: &str) -> Result<Vec<ColumnRun>, String> {
+    let built = Command::new(env!("CARGO"))
+        .args([
+            "test",
+            "--workspace",
+            "--all-features",
+            "--no-run",
+            "--message-format=json",
+        ])
+        .output()
+        .map_err(|e| format!("could not run cargo: {e}"))?;
+    if !built.status.success() {
+        return Err(format!(
+            "cargo test --no-run failed:\n{}",
+            String::from_utf8_lossy(&built.stderr)
+        ));
+    }
+    let mut binaries: BTreeMap<std::path::PathBuf, String> = BTreeMap::new();
+    for line in String::from_utf8_lossy(&built.stdout).lines() {
+        let Ok(message) = serde_json::from_str::<serde_json::Value>(line) else {
+            continue;
+        };
+        let (Some(source), Some(executable)) = (
+            message["target"]["src_path"].as_str(),
+            message["executable"].as_str(),
+        ) else {
+            continue;
+        };
+        if let Some(file) = std::path::Path::new(executable).file_name() {
+            binaries.insert(source.into(), file.to_string_lossy().into_owned());
+        }
+    }
+    let mut sections: BTreeMap<&str, String> = BTreeMap::new();
+    let mut current: Option<&str> = None;
+    for line in output.lines() {
+        let trimmed = line.trim_start();
+        if let Some(running) = trimmed.strip_prefix("Running ") {
+            current = running
+                .strip_suffix(')')
+                .and_then(|r| r.rsplit(['/', '(']).next());
+        } else if trimmed.starts_with("Doc-tests ") {
+            current = None;
+        }
+        if let Some(binary) = current {
+            let section = sections.entry(binary).or_default();
+            section.push_str(line);
+            section.push('\n');
+        }
+    }
+    engines
+        .iter()
+        .map(|column| {
+            let source = crate::workspace_root()
+                .join(&column.dir)
+                .join("tests")
+                .join(format!("{}.rs", column.test));
+            let binary = binaries
+                .get(&source)
+                .ok_or_else(|| format!("cargo names no test binary built from {}", source.display()))?;
+            let output = sections.remove(binary.as_str()).ok_or_else(|| {
+                format!(
+                    "{}: the recorded run did not run {binary} (did it stop at an earlier failure?)",
+                    column.name
+                )
+            })?;
+            let passed = output.contains("test result: ok.") && !output.contains("test result: FAILED");
+            Ok(ColumnRun { output, passed })
+        })
+        .collect()
+}
+
+/// The table of cases × columns, and what is wrong with it.
+fn tabulate(engines: &[Column], runs: &[ColumnRun]) -> Result<(), String> {
     let mut table = Table::new();
     let mut problems = Vec::new();
     let mut opt_outs = Vec::new();
-    for column in &engines {
+    for (column, run) in engines.iter().zip(runs) {
         let engine = column.name.as_str();
-        eprintln!("xtask: contract suite on {engine}");
-        let output = Command::new(env!("CARGO"))
-            .args([
-                "test",
-                "-p",
-                column.package.as_str(),
-                "--test",
-                column.test.as_str(),
-                "--",
-                "--show-output",
-            ])
-            .output()
-            .map_err(|e| format!("could not run cargo: {e}"))?;
-        let stdout = String::from_utf8_lossy(&output.stdout);
-        opt_outs.extend(
-            stdout
-                .lines()
-                .filter(|l| l.starts_with("OPTED OUT: "))
-                .map(|l| format!("{engine}: {l}")),
-        );
-        let stderr = String::from_utf8_lossy(&output.stderr);
-        // The harness says SKIPPED once, on stderr, past the output capture.
-        let skipped = stderr.contains("SKIPPED:") || stdout.contains("SKIPPED:");
+        let output = run.output.as_str();
+        // Both said past the harness's output capture, once each.
+        let skipped = output.contains("SKIPPED:");
+        let opted: BTreeSet<&str> = output
+            .lines()
+            .filter_map(|l| l.strip_prefix("OPTED OUT: "))
+            .collect();
+        opt_outs.extend(opted.iter().map(|l| format!("{engine}: OPTED OUT: {l}")));
         let mut cases = 0;
-        for line in stdout.lines() {
+        for line in output.lines() {
             let Some(rest) = line.strip_prefix("test ") else {
                 continue;
             };
             let Some((case, verdict)) = rest.split_once(" ... ") else {
                 continue;
             };
-            let opted_out = stdout.contains(&format!("OPTED OUT: {case}: "));
+            let opted_out = opted.iter().any(|l| l.starts_with(&format!("{case}: ")));
             let outcome = match verdict.trim() {
                 "ok" if skipped => Outcome::Skipped,
                 "ok" if opted_out => Outcome::OptedOut,
@@ -141,22 +262,19 @@ pub(crate) fn run() -> Result<(), String> {
                 .or_default()
                 .insert(engine.to_owned(), outcome);
         }
-        if !output.status.success() {
+        if !run.passed {
             // Show why: the failing cases' own output.
-            if let Some(at) = stdout.find("\nfailures:\n") {
-                eprintln!("xtask: {engine} failures:{}", &stdout[at..]);
+            match output.find("\nfailures:\n") {
+                Some(at) => eprintln!("xtask: {engine} failures:{}", &output[at..]),
+                None => problems.push(format!("{engine}: {output}")),
             }
         }
         if cases == 0 {
-            problems.push(format!(
-                "{engine}: no case ran\n{}",
-                String::from_utf8_lossy(&output.stderr)
-            ));
+            problems.push(format!("{engine}: no case ran\n{output}"));
         }
         if skipped {
-            let why = stderr
+            let why = output
                 .lines()
-                .chain(stdout.lines())
                 .find(|l| l.contains("SKIPPED:"))
                 .unwrap_or_default();
             eprintln!("xtask: {engine} skipped: {why}");
@@ -164,14 +282,8 @@ pub(crate) fn run() -> Result<(), String> {
                 problems.push(format!("{engine} was skipped but is required"));
             }
         }
-        if !output.status.success() && !stdout.contains("FAILED") {
-            problems.push(format!(
-                "{engine}: {}",
-                String::from_utf8_lossy(&output.stderr)
-            ));
-        }
     }
-    print_table(&table, &engines);
+    print_table(&table, engines);
     for line in &opt_outs {
         println!("{line}");
     }

@@ -1,11 +1,14 @@
 //! Project automation, as a small Rust program instead of shell scripts.
 //!
-//! - `cargo xtask contract` — runs the contract suite on every engine and
-//!   prints a table of cases × engines; fails if any case fails, if the
-//!   engines disagree, or if an engine was skipped while required
+//! - `cargo xtask contract [--from FILE]` — runs the contract suite on every
+//!   engine and prints a table of cases × engines; fails if any case fails,
+//!   if the engines disagree, or if an engine was skipped while required
 //!   (`ALKSTORE_REQUIRE=postgres,mysql` or `all`; the older
 //!   `ALKSTORE_REQUIRE_PG=1` still counts for PostgreSQL). The engines are
 //!   the workspace's `alkstore-<engine>` packages with a `tests/contract.rs`.
+//!   With `--from FILE`, runs nothing: the table is read from the output of
+//!   a `cargo test --workspace --all-features` run (`2>&1 | tee FILE`), so
+//!   that CI runs each suite once.
 //! - `cargo xtask tidy` — what the compiler cannot check: every contract case
 //!   listed and documented, case counts in the docs, the docs' SQL against
 //!   each engine's `sql.rs`, no unused dependencies, the paths docs cite,
@@ -37,7 +40,7 @@ mod tidy;
 fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().skip(1).collect();
     let result = match args.first().map(String::as_str) {
-        Some("contract") => contract::run(),
+        Some("contract") => contract::run(&args[1..]),
         Some("tidy") => tidy::run(),
         Some("ci") => ci(),
         Some("bench") => {
@@ -100,7 +103,7 @@ fn main() -> ExitCode {
         }
         _ => {
             eprintln!(
-                "usage: cargo xtask <contract | tidy | ci | bench [engine…] | mutants [args] | soak [minutes] | protos>"
+                "usage: cargo xtask <contract [--from FILE] | tidy | ci | bench [engine…] | mutants [args] | soak [minutes] | protos>"
             );
             return ExitCode::from(2);
         }
@@ -128,6 +131,47 @@ pub(crate) fn cargo(args: &[&str]) -> Result<(), String> {
     }
 }
 
+/// Runs `cargo args` with its output (stdout and stderr together, in the
+/// order written, as `2>&1 | tee` keeps it) written to `file`, and shown
+/// as it comes.
+fn cargo_recorded(args: &[&str], file: &std::path::Path) -> Result<(), String> {
+    use std::io::{Read, Write};
+    eprintln!(
+        "xtask: cargo {} (output kept in {})",
+        args.join(" "),
+        file.display()
+    );
+    let failed = |e: std::io::Error| format!("could not run cargo {}: {e}", args.join(" "));
+    if let Some(dir) = file.parent() {
+        std::fs::create_dir_all(dir).map_err(failed)?;
+    }
+    // Both streams to one open file: they share its offset, so their
+    // writes land in the order they were made.
+    let kept = std::fs::File::create(file).map_err(failed)?;
+    let mut child = Command::new(env!("CARGO"))
+        .args(args)
+        .stdout(kept.try_clone().map_err(failed)?)
+        .stderr(kept)
+        .spawn()
+        .map_err(failed)?;
+    let mut shown = std::fs::File::open(file).map_err(failed)?;
+    let mut buffer = Vec::new();
+    let status = loop {
+        let exited = child.try_wait().map_err(failed)?;
+        buffer.clear();
+        shown.read_to_end(&mut buffer).map_err(failed)?;
+        std::io::stdout().write_all(&buffer).map_err(failed)?;
+        match exited {
+            Some(status) => break status,
+            None => std::thread::sleep(std::time::Duration::from_millis(200)),
+        }
+    };
+    match status.success() {
+        true => Ok(()),
+        false => Err(format!("cargo {} failed ({status})", args.join(" "))),
+    }
+}
+
 fn ci() -> Result<(), String> {
     cargo(&["fmt", "--all", "--", "--check"])?;
     cargo(&[
@@ -139,9 +183,11 @@ fn ci() -> Result<(), String> {
         "-D",
         "warnings",
     ])?;
-    cargo(&["test", "--workspace", "--all-features"])?;
+    // The tests once, their output kept for the contract table.
+    let recorded = workspace_root().join("target/test-output.txt");
+    cargo_recorded(&["test", "--workspace", "--all-features"], &recorded)?;
     cargo(&["run", "--quiet", "--example", "quickstart"])?;
-    contract::run()?;
+    contract::run(&["--from".into(), recorded.display().to_string()])?;
     tidy::run()
 }
 

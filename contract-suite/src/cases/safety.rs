@@ -11,7 +11,9 @@ use proptest::test_runner::{Config, TestRunner};
 use crate::safety::Rng;
 use crate::safety::history::check;
 use crate::safety::workload::{Workload, contend};
-use crate::support::granted;
+use crate::support::{LANDING, granted, lapsed_after_drops};
+
+const LONG: Duration = Duration::from_secs(30);
 
 /// 100 tasks on one name, short TTLs, random holds, some holders pausing past
 /// their TTL: no two validity intervals overlap, fences rise in grant order,
@@ -94,24 +96,33 @@ pub async fn cancellation_leaves_no_trace(store: Arc<dyn Store>) {
         "no future was dropped mid-flight; the test proved nothing"
     );
     drop(handles);
-    // Every lease taken above (the last renewal included) ends within `ttl`
-    // (as the engine's lease clock keeps it).
-    tokio::time::sleep(crate::clock::clock().lease_end(ttl) + Duration::from_millis(50)).await;
-    for name in ["c0", "c1", "c2", "c3"] {
-        let seen = store.holder(name).await.unwrap();
-        assert!(
-            seen.is_none(),
-            "rule: no grant outlives its lease, even with futures dropped mid-flight; saw {seen:?} \
-             holding {name} after its TTL, expected None"
-        );
-        let lock = granted(store.try_lock(name, "after", ttl).await);
+    let names = ["c0", "c1", "c2", "c3"];
+    let waited = lapsed_after_drops(ttl, || async {
+        let mut held = Vec::new();
+        for name in names {
+            held.extend(store.holder(name).await.unwrap().map(|seen| (name, seen)));
+        }
+        (!held.is_empty()).then_some(held)
+    })
+    .await;
+    let waited = match waited {
+        Ok(waited) => waited,
+        Err(held) => panic!(
+            "rule: no grant outlives its lease, even with futures dropped mid-flight; saw {held:?} \
+             {LANDING:?} after their TTL, expected none"
+        ),
+    };
+    for name in names {
+        // A lease long enough that its release cannot find it lapsed.
+        let lock = granted(store.try_lock(name, "after", LONG).await);
         assert!(
             lock.release().await.unwrap(),
             "rule: release answers true for its own live grant; saw false for {name}, expected true"
         );
     }
     eprintln!(
-        "cancellation: 300 operations, {dropped} dropped mid-flight, store usable, no grant beyond its TTL"
+        "cancellation: 300 operations, {dropped} dropped mid-flight, store usable, all lapsed \
+         {waited:?} after the drops"
     );
 }
 

@@ -10,7 +10,7 @@ use crate::clock::{clock, ms};
 use crate::safety::Rng;
 use crate::safety::permits::{check_permits, race_permits};
 use crate::safety::workload::Race;
-use crate::support::{assert_closed, granted, outlive, refused};
+use crate::support::{LANDING, assert_closed, granted, lapsed_after_drops, outlive, refused};
 
 const LONG: Duration = Duration::from_secs(30);
 
@@ -655,14 +655,27 @@ pub async fn permit_cancellation_leaves_nothing_beyond_its_ttl(store: Arc<dyn St
         "no future was dropped mid-flight; the test proved nothing"
     );
     drop(handles);
-    tokio::time::sleep(clock().lease_end(ttl) + Duration::from_millis(50)).await;
-    let left = store.holders("cancel").await.unwrap();
+    let waited = lapsed_after_drops(ttl, || async {
+        let left = store.holders("cancel").await.unwrap();
+        (!left.is_empty()).then_some(left)
+    })
+    .await;
+    let waited = match waited {
+        Ok(waited) => waited,
+        Err(left) => panic!(
+            "rule: no permit outlives its lease, even with futures dropped mid-flight; saw {left:?} \
+             {LANDING:?} after its TTL"
+        ),
+    };
+    // Leases long enough that their releases cannot find them lapsed.
+    let x = granted(store.try_acquire_permit("cancel", 2, "x", LONG).await);
+    let y = granted(store.try_acquire_permit("cancel", 2, "y", LONG).await);
     assert!(
-        left.is_empty(),
-        "rule: no permit outlives its lease, even with futures dropped mid-flight; saw {left:?}"
+        x.release().await.unwrap() && y.release().await.unwrap(),
+        "rule: release answers true for its own live permit"
     );
-    let x = granted(store.try_acquire_permit("cancel", 2, "x", ttl).await);
-    let y = granted(store.try_acquire_permit("cancel", 2, "y", ttl).await);
-    assert!(x.release().await.unwrap() && y.release().await.unwrap());
-    eprintln!("permit cancellation: 200 operations, {dropped} dropped mid-flight");
+    eprintln!(
+        "permit cancellation: 200 operations, {dropped} dropped mid-flight, all lapsed {waited:?} \
+         after the drops"
+    );
 }
