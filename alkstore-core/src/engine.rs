@@ -12,6 +12,7 @@ use async_trait::async_trait;
 use crate::duration::LeaseMillis;
 use crate::error::BoxError;
 use crate::permit::{HeldAs, PermitSlot};
+use crate::queue::{Queue, Queued, Waiter};
 use crate::rw::{Access, RwMode};
 use crate::store::{Holder, Listed};
 use crate::wake::ReleaseBus;
@@ -65,6 +66,15 @@ pub enum Attempt {
         /// Lease time left of the live holder, if known.
         expires_in: Option<Duration>,
     },
+    /// Refused, and the waiting call stands in the name's queue (an engine
+    /// that [queues](Engine::queues), for [`Queue::Waiting`]): what
+    /// [`Attempt::Held`] says, and where it stands.
+    Queued {
+        /// Lease time left of the live holder, if one holds and it is known.
+        expires_in: Option<Duration>,
+        /// Its ticket and place.
+        queued: Queued,
+    },
     /// Live permits of a semaphore hold `name` (a name is a lock or a
     /// semaphore, never both at once). Nothing was written.
     HeldAsSemaphore {
@@ -95,6 +105,14 @@ pub enum PermitAttempt {
     Held {
         /// Lease time left of the permit that ends first, if known.
         expires_in: Option<Duration>,
+    },
+    /// Refused, and the waiting call stands in the name's queue, as
+    /// [`Attempt::Queued`].
+    Queued {
+        /// Lease time left of the permit that ends first, if known.
+        expires_in: Option<Duration>,
+        /// Its ticket and place.
+        queued: Queued,
     },
     /// Live grants of the name have another number of permits. Nothing
     /// was written.
@@ -130,6 +148,14 @@ pub enum RwAttempt {
         /// Lease time left of the grant (or intent) that ends first, if known.
         expires_in: Option<Duration>,
     },
+    /// Refused, and the waiting call stands in the name's queue, as
+    /// [`Attempt::Queued`].
+    Queued {
+        /// Lease time left of the grant that ends first, if known.
+        expires_in: Option<Duration>,
+        /// Its ticket and place.
+        queued: Queued,
+    },
     /// A lock or a semaphore holds the name. Nothing was written.
     HeldAsOther(HeldAs),
 }
@@ -147,6 +173,12 @@ pub trait Engine: Send + Sync + 'static {
     /// take over an expired row with a new, higher fence); when `owner`'s own
     /// row is live, grant it again unchanged. A refusal must write nothing.
     ///
+    /// `queue` is the attempt's standing toward the name's queue: an engine
+    /// that [queues](Engine::queues) grants only in turn, draws, renews and
+    /// removes tickets, and answers a refused waiting call
+    /// [`Attempt::Queued`] (the rules: [`crate::queue`]); one that does not
+    /// ignores it.
+    ///
     /// `deadline` is when a waiting acquire gives up (`None` for `try_lock`).
     /// The attempt must not wait past it for anything another transaction or
     /// caller holds (a connection, a write lock, a row lock): when it runs
@@ -158,6 +190,7 @@ pub trait Engine: Send + Sync + 'static {
         name: &str,
         owner: &str,
         ttl: LeaseMillis,
+        queue: Queue,
         deadline: Option<Instant>,
     ) -> Result<Attempt, BoxError>;
 
@@ -171,7 +204,8 @@ pub trait Engine: Send + Sync + 'static {
     ///   next fence (above every fence of the store that committed before);
     /// - otherwise [`PermitAttempt::Held`], with the soonest expiry.
     ///
-    /// Refusals write nothing; `deadline` is as for [`Engine::acquire`].
+    /// Refusals write nothing (but a waiting call's ticket); `queue` and
+    /// `deadline` are as for [`Engine::acquire`].
     /// And [`Engine::acquire`] must answer [`Attempt::HeldAsSemaphore`] for a
     /// name with live permits. The default: not supported
     /// ([`PermitsUnsupported`](crate::PermitsUnsupported)).
@@ -181,9 +215,10 @@ pub trait Engine: Send + Sync + 'static {
         permits: u32,
         owner: &str,
         ttl: LeaseMillis,
+        queue: Queue,
         deadline: Option<Instant>,
     ) -> Result<PermitAttempt, BoxError> {
-        let _ = (name, permits, owner, ttl, deadline);
+        let _ = (name, permits, owner, ttl, queue, deadline);
         Err(crate::PermitsUnsupported.into())
     }
 
@@ -198,10 +233,15 @@ pub trait Engine: Send + Sync + 'static {
     ///   are; else [`RwAttempt::Held`];
     /// - [`RwMode::Write`]: granted with the next fence when no writer and
     ///   no reader is live (whoever's intent is live), removing `owner`'s
-    ///   own intent. Else [`RwAttempt::Held`]; and with `intent` (a waiting
-    ///   writer's), `owner`'s intent is recorded to last `intent` from now
-    ///   unless another writer's intent is live. That is the only write a
-    ///   refusal may make; without `intent`, a refusal writes nothing.
+    ///   own intent. Else [`RwAttempt::Held`]; and for a waiting writer
+    ///   ([`Queue::Waiting`]), on an engine that does not queue, `owner`'s
+    ///   intent is recorded to last the queue's `lease` from now unless
+    ///   another writer's intent is live. That is the only write a refusal
+    ///   may make; for [`Queue::Never`], a refusal writes nothing.
+    ///
+    /// An engine that [queues](Engine::queues) keeps no intent: it keeps
+    /// tickets, and grants readers and writers phase-fairly
+    /// ([`crate::queue`]).
     ///
     /// Every grant's fence is above every fence of the store that committed
     /// before it. `deadline` is as for [`Engine::acquire`]. And
@@ -216,10 +256,10 @@ pub trait Engine: Send + Sync + 'static {
         mode: RwMode,
         owner: &str,
         ttl: LeaseMillis,
-        intent: Option<LeaseMillis>,
+        queue: Queue,
         deadline: Option<Instant>,
     ) -> Result<RwAttempt, BoxError> {
-        let _ = (name, mode, owner, ttl, intent, deadline);
+        let _ = (name, mode, owner, ttl, queue, deadline);
         Err(crate::RwUnsupported.into())
     }
 
@@ -292,6 +332,32 @@ pub trait Engine: Send + Sync + 'static {
     async fn raise_fences(&self, by: u64) -> Result<u64, BoxError> {
         let _ = by;
         Err(crate::RaiseUnsupported.into())
+    }
+
+    /// Whether this engine keeps queues: it grants waiting calls first
+    /// come, first served (and reader-writer locks phase-fairly), by the
+    /// tickets [`Queue::Waiting`] asks for ([`crate::queue`]). An engine
+    /// that does not is waited on as before queues: a release wakes the
+    /// waiters, the first attempt to land wins. The default: `false`.
+    fn queues(&self) -> bool {
+        false
+    }
+
+    /// Removes the waiting call's `ticket` from `name`'s queue (it stopped
+    /// waiting, ungranted); `Ok(false)` when it was not there (lapsed, or
+    /// granted). An engine that queues signals the waiter behind it
+    /// ([`ReleaseBus::dequeued`]) in other processes if it can; the core
+    /// does in this one. The default: nothing to remove.
+    async fn leave_queue(&self, name: &str, ticket: u64) -> Result<bool, BoxError> {
+        let _ = (name, ticket);
+        Ok(false)
+    }
+
+    /// The live tickets of `name`'s queue, oldest first (for an operator:
+    /// `alkstore show`). The default: none.
+    async fn waiters(&self, name: &str) -> Result<Vec<Waiter>, BoxError> {
+        let _ = name;
+        Ok(Vec::new())
     }
 
     /// Release the engine's resources (connections, threads).

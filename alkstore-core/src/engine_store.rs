@@ -15,9 +15,11 @@ use crate::grant::Grants;
 use crate::handle::EngineLock;
 use crate::metrics::{
     self, ACQUIRE_TOTAL, FORCE_RELEASE_TOTAL, LOCK_REFUSED_ATTEMPTS_TOTAL, LOCK_WAIT_SECONDS,
+    QUEUE_POSITION, QUEUED_WAIT_SECONDS,
 };
 use crate::name::{validate_listing, validate_name, validate_owner};
 use crate::permit::{HeldAs, PermitSlot, validate_permits};
+use crate::queue::{Queue, Queued, Waiter, ticket_lease};
 use crate::rw::{Access, MAX_INTENT, RwMode};
 use crate::store::{Holder, Listed, Lock, MAX_LIST_LIMIT, Store};
 use crate::wait::Waiting;
@@ -79,6 +81,7 @@ impl<E: Engine> EngineStore<E> {
     }
 
     /// One acquire attempt, already validated; a handle when granted.
+    #[allow(clippy::too_many_arguments)]
     async fn attempt(
         &self,
         operation: &'static str,
@@ -86,8 +89,9 @@ impl<E: Engine> EngineStore<E> {
         name: &str,
         owner: &str,
         ttl: LeaseMillis,
+        queue: Queue,
         deadline: Option<Instant>,
-    ) -> Result<(Option<Box<dyn Lock>>, Option<Duration>)> {
+    ) -> Result<Tried> {
         self.shared.check_open(operation)?;
         // In flight until its handle exists (or the future is dropped): a
         // release of the same grant meanwhile is remembered until then.
@@ -99,21 +103,23 @@ impl<E: Engine> EngineStore<E> {
             name: name.to_owned(),
             held_as,
         };
+        let refused = |expires_in, queued| Ok(Tried::Refused { expires_in, queued });
         let (fence, permit, access, expires_in) = match ask {
             Ask::Lock => match engine
-                .acquire(name, owner, ttl, deadline)
+                .acquire(name, owner, ttl, queue, deadline)
                 .await
                 .map_err(database)?
             {
                 Attempt::Granted { fence, expires_in } => (fence, None, None, expires_in),
-                Attempt::Held { expires_in } => return Ok((None, expires_in)),
+                Attempt::Held { expires_in } => return refused(expires_in, None),
+                Attempt::Queued { expires_in, queued } => return refused(expires_in, Some(queued)),
                 Attempt::HeldAsSemaphore { permits } => {
                     return Err(clash(HeldAs::Semaphore { permits }));
                 }
                 Attempt::HeldAsReadWrite => return Err(clash(HeldAs::ReadWrite)),
             },
-            Ask::Rw { mode, intent } => match engine
-                .acquire_rw(name, mode, owner, ttl, intent, deadline)
+            Ask::Rw(mode) => match engine
+                .acquire_rw(name, mode, owner, ttl, queue, deadline)
                 .await
                 .map_err(database)?
             {
@@ -133,11 +139,14 @@ impl<E: Engine> EngineStore<E> {
                         .into(),
                     ));
                 }
-                RwAttempt::Held { expires_in } => return Ok((None, expires_in)),
+                RwAttempt::Held { expires_in } => return refused(expires_in, None),
+                RwAttempt::Queued { expires_in, queued } => {
+                    return refused(expires_in, Some(queued));
+                }
                 RwAttempt::HeldAsOther(held_as) => return Err(clash(held_as)),
             },
             Ask::Permit(permits) => match engine
-                .acquire_permit(name, permits, owner, ttl, deadline)
+                .acquire_permit(name, permits, owner, ttl, queue, deadline)
                 .await
                 .map_err(database)?
             {
@@ -166,7 +175,10 @@ impl<E: Engine> EngineStore<E> {
                         .into(),
                     ));
                 }
-                PermitAttempt::Held { expires_in } => return Ok((None, expires_in)),
+                PermitAttempt::Held { expires_in } => return refused(expires_in, None),
+                PermitAttempt::Queued { expires_in, queued } => {
+                    return refused(expires_in, Some(queued));
+                }
                 PermitAttempt::Mismatch { permits: live } => {
                     return Err(Error::PermitsMismatch {
                         name: name.to_owned(),
@@ -186,7 +198,7 @@ impl<E: Engine> EngineStore<E> {
             access,
         };
         let handle = EngineLock::new(self.shared.clone(), key, valid_until(sent, expires_in));
-        Ok((Some(Box::new(handle)), None))
+        Ok(Tried::Granted(Box::new(handle)))
     }
 
     /// `try_lock` and `try_acquire_permit`: one attempt, in `span`, counted.
@@ -201,10 +213,11 @@ impl<E: Engine> EngineStore<E> {
     ) -> Result<Option<Box<dyn Lock>>> {
         let result = async {
             let ttl = check_request(operation, ask, name, owner, ttl)?;
-            Ok(self
-                .attempt(operation, ask, name, owner, ttl, None)
-                .await?
-                .0)
+            // Never queued, never ahead of the queue.
+            let tried = self
+                .attempt(operation, ask, name, owner, ttl, Queue::Never, None)
+                .await?;
+            Ok(tried.granted())
         }
         .instrument(span.clone())
         .await;
@@ -243,45 +256,66 @@ impl<E: Engine> EngineStore<E> {
             let engine = &self.shared.engine;
             let subscription = engine.releases().subscribe(name);
             let mut waiting = Waiting::new(engine, wait);
+            // This call's place in the name's queue, left when the call
+            // ends ungranted, however it ends.
+            let mut place = Place::new(&self.shared, name);
             let mut attempts = 0u64;
             loop {
-                // Enabled before the attempt: a release landing while it runs still wakes us.
-                let released = subscription.notify().notified();
-                tokio::pin!(released);
+                // Enabled before the attempt: a release landing while it
+                // runs still wakes us. Boxed, so that a waiter behind
+                // another can drop it (passing on a cue it took) at once.
+                let mut released = Box::pin(subscription.notify().notified());
                 released.as_mut().enable();
 
                 attempts += 1;
                 tracing::Span::current().record("attempts", attempts);
-                // A waiting writer's intent lasts no longer than its lease
-                // nor than its wait; the writer renews it before it lapses.
                 let sent = Instant::now();
-                let (ask, intent) = match ask {
-                    Ask::Rw {
-                        mode: RwMode::Write,
-                        ..
-                    } => {
-                        let intent = writers_intent(ttl, waiting.left_for());
-                        let mode = RwMode::Write;
-                        (Ask::Rw { mode, intent }, intent)
-                    }
-                    ask => (ask, None),
-                };
+                let queue = place.queue(ask, ttl, waiting.left_for());
                 // Every step of the attempt is bounded by the wait left.
-                let (granted, expires_in) = self
-                    .attempt(operation, ask, name, owner, ttl, waiting.deadline())
+                let tried = self
+                    .attempt(operation, ask, name, owner, ttl, queue, waiting.deadline())
                     .await?;
-                if granted.is_some() {
-                    waiting.granted();
-                    return Ok(granted);
-                }
-                // The intent's lease counts from no earlier than the send:
-                // the next attempt renews it by half of it from then.
-                let attempt_by = intent.map(|intent| sent + intent.as_duration() / 2);
+                let (expires_in, queued) = match tried {
+                    Tried::Granted(granted) => {
+                        place.granted(started);
+                        waiting.granted();
+                        if engine.queues() && matches!(ask, Ask::Rw(RwMode::Read)) {
+                            // Readers go in together: the release that let
+                            // this one in is passed on to the next waiter.
+                            engine.releases().released(name);
+                        }
+                        return Ok(Some(granted));
+                    }
+                    Tried::Refused { expires_in, queued } => (expires_in, queued),
+                };
+                place.refused(queued);
+                // The ticket (or a writer's intent) counts from no earlier
+                // than the send: the next attempt renews it by half of it
+                // from then.
+                let attempt_by = match queue {
+                    Queue::Waiting { lease, .. } => Some(sent + lease.as_duration() / 2),
+                    Queue::Never => None,
+                };
                 metrics::count(LOCK_REFUSED_ATTEMPTS_TOTAL, &[("engine", engine.name())]);
-                if !waiting
-                    .after_refusal(released, expires_in, attempt_by)
-                    .await
-                {
+                // Behind another waiter, this one's cue is that waiter
+                // leaving the queue, not a release: a release is the first
+                // in line's (a cue this waiter took is passed on as it is
+                // dropped).
+                let ahead = queued.and_then(|queued| queued.ahead);
+                let watch = ahead.map(|ticket| engine.releases().watch_ticket(name, ticket));
+                let over = match &watch {
+                    Some(watch) => {
+                        drop(released);
+                        let cue = std::pin::pin!(watch.notify().notified());
+                        !waiting.after_refusal(cue, None, attempt_by).await
+                    }
+                    None => {
+                        !waiting
+                            .after_refusal(released.as_mut(), expires_in, attempt_by)
+                            .await
+                    }
+                };
+                if over {
                     return Ok(None);
                 }
             }
@@ -416,19 +450,127 @@ enum Ask {
     Lock,
     /// A permit of a semaphore of this many permits.
     Permit(u32),
-    /// A reader-writer lock's grant; with `intent`, a waiting writer's
-    /// (its intent to last that long from the attempt).
-    Rw {
-        mode: RwMode,
-        intent: Option<LeaseMillis>,
+    /// A reader-writer lock's grant.
+    Rw(RwMode),
+}
+
+/// What one acquire attempt came to.
+enum Tried {
+    Granted(Box<dyn Lock>),
+    Refused {
+        /// Lease time left of the grant that ends first, if known.
+        expires_in: Option<Duration>,
+        /// Where a waiting call stands, on an engine that queues.
+        queued: Option<Queued>,
     },
 }
 
-impl Ask {
-    /// A reader-writer lock's grant in `mode`, as first asked: no intent
-    /// (the waiting loop adds a waiting writer's).
-    fn rw(mode: RwMode) -> Self {
-        Ask::Rw { mode, intent: None }
+impl Tried {
+    fn granted(self) -> Option<Box<dyn Lock>> {
+        match self {
+            Tried::Granted(granted) => Some(granted),
+            Tried::Refused { .. } => None,
+        }
+    }
+}
+
+/// A waiting call's place in its name's queue (on an engine that queues):
+/// the ticket its attempts renew, left when the call ends ungranted — its
+/// wait over, an error, or its future dropped.
+struct Place<'a, E: Engine> {
+    shared: &'a Arc<Shared<E>>,
+    name: &'a str,
+    ticket: Option<u64>,
+    /// Where the call stood when it first queued.
+    first_position: Option<u32>,
+}
+
+impl<'a, E: Engine> Place<'a, E> {
+    fn new(shared: &'a Arc<Shared<E>>, name: &'a str) -> Self {
+        Place {
+            shared,
+            name,
+            ticket: None,
+            first_position: None,
+        }
+    }
+
+    /// The next attempt's standing: its ticket, to last [`ticket_lease`]
+    /// from the attempt. On an engine that does not queue, a waiting
+    /// writer's intent instead (its ttl, cut to the wait left and to
+    /// [`MAX_INTENT`]), and nothing for the others.
+    fn queue(&self, ask: Ask, ttl: LeaseMillis, wait_left: Option<Duration>) -> Queue {
+        if self.shared.engine.queues() {
+            return Queue::Waiting {
+                ticket: self.ticket,
+                lease: ticket_lease(wait_left),
+            };
+        }
+        match (ask, writers_intent(ttl, wait_left)) {
+            (Ask::Rw(RwMode::Write), Some(lease)) => Queue::Waiting {
+                ticket: None,
+                lease,
+            },
+            _ => Queue::Never,
+        }
+    }
+
+    /// Refused: the ticket the engine answered (a new one when the old
+    /// had lapsed), if it queues; where it first stood, counted.
+    fn refused(&mut self, queued: Option<Queued>) {
+        if let (None, Some(queued)) = (self.first_position, queued) {
+            self.first_position = Some(queued.position);
+            let engine = self.shared.engine.name();
+            metrics::observe_value(
+                QUEUE_POSITION,
+                &[("engine", engine)],
+                f64::from(queued.position),
+            );
+        }
+        self.ticket = queued.map(|queued| queued.ticket);
+    }
+
+    /// Granted: the engine removed the ticket in the same step; the waiter
+    /// behind it in this process is cued, and the wait of a queued call
+    /// (`started`) counted by where it first stood.
+    fn granted(&mut self, started: Instant) {
+        if let Some(position) = self.first_position {
+            let labels = [
+                ("engine", self.shared.engine.name()),
+                ("position", metrics::position_label(position)),
+            ];
+            metrics::observe(QUEUED_WAIT_SECONDS, &labels, started.elapsed());
+        }
+        if let Some(ticket) = self.ticket.take() {
+            self.shared.engine.releases().dequeued(self.name, ticket);
+        }
+    }
+}
+
+impl<E: Engine> Drop for Place<'_, E> {
+    fn drop(&mut self) {
+        let Some(ticket) = self.ticket.take() else {
+            return;
+        };
+        // A closed store does nothing more: its waiters' places end as a
+        // dead process's do, with their tickets' leases.
+        if self.shared.closed.load(Ordering::Acquire) {
+            return;
+        }
+        // Left at once when a runtime is at hand (else the ticket lapses
+        // with its lease); the waiter behind is cued once it is gone.
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+            return;
+        };
+        let (shared, name) = (self.shared.clone(), self.name.to_owned());
+        runtime.spawn(async move {
+            match shared.engine.leave_queue(&name, ticket).await {
+                Ok(_) => shared.engine.releases().dequeued(&name, ticket),
+                Err(error) => {
+                    tracing::debug!(%error, name, ticket, "leaving the queue failed; the ticket lapses");
+                }
+            }
+        });
     }
 }
 
@@ -570,7 +712,7 @@ impl<E: Engine> Store for EngineStore<E> {
             fence = field::Empty,
             slot = field::Empty
         );
-        let ask = Ask::rw(RwMode::Read);
+        let ask = Ask::Rw(RwMode::Read);
         self.try_acquire(span, "try_read_lock", ask, name, owner, ttl)
             .await
     }
@@ -591,7 +733,7 @@ impl<E: Engine> Store for EngineStore<E> {
             slot = field::Empty,
             attempts = field::Empty
         );
-        let ask = Ask::rw(RwMode::Read);
+        let ask = Ask::Rw(RwMode::Read);
         self.acquire_waiting(span, "read_lock", ask, name, owner, ttl, wait)
             .await
     }
@@ -609,7 +751,7 @@ impl<E: Engine> Store for EngineStore<E> {
             outcome = field::Empty,
             fence = field::Empty
         );
-        let ask = Ask::rw(RwMode::Write);
+        let ask = Ask::Rw(RwMode::Write);
         self.try_acquire(span, "try_write_lock", ask, name, owner, ttl)
             .await
     }
@@ -629,7 +771,7 @@ impl<E: Engine> Store for EngineStore<E> {
             fence = field::Empty,
             attempts = field::Empty
         );
-        let ask = Ask::rw(RwMode::Write);
+        let ask = Ask::Rw(RwMode::Write);
         self.acquire_waiting(span, "write_lock", ask, name, owner, ttl, wait)
             .await
     }
@@ -648,6 +790,24 @@ impl<E: Engine> Store for EngineStore<E> {
             tracing::Span::current()
                 .record("outcome", if holder.is_some() { "held" } else { "free" });
             Ok(holder)
+        }
+        .instrument(span)
+        .await
+    }
+
+    async fn waiters(&self, name: &str) -> Result<Vec<Waiter>> {
+        let span = tracing::debug_span!("alkstore.waiters", name, waiting = field::Empty);
+        async {
+            validate_name(name)?;
+            self.shared.check_open("waiters")?;
+            let waiters = self
+                .shared
+                .engine
+                .waiters(name)
+                .await
+                .map_err(|e| Error::database("waiters", e))?;
+            tracing::Span::current().record("waiting", waiters.len());
+            Ok(waiters)
         }
         .instrument(span)
         .await
@@ -847,6 +1007,10 @@ macro_rules! delegate_store {
                 self.$field.holders(name).await
             }
 
+            async fn waiters(&self, name: &str) -> $crate::Result<::std::vec::Vec<$crate::Waiter>> {
+                self.$field.waiters(name).await
+            }
+
             async fn purge_expired(&self) -> $crate::Result<u64> {
                 self.$field.purge_expired().await
             }
@@ -969,6 +1133,7 @@ mod tests {
             _: &str,
             _: &str,
             ttl: LeaseMillis,
+            _: Queue,
             _: Option<Instant>,
         ) -> Result<Attempt, BoxError> {
             if self.script == Script::HeldWithHangingListener {

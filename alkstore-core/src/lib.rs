@@ -28,6 +28,7 @@ mod metrics;
 mod name;
 mod owner;
 mod permit;
+pub mod queue;
 mod rw;
 pub mod schedule;
 mod store;
@@ -51,6 +52,7 @@ pub use name::{
 };
 pub use owner::unique_owner;
 pub use permit::{HeldAs, MAX_PERMITS, PermitSlot, PermitsUnsupported, validate_permits};
+pub use queue::{Line, Queue, Queued, TICKET_LEASE, Ticket, TicketKind, Waiter};
 pub use rw::{
     Access, INTENT_SLOT, MAX_INTENT, MAX_READERS, READ_WRITE_PERMITS, RwMode, RwUnsupported,
     WRITER_SLOT, permits_row_kind,
@@ -60,7 +62,7 @@ pub use store::{
     MIN_FENCE_RAISE, Store,
 };
 pub use url::{EngineDescriptor, UrlError};
-pub use wake::{ReleaseBus, Subscription};
+pub use wake::{ReleaseBus, Subscription, TicketWatch};
 
 /// Re-exports for this crate's macros; not part of the public API.
 #[doc(hidden)]

@@ -18,6 +18,14 @@ pub(crate) const HANDOFF_SECONDS: &str = "alkstore_handoff_seconds";
 /// `alkstore_lock_refused_attempts_total{engine}` (with the grants counted
 /// by [`ACQUIRE_TOTAL`], the attempts per grant under contention).
 pub(crate) const LOCK_REFUSED_ATTEMPTS_TOTAL: &str = "alkstore_lock_refused_attempts_total";
+/// Where a waiting call stood when it first queued, on an engine that
+/// queues: `alkstore_queue_position{engine}` (the live tickets ahead of
+/// it; a histogram of counts, not seconds).
+pub(crate) const QUEUE_POSITION: &str = "alkstore_queue_position";
+/// How long a queued waiting call waited from its first attempt to its
+/// grant, by where it first stood: `alkstore_queued_wait_seconds{engine,
+/// position}`, `position` `0`, `1`, `2-3`, `4-7` or `8+`.
+pub(crate) const QUEUED_WAIT_SECONDS: &str = "alkstore_queued_wait_seconds";
 /// Renewals by outcome: `alkstore_renew_total{engine, outcome}`, `outcome`
 /// `renewed`, `lost` or `error`.
 pub(crate) const RENEW_TOTAL: &str = "alkstore_renew_total";
@@ -54,6 +62,35 @@ pub(crate) fn observe(
         .map(|(key, value)| metrics::Label::from_static_parts(key, value))
         .collect();
     metrics::histogram!(name, labels).record(seconds.as_secs_f64());
+}
+
+/// Records `value` in the histogram `name` with its labels.
+#[cfg(feature = "metrics")]
+pub(crate) fn observe_value(
+    name: &'static str,
+    labels: &[(&'static str, &'static str)],
+    value: f64,
+) {
+    let labels: Vec<metrics::Label> = labels
+        .iter()
+        .map(|(key, value)| metrics::Label::from_static_parts(key, value))
+        .collect();
+    metrics::histogram!(name, labels).record(value);
+}
+
+/// Without the `metrics` feature: nothing.
+#[cfg(not(feature = "metrics"))]
+pub(crate) fn observe_value(_: &'static str, _: &[(&'static str, &'static str)], _: f64) {}
+
+/// The bounded label of a place in a queue.
+pub(crate) fn position_label(position: u32) -> &'static str {
+    match position {
+        0 => "0",
+        1 => "1",
+        2..=3 => "2-3",
+        4..=7 => "4-7",
+        _ => "8+",
+    }
 }
 
 /// Without the `metrics` feature: nothing.

@@ -199,6 +199,16 @@ pub trait Store: Send + Sync {
         Ok(page)
     }
 
+    /// The waiters queued for `name`, oldest ticket first: who waits, for
+    /// what, and how long its place lasts unless its next attempt renews
+    /// it. Empty when nobody waits, and on an engine that does not queue
+    /// ([`Engine::queues`](crate::Engine::queues)): there waiters keep no
+    /// place to show.
+    async fn waiters(&self, name: &str) -> Result<Vec<crate::Waiter>> {
+        crate::validate_name(name)?;
+        Ok(Vec::new())
+    }
+
     /// Deletes every expired lock row; returns how many. Never called implicitly.
     async fn purge_expired(&self) -> Result<u64>;
 

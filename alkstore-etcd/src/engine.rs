@@ -14,7 +14,7 @@ use std::time::{Duration, Instant};
 
 use alkstore_core::{
     Access, Attempt, BoxError, Engine, GrantKey, HeldAs, Holder, LeaseMillis, Listed, MAX_READERS,
-    PermitAttempt, PermitSlot, ReleaseBus, RwAttempt, RwMode,
+    PermitAttempt, PermitSlot, Queue, ReleaseBus, RwAttempt, RwMode,
 };
 use async_trait::async_trait;
 use futures::StreamExt;
@@ -814,6 +814,7 @@ impl Engine for EtcdEngine {
         name: &str,
         owner: &str,
         ttl: LeaseMillis,
+        _queue: Queue,
         deadline: Option<Instant>,
     ) -> Result<Attempt, BoxError> {
         let decide = |state: &NameState| match state.held_as_other(Kind::Lock) {
@@ -855,6 +856,7 @@ impl Engine for EtcdEngine {
         permits: u32,
         owner: &str,
         ttl: LeaseMillis,
+        _queue: Queue,
         deadline: Option<Instant>,
     ) -> Result<PermitAttempt, BoxError> {
         let decide = |state: &NameState| {
@@ -920,9 +922,11 @@ impl Engine for EtcdEngine {
         mode: RwMode,
         owner: &str,
         ttl: LeaseMillis,
-        intent: Option<LeaseMillis>,
+        queue: Queue,
         deadline: Option<Instant>,
     ) -> Result<RwAttempt, BoxError> {
+        // Not queued yet: a waiting writer's standing is its intent.
+        let intent = queue.lease();
         let refused = std::sync::OnceLock::new();
         let decide = |state: &NameState| {
             if let Some(other) = state.held_as_other(Kind::ReadWrite) {

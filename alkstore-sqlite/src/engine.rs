@@ -6,10 +6,10 @@ use std::time::{Duration, Instant};
 
 use alkstore_core::clock::system_millis;
 use alkstore_core::{
-    Access, Attempt, BoxError, Engine, GrantKey, HeldAs, Holder, INTENT_SLOT, LeaseMillis, Listed,
-    MAX_FENCE, MAX_READERS, NoFenceLeft, PermitAttempt, PermitSlot, READ_WRITE_PERMITS, ReleaseBus,
-    RwAttempt, RwMode, WRITER_SLOT, fence_from_sql, fence_to_sql, holder_from_sql, lease_left,
-    permits_row_kind,
+    Access, Attempt, BoxError, Engine, GrantKey, HeldAs, Holder, INTENT_SLOT, LeaseMillis, Line,
+    Listed, MAX_FENCE, MAX_READERS, NoFenceLeft, PermitAttempt, PermitSlot, Queue, Queued,
+    READ_WRITE_PERMITS, ReleaseBus, RwAttempt, RwMode, Ticket, TicketKind, WRITER_SLOT, Waiter,
+    fence_from_sql, fence_to_sql, holder_from_sql, lease_left, permits_row_kind,
 };
 use async_trait::async_trait;
 use rusqlite::{Connection, ErrorCode, OptionalExtension, TransactionBehavior, params};
@@ -114,22 +114,68 @@ fn no_fence_left(left: u64) -> rusqlite::Error {
     rusqlite::Error::ToSqlConversionFailure(Box::new(NoFenceLeft { left }))
 }
 
-/// Acquires `name` for `owner`. With a `deadline` (a waiting acquire), the
-/// wait for another connection's write lock is cut to the time left, and
-/// running out of it is a refusal that wrote nothing, not an error.
+/// What an attempt's look at a name's rows and queue comes to.
+enum Turn<A, G> {
+    /// The answer; nothing to write.
+    Answer(A),
+    /// Its turn: grant this.
+    Grant(G),
+    /// Not its turn (the name is held, or others queued first): refused,
+    /// with the soonest lease end, and queued when the call waits; `owed`,
+    /// a reader a writer holds back (owed the turn after it).
+    Wait {
+        expires_in: Option<Duration>,
+        owed: bool,
+    },
+}
+
+/// The live tickets of `name`, and where an attempt standing as `queue`
+/// stands among them.
+fn live_line(conn: &Connection, name: &str, queue: Queue, now: i64) -> rusqlite::Result<Line> {
+    let live = conn
+        .prepare_cached(sql::LIVE_TICKETS)?
+        .query_map(params![name, now], |r| {
+            let kind: String = r.get(2)?;
+            Ok(Ticket {
+                number: u64::try_from(r.get::<_, i64>(0)?).unwrap_or(0),
+                owner: r.get(1)?,
+                kind: TicketKind::parse(&kind).unwrap_or(TicketKind::Lock),
+                owed: r.get::<_, i64>(3)? != 0,
+            })
+        })?
+        .collect::<rusqlite::Result<Vec<_>>>()?;
+    Ok(Line::of(live, queue))
+}
+
+/// One attempt of any kind, in turn (`alkstore_core::queue`): `decide`
+/// looks at the rows and the line, `grant` writes a grant, `refused`
+/// words a refusal. A `try_` call's refusal, like every answer that is no
+/// grant, is decided by a plain read: nothing written. A grant is written
+/// under the write lock after a second look, synced, with the attempt's
+/// ticket removed; a waiting call's refusal renews its ticket (or draws
+/// one, at the back), unsynced: a ticket lost to a power cut only gives
+/// up a place.
 ///
-/// `busy` is the connection's busy timeout where the call runs (zero
-/// inline): the wait is never longer, and a busy answer within a zero
-/// timeout goes back to the caller (to run again on the connection's thread)
-/// rather than count as a refusal.
-pub(crate) fn acquire(
+/// With a `deadline` (a waiting acquire), the wait for another
+/// connection's write lock is cut to the time left, and running out of it
+/// is a refusal that wrote nothing, not an error. `busy` is the
+/// connection's busy timeout where the call runs (zero inline): the wait
+/// is never longer, and a busy answer within a zero timeout goes back to
+/// the caller (to run again on the connection's thread) rather than count
+/// as a refusal.
+#[allow(clippy::too_many_arguments)]
+fn in_turn<A, G>(
     conn: &mut Connection,
     name: &str,
     owner: &str,
-    ttl: i64,
+    kind: TicketKind,
+    queue: Queue,
     deadline: Option<Instant>,
     busy: Duration,
-) -> rusqlite::Result<Attempt> {
+    decide: impl Fn(&Connection, &Line, i64) -> rusqlite::Result<Turn<A, G>>,
+    grant: impl Fn(&Connection, G, i64) -> rusqlite::Result<A>,
+    refused: impl Fn(Option<Duration>, Option<Queued>) -> A,
+) -> rusqlite::Result<A> {
     // A waiting acquire waits for other connections' locks no longer than
     // its wait left, on every statement (the worker sets the busy timeout
     // afresh for each job, so it is not put back).
@@ -137,43 +183,149 @@ pub(crate) fn acquire(
     if let Some(deadline) = waiting {
         conn.busy_timeout(deadline.saturating_duration_since(Instant::now()).min(busy))?;
     }
-    let attempt = (|| {
-        // A refusal is decided by a plain read: no write lock, nothing written.
-        if let Some(attempt) = decide(read_row(conn, name)?.as_ref(), owner, system_millis()) {
-            return Ok(attempt);
+    let attempt = (|| -> rusqlite::Result<A> {
+        let now = system_millis();
+        let first = decide(conn, &live_line(conn, name, queue, now)?, now)?;
+        let mut commit = match (first, queue) {
+            (Turn::Answer(answer), _) => return Ok(answer),
+            (Turn::Wait { expires_in, .. }, Queue::Never) => return Ok(refused(expires_in, None)),
+            (Turn::Wait { .. }, Queue::Waiting { .. }) => Commit::Unsynced,
+            (Turn::Grant(_), _) => Commit::Synced,
+        };
+        loop {
+            commit_mode(conn, commit)?;
+            let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
+            let now = system_millis();
+            let line = live_line(&tx, name, queue, now)?;
+            let answer = match (decide(&tx, &line, now)?, queue) {
+                (Turn::Answer(answer), _) => return Ok(answer),
+                (Turn::Wait { expires_in, .. }, Queue::Never) => {
+                    return Ok(refused(expires_in, None));
+                }
+                // The setting cannot change inside a transaction: a grant
+                // found where a ticket was planned is decided again, synced.
+                (Turn::Grant(_), _) if commit == Commit::Unsynced => {
+                    commit = Commit::Synced;
+                    continue;
+                }
+                (Turn::Grant(granted), _) => {
+                    if let Some(mine) = &line.mine {
+                        tx.prepare_cached(sql::DROP_TICKET)?.execute(params![
+                            name,
+                            ticket_to_sql(mine.number),
+                            now
+                        ])?;
+                    }
+                    grant(&tx, granted, now)?
+                }
+                (Turn::Wait { expires_in, owed }, Queue::Waiting { lease, .. }) => {
+                    let until = now + lease.as_i64();
+                    let (number, owed) = match &line.mine {
+                        Some(mine) => {
+                            tx.prepare_cached(sql::RENEW_TICKET)?.execute(params![
+                                name,
+                                ticket_to_sql(mine.number),
+                                until,
+                                owed
+                            ])?;
+                            (mine.number, mine.owed || owed)
+                        }
+                        None => {
+                            tx.prepare_cached(sql::DROP_LAPSED_TICKETS)?
+                                .execute(params![name, now])?;
+                            let number: i64 = tx
+                                .prepare_cached(sql::NEXT_TICKET)?
+                                .query_row([], |r| r.get(0))?;
+                            tx.prepare_cached(sql::TAKE_TICKET)?.execute(params![
+                                name,
+                                number,
+                                owner,
+                                kind.as_str(),
+                                owed,
+                                until
+                            ])?;
+                            (u64::try_from(number).unwrap_or(0), owed)
+                        }
+                    };
+                    refused(expires_in, Some(line.queued(number, kind, owed)))
+                }
+            };
+            tx.commit()?;
+            return Ok(answer);
         }
-        grant(conn, name, owner, ttl)
     })();
     match attempt {
         Err(e) if waiting.is_some() && e.sqlite_error_code() == Some(ErrorCode::DatabaseBusy) => {
-            Ok(Attempt::Held { expires_in: None })
+            Ok(refused(None, None))
         }
         attempt => attempt,
     }
 }
 
-/// The write path: under the write lock, read the clock and the row again,
-/// then grant with the next fence (or refuse, writing nothing).
-fn grant(conn: &mut Connection, name: &str, owner: &str, ttl: i64) -> rusqlite::Result<Attempt> {
-    commit_mode(conn, Commit::Synced)?;
-    let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
-    let now = system_millis();
-    if let Some(attempt) = decide(read_row(&tx, name)?.as_ref(), owner, now) {
-        return Ok(attempt);
-    }
-    match semaphore_of(&tx, name, now)?.map(HeldAs::of_permits_column) {
-        Some(HeldAs::Semaphore { permits }) => return Ok(Attempt::HeldAsSemaphore { permits }),
-        Some(_) => return Ok(Attempt::HeldAsReadWrite),
-        None => {}
-    }
-    let fence = next_fence(&tx)?;
-    tx.prepare_cached(sql::GRANT)?
-        .execute(params![name, owner, fence, now + ttl])?;
-    tx.commit()?;
-    Ok(Attempt::Granted {
-        fence: fence_from_sql(fence),
-        expires_in: lease_left(ttl),
-    })
+/// A ticket number as SQLite stores it (drawn from a 64-bit signed
+/// counter, so every number handed out fits).
+fn ticket_to_sql(number: u64) -> i64 {
+    i64::try_from(number).unwrap_or(i64::MAX)
+}
+
+/// Acquires `name` for `owner`, in turn ([`in_turn`]).
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn acquire(
+    conn: &mut Connection,
+    name: &str,
+    owner: &str,
+    ttl: i64,
+    queue: Queue,
+    deadline: Option<Instant>,
+    busy: Duration,
+) -> rusqlite::Result<Attempt> {
+    let look = |conn: &Connection, line: &Line, now: i64| {
+        let row = read_row(conn, name)?;
+        match decide(row.as_ref(), owner, now) {
+            Some(Attempt::Held { expires_in }) => {
+                return Ok(Turn::Wait {
+                    expires_in,
+                    owed: false,
+                });
+            }
+            Some(answer) => return Ok(Turn::Answer(answer)),
+            None => {}
+        }
+        // The owner's own grant, retired by a fence raise: granted anew,
+        // whoever waits.
+        let own = row.is_some_and(|r| r.expires_at > now && r.owner == owner);
+        match semaphore_of(conn, name, now)?.map(HeldAs::of_permits_column) {
+            Some(HeldAs::Semaphore { permits }) => {
+                return Ok(Turn::Answer(Attempt::HeldAsSemaphore { permits }));
+            }
+            Some(_) => return Ok(Turn::Answer(Attempt::HeldAsReadWrite)),
+            None => {}
+        }
+        Ok(match own || line.lock_turn() {
+            true => Turn::Grant(()),
+            false => Turn::Wait {
+                expires_in: None,
+                owed: false,
+            },
+        })
+    };
+    let grant = |tx: &Connection, (): (), now: i64| {
+        let fence = next_fence(tx)?;
+        tx.prepare_cached(sql::GRANT)?
+            .execute(params![name, owner, fence, now + ttl])?;
+        Ok(Attempt::Granted {
+            fence: fence_from_sql(fence),
+            expires_in: lease_left(ttl),
+        })
+    };
+    let refused = |expires_in, queued: Option<Queued>| match queued {
+        Some(queued) => Attempt::Queued { expires_in, queued },
+        None => Attempt::Held { expires_in },
+    };
+    let kind = TicketKind::Lock;
+    in_turn(
+        conn, name, owner, kind, queue, deadline, busy, look, grant, refused,
+    )
 }
 
 /// The permits of the semaphore whose live permits hold `name`, if any.
@@ -210,44 +362,53 @@ fn live_permits(conn: &Connection, name: &str, now: i64) -> rusqlite::Result<Vec
         .collect()
 }
 
-/// What the rows of `name` mean for a permit of `permits` for `owner`: an
-/// answer, or the free slot to grant (`Err`).
+/// The soonest end of `rows`' leases, if any.
+fn soonest<'a>(rows: impl Iterator<Item = &'a PermitRow>, now: i64) -> Option<Duration> {
+    rows.map(|p| lease_left(p.expires_at - now)).min()
+}
+
+/// What the rows of `name` and its line mean for a permit of `permits`
+/// for `owner`: an answer, the free slot to grant, or a wait.
 fn decide_permit(
     conn: &Connection,
     name: &str,
     permits: u32,
     owner: &str,
+    line: &Line,
     now: i64,
-) -> rusqlite::Result<Result<PermitAttempt, u32>> {
+) -> rusqlite::Result<Turn<PermitAttempt, u32>> {
     if read_row(conn, name)?.is_some_and(|row| row.expires_at > now) {
-        return Ok(Ok(PermitAttempt::HeldAsLock));
+        return Ok(Turn::Answer(PermitAttempt::HeldAsLock));
     }
     let live = live_permits(conn, name, now)?;
     if let Some(other) = live.iter().find(|p| p.permits != permits) {
-        return Ok(Ok(match HeldAs::of_permits_column(other.permits) {
-            HeldAs::Semaphore { permits } => PermitAttempt::Mismatch { permits },
-            _ => PermitAttempt::HeldAsReadWrite,
-        }));
+        return Ok(Turn::Answer(
+            match HeldAs::of_permits_column(other.permits) {
+                HeldAs::Semaphore { permits } => PermitAttempt::Mismatch { permits },
+                _ => PermitAttempt::HeldAsReadWrite,
+            },
+        ));
     }
     // Every live row is this semaphore's permit: its slot is 0..permits.
     if let Some(mine) = live.iter().find(|p| p.owner == owner) {
         if mine.retired {
             // Retired by a fence raise: its own slot, granted anew.
-            return Ok(Err(mine.slot as u32));
+            return Ok(Turn::Grant(mine.slot as u32));
         }
-        return Ok(Ok(PermitAttempt::Granted {
+        return Ok(Turn::Answer(PermitAttempt::Granted {
             fence: fence_from_sql(mine.fence),
             slot: mine.slot as u32,
             expires_in: lease_left(mine.expires_at - now),
         }));
     }
-    let free = lowest_free_slot(&live, permits);
-    match free {
-        Some(slot) => Ok(Err(slot)),
-        None => Ok(Ok(PermitAttempt::Held {
-            expires_in: live.iter().map(|p| lease_left(p.expires_at - now)).min(),
-        })),
-    }
+    let free = (permits as usize).saturating_sub(live.len());
+    Ok(match lowest_free_slot(&live, permits) {
+        Some(slot) if line.permit_turn(free) => Turn::Grant(slot),
+        _ => Turn::Wait {
+            expires_in: soonest(live.iter(), now),
+            owed: false,
+        },
+    })
 }
 
 /// The lowest slot below `bound` that no row of `live` (in slot order)
@@ -266,41 +427,32 @@ fn lowest_free_slot(live: &[PermitRow], bound: u32) -> Option<u32> {
     })
 }
 
-/// What a reader-writer attempt comes to, before anything is written.
-enum RwDecision {
-    /// The answer; nothing to write.
-    Answer(RwAttempt),
-    /// Grant this access with the next fence.
-    Grant(Access),
-    /// Refused (`Held`, the answer), and a waiting writer's intent to record.
-    Intent(RwAttempt),
-}
-
-/// What the rows of `name` mean for a reader-writer grant of `mode` for
-/// `owner` (docs/contract.md, "Reader-writer locks").
+/// What the rows of `name` and its line mean for a reader-writer grant of
+/// `mode` for `owner` (docs/contract.md, "Reader-writer locks", "Fair
+/// waiting"): an answer, the access to grant, or a wait.
 fn decide_rw(
     conn: &Connection,
     name: &str,
     mode: RwMode,
     owner: &str,
-    waiting_writer: bool,
+    line: &Line,
     now: i64,
-) -> rusqlite::Result<RwDecision> {
-    use RwDecision::{Answer, Grant, Intent};
+) -> rusqlite::Result<Turn<RwAttempt, Access>> {
+    use Turn::{Answer, Grant, Wait};
     if read_row(conn, name)?.is_some_and(|row| row.expires_at > now) {
         return Ok(Answer(RwAttempt::HeldAsOther(HeldAs::Lock)));
     }
-    let live = live_permits(conn, name, now)?;
+    // A waiting writer's intent of schema version 4 is no longer read.
+    let live: Vec<PermitRow> = live_permits(conn, name, now)?
+        .into_iter()
+        .filter(|p| p.slot != INTENT_SLOT)
+        .collect();
     if let Some(other) = live.iter().find(|p| p.permits != READ_WRITE_PERMITS) {
         let held_as = HeldAs::of_permits_column(other.permits);
         return Ok(Answer(RwAttempt::HeldAsOther(held_as)));
     }
-    let at = |slot: i64| live.iter().find(|p| p.slot == slot);
-    let (writer, intent) = (at(WRITER_SLOT), at(INTENT_SLOT));
+    let writer = live.iter().find(|p| p.slot == WRITER_SLOT);
     let readers = || live.iter().filter(|p| p.slot >= 0);
-    let held = |rows: &mut dyn Iterator<Item = &PermitRow>| RwAttempt::Held {
-        expires_in: rows.map(|p| lease_left(p.expires_at - now)).min(),
-    };
     let mine = |row: &PermitRow, access| RwAttempt::Granted {
         fence: fence_from_sql(row.fence),
         access,
@@ -308,50 +460,51 @@ fn decide_rw(
     };
     Ok(match mode {
         RwMode::Read => {
-            if let Some(row) = readers().find(|p| p.owner == owner && p.retired) {
-                Grant(Access::Read {
+            if let Some(row) = readers().find(|p| p.owner == owner) {
+                let access = Access::Read {
                     slot: row.slot as u32,
-                })
-            } else if let Some(row) = readers().find(|p| p.owner == owner) {
-                Answer(mine(
-                    row,
-                    Access::Read {
-                        slot: row.slot as u32,
-                    },
-                ))
-            } else if writer.is_some() || intent.is_some() {
-                Answer(held(&mut writer.into_iter().chain(intent)))
+                };
+                match row.retired {
+                    true => Grant(access),
+                    false => Answer(mine(row, access)),
+                }
+            } else if let Some(writer) = writer {
+                // A writer holds: this reader is owed the turn after it.
+                Wait {
+                    expires_in: soonest(std::iter::once(writer), now),
+                    owed: true,
+                }
             } else {
+                let free = (MAX_READERS as usize).saturating_sub(readers().count());
                 match lowest_free_slot(&live, MAX_READERS) {
-                    Some(slot) => Grant(Access::Read { slot }),
-                    None => Answer(held(&mut readers())),
+                    Some(slot) if line.read_turn(free) => Grant(Access::Read { slot }),
+                    _ => Wait {
+                        expires_in: soonest(readers(), now),
+                        owed: false,
+                    },
                 }
             }
         }
         RwMode::Write => {
-            if writer.is_some_and(|p| p.owner == owner && p.retired) {
-                Grant(Access::Write)
-            } else if let Some(row) = writer.filter(|p| p.owner == owner) {
-                Answer(mine(row, Access::Write))
-            } else if writer.is_some() || readers().next().is_some() {
-                // Another writer's intent may end first: this writer's turn.
-                let others = intent.filter(|p| p.owner != owner);
-                let refused = held(&mut writer.into_iter().chain(readers()).chain(others));
-                if waiting_writer && intent.is_none_or(|p| p.owner == owner) {
-                    Intent(refused)
-                } else {
-                    Answer(refused)
+            if let Some(row) = writer.filter(|p| p.owner == owner) {
+                match row.retired {
+                    true => Grant(Access::Write),
+                    false => Answer(mine(row, Access::Write)),
                 }
-            } else {
+            } else if writer.is_none() && readers().next().is_none() && line.write_turn() {
                 Grant(Access::Write)
+            } else {
+                Wait {
+                    expires_in: soonest(writer.into_iter().chain(readers()), now),
+                    owed: false,
+                }
             }
         }
     })
 }
 
-/// A reader-writer lock's grant of `name`, as [`acquire`] takes a lock:
-/// refusals decided by a plain read, a grant (or a waiting writer's
-/// intent) written under the write lock after a second look.
+/// A reader-writer lock's grant of `name`, in turn ([`in_turn`]): a
+/// writer's grant owes every reader queued then the turn after it.
 #[allow(clippy::too_many_arguments)]
 pub(crate) fn acquire_rw(
     conn: &mut Connection,
@@ -359,108 +512,61 @@ pub(crate) fn acquire_rw(
     mode: RwMode,
     owner: &str,
     ttl: i64,
-    intent: Option<i64>,
+    queue: Queue,
     deadline: Option<Instant>,
     busy: Duration,
 ) -> rusqlite::Result<RwAttempt> {
-    let waiting = deadline.filter(|_| !busy.is_zero());
-    if let Some(deadline) = waiting {
-        conn.busy_timeout(deadline.saturating_duration_since(Instant::now()).min(busy))?;
-    }
-    let waiting_writer = intent.is_some();
-    let attempt = (|| -> rusqlite::Result<RwAttempt> {
-        let first = decide_rw(conn, name, mode, owner, waiting_writer, system_millis())?;
-        // A grant commits synced; an intent alone is no grant: losing it to
-        // a power cut only lets readers in sooner. (The setting cannot
-        // change inside a transaction: a grant found where an intent was
-        // planned is decided again, synced.)
-        let mut commit = match first {
-            RwDecision::Answer(answer) => return Ok(answer),
-            RwDecision::Intent(_) => Commit::Unsynced,
-            RwDecision::Grant(_) => Commit::Synced,
-        };
-        loop {
-            commit_mode(conn, commit)?;
-            let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
-            let now = system_millis();
-            let answer = match decide_rw(&tx, name, mode, owner, waiting_writer, now)? {
-                RwDecision::Answer(answer) => return Ok(answer),
-                RwDecision::Grant(_) if commit == Commit::Unsynced => {
-                    commit = Commit::Synced;
-                    continue;
-                }
-                RwDecision::Intent(refused) => {
-                    let until = now + intent.unwrap_or(0);
-                    tx.prepare_cached(sql::GRANT_PERMIT)?.execute(params![
-                        name,
-                        INTENT_SLOT,
-                        owner,
-                        0,
-                        until,
-                        READ_WRITE_PERMITS
-                    ])?;
-                    refused
-                }
-                RwDecision::Grant(access) => {
-                    let fence = next_fence(&tx)?;
-                    tx.prepare_cached(sql::GRANT_PERMIT)?.execute(params![
-                        name,
-                        access.row_slot(),
-                        owner,
-                        fence,
-                        now + ttl,
-                        READ_WRITE_PERMITS
-                    ])?;
-                    if access == Access::Write {
-                        tx.prepare_cached(sql::DROP_INTENT)?
-                            .execute(params![name, owner])?;
-                    }
-                    RwAttempt::Granted {
-                        fence: fence_from_sql(fence),
-                        access,
-                        expires_in: lease_left(ttl),
-                    }
-                }
-            };
-            tx.commit()?;
-            return Ok(answer);
+    let look =
+        |conn: &Connection, line: &Line, now: i64| decide_rw(conn, name, mode, owner, line, now);
+    let grant = |tx: &Connection, access: Access, now: i64| {
+        let fence = next_fence(tx)?;
+        tx.prepare_cached(sql::GRANT_PERMIT)?.execute(params![
+            name,
+            access.row_slot(),
+            owner,
+            fence,
+            now + ttl,
+            READ_WRITE_PERMITS
+        ])?;
+        if access == Access::Write {
+            tx.prepare_cached(sql::OWE_READERS)?.execute([name])?;
         }
-    })();
-    match attempt {
-        Err(e) if waiting.is_some() && e.sqlite_error_code() == Some(ErrorCode::DatabaseBusy) => {
-            Ok(RwAttempt::Held { expires_in: None })
-        }
-        attempt => attempt,
-    }
+        Ok(RwAttempt::Granted {
+            fence: fence_from_sql(fence),
+            access,
+            expires_in: lease_left(ttl),
+        })
+    };
+    let refused = |expires_in, queued: Option<Queued>| match queued {
+        Some(queued) => RwAttempt::Queued { expires_in, queued },
+        None => RwAttempt::Held { expires_in },
+    };
+    let kind = match mode {
+        RwMode::Read => TicketKind::Read,
+        RwMode::Write => TicketKind::Write,
+    };
+    in_turn(
+        conn, name, owner, kind, queue, deadline, busy, look, grant, refused,
+    )
 }
 
-/// A permit of `name`, as [`acquire`] takes a lock: refusals decided by a
-/// plain read, a grant under the write lock after a second look.
+/// A permit of `name`, in turn ([`in_turn`]).
+#[allow(clippy::too_many_arguments)]
 pub(crate) fn acquire_permit(
     conn: &mut Connection,
     name: &str,
     permits: u32,
     owner: &str,
     ttl: i64,
+    queue: Queue,
     deadline: Option<Instant>,
     busy: Duration,
 ) -> rusqlite::Result<PermitAttempt> {
-    let waiting = deadline.filter(|_| !busy.is_zero());
-    if let Some(deadline) = waiting {
-        conn.busy_timeout(deadline.saturating_duration_since(Instant::now()).min(busy))?;
-    }
-    let attempt = (|| -> rusqlite::Result<PermitAttempt> {
-        if let Ok(answer) = decide_permit(conn, name, permits, owner, system_millis())? {
-            return Ok(answer);
-        }
-        commit_mode(conn, Commit::Synced)?;
-        let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
-        let now = system_millis();
-        let slot = match decide_permit(&tx, name, permits, owner, now)? {
-            Ok(answer) => return Ok(answer),
-            Err(slot) => slot,
-        };
-        let fence = next_fence(&tx)?;
+    let look = |conn: &Connection, line: &Line, now: i64| {
+        decide_permit(conn, name, permits, owner, line, now)
+    };
+    let grant = |tx: &Connection, slot: u32, now: i64| {
+        let fence = next_fence(tx)?;
         tx.prepare_cached(sql::GRANT_PERMIT)?.execute(params![
             name,
             slot,
@@ -469,19 +575,20 @@ pub(crate) fn acquire_permit(
             now + ttl,
             permits
         ])?;
-        tx.commit()?;
         Ok(PermitAttempt::Granted {
             fence: fence_from_sql(fence),
             slot,
             expires_in: lease_left(ttl),
         })
-    })();
-    match attempt {
-        Err(e) if waiting.is_some() && e.sqlite_error_code() == Some(ErrorCode::DatabaseBusy) => {
-            Ok(PermitAttempt::Held { expires_in: None })
-        }
-        attempt => attempt,
-    }
+    };
+    let refused = |expires_in, queued: Option<Queued>| match queued {
+        Some(queued) => PermitAttempt::Queued { expires_in, queued },
+        None => PermitAttempt::Held { expires_in },
+    };
+    let kind = TicketKind::Permit;
+    in_turn(
+        conn, name, owner, kind, queue, deadline, busy, look, grant, refused,
+    )
 }
 
 /// Deletes the grant's row, expired or not; true if it was there.
@@ -597,6 +704,8 @@ fn purge(conn: &Connection) -> rusqlite::Result<u64> {
     let now = system_millis();
     let purged = tx.prepare_cached(sql::PURGE)?.execute([now])?
         + tx.prepare_cached(sql::PURGE_PERMITS)?.execute([now])?;
+    // Lapsed tickets go too; they are no grants, and not counted.
+    tx.prepare_cached(sql::PURGE_TICKETS)?.execute([now])?;
     tx.commit()?;
     Ok(purged as u64)
 }
@@ -617,11 +726,12 @@ impl Engine for SqliteEngine {
         name: &str,
         owner: &str,
         ttl: LeaseMillis,
+        queue: Queue,
         deadline: Option<Instant>,
     ) -> Result<Attempt, BoxError> {
         let (name, owner, ttl) = (name.to_owned(), owner.to_owned(), ttl.as_i64());
         self.worker
-            .run(move |conn, busy| acquire(conn, &name, &owner, ttl, deadline, busy))
+            .run(move |conn, busy| acquire(conn, &name, &owner, ttl, queue, deadline, busy))
             .await
     }
 
@@ -631,12 +741,13 @@ impl Engine for SqliteEngine {
         permits: u32,
         owner: &str,
         ttl: LeaseMillis,
+        queue: Queue,
         deadline: Option<Instant>,
     ) -> Result<PermitAttempt, BoxError> {
         let (name, owner, ttl) = (name.to_owned(), owner.to_owned(), ttl.as_i64());
         self.worker
             .run(move |conn, busy| {
-                acquire_permit(conn, &name, permits, &owner, ttl, deadline, busy)
+                acquire_permit(conn, &name, permits, &owner, ttl, queue, deadline, busy)
             })
             .await
     }
@@ -647,14 +758,51 @@ impl Engine for SqliteEngine {
         mode: RwMode,
         owner: &str,
         ttl: LeaseMillis,
-        intent: Option<LeaseMillis>,
+        queue: Queue,
         deadline: Option<Instant>,
     ) -> Result<RwAttempt, BoxError> {
         let (name, owner, ttl) = (name.to_owned(), owner.to_owned(), ttl.as_i64());
-        let intent = intent.map(LeaseMillis::as_i64);
         self.worker
             .run(move |conn, busy| {
-                acquire_rw(conn, &name, mode, &owner, ttl, intent, deadline, busy)
+                acquire_rw(conn, &name, mode, &owner, ttl, queue, deadline, busy)
+            })
+            .await
+    }
+
+    fn queues(&self) -> bool {
+        true
+    }
+
+    async fn leave_queue(&self, name: &str, ticket: u64) -> Result<bool, BoxError> {
+        let name = name.to_owned();
+        self.worker
+            .run(move |conn, _| {
+                commit_mode(conn, Commit::Unsynced)?;
+                let left = conn.prepare_cached(sql::DROP_TICKET)?.execute(params![
+                    name,
+                    ticket_to_sql(ticket),
+                    system_millis()
+                ])?;
+                Ok(left == 1)
+            })
+            .await
+    }
+
+    async fn waiters(&self, name: &str) -> Result<Vec<Waiter>, BoxError> {
+        let name = name.to_owned();
+        self.worker
+            .run(move |conn, _| {
+                conn.prepare_cached(sql::WAITERS)?
+                    .query_map(params![name, system_millis()], |r| {
+                        let kind: String = r.get(2)?;
+                        Ok(Waiter {
+                            ticket: u64::try_from(r.get::<_, i64>(0)?).unwrap_or(0),
+                            owner: r.get(1)?,
+                            kind: TicketKind::parse(&kind).map_or("unknown", TicketKind::as_str),
+                            expires_in: lease_left(r.get(3)?),
+                        })
+                    })?
+                    .collect()
             })
             .await
     }
@@ -766,9 +914,16 @@ mod tests {
         let mut conn = Connection::open(dir.path().join("sync.db")).unwrap();
         crate::schema::prepare(&mut conn).unwrap();
         assert_eq!(synchronous(&conn), 1, "opened with NORMAL");
-        let Attempt::Granted { fence, .. } =
-            acquire(&mut conn, "n", "a", 60_000, None, Duration::ZERO).unwrap()
-        else {
+        let Attempt::Granted { fence, .. } = acquire(
+            &mut conn,
+            "n",
+            "a",
+            60_000,
+            Queue::Never,
+            None,
+            Duration::ZERO,
+        )
+        .unwrap() else {
             panic!("a free name is granted");
         };
         assert_eq!(synchronous(&conn), 2, "a grant commits with FULL");

@@ -71,7 +71,15 @@ pub mod unbridged {
         owner: &str,
         ttl_ms: i64,
     ) -> rusqlite::Result<Attempt> {
-        crate::engine::acquire(conn, name, owner, ttl_ms, None, crate::schema::BUSY_TIMEOUT)
+        crate::engine::acquire(
+            conn,
+            name,
+            owner,
+            ttl_ms,
+            alkstore_core::Queue::Never,
+            None,
+            crate::schema::BUSY_TIMEOUT,
+        )
     }
 
     /// The engine's release, as the store's thread runs it.

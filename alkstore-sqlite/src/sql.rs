@@ -1,13 +1,14 @@
 //! Every SQL text of the SQLite engine, in one place.
 
-/// The schema version this crate writes and reads: 4 since rows record
+/// The schema version this crate writes and reads: 5 since waiters queue
+/// (`alkstore_tickets`, and the ticket counter `last_ticket`), 4 since rows record
 /// whether a fence raise retired them (`epoch`: 0 current, -1 retired), 3
 /// since reader-writer locks (their rows live in `alkstore_permits`,
 /// marked with permits 0), 2 since semaphores (`alkstore_permits`). An older file is upgraded in
 /// place when opened ([`UPGRADE`]); a build that knows only an older
 /// version then refuses the file, so no old process grants a lock or a
 /// permit over grants it cannot read.
-pub(crate) const SCHEMA_VERSION: i64 = 4;
+pub(crate) const SCHEMA_VERSION: i64 = 5;
 
 /// WAL, so readers never wait for the writer. Answers the mode now in effect.
 pub(crate) const WAL_MODE: &str = "PRAGMA journal_mode = WAL";
@@ -52,14 +53,26 @@ CREATE TABLE IF NOT EXISTS alkstore_permits (
     epoch      INTEGER NOT NULL DEFAULT 0, -- 0, or -1: retired by a fence raise
     PRIMARY KEY (name, slot)
 ) WITHOUT ROWID;
-INSERT OR IGNORE INTO alkstore_meta (key, value) VALUES ('schema_version', 4), ('last_fence', 0);
+CREATE TABLE IF NOT EXISTS alkstore_tickets (
+    name       TEXT NOT NULL,
+    ticket     INTEGER NOT NULL, -- drawn from last_ticket: lower is earlier
+    owner      TEXT NOT NULL,
+    kind       TEXT NOT NULL,    -- lock, permit, read or write
+    owed       INTEGER NOT NULL DEFAULT 0, -- a reader's: owed the next turn
+    expires_at INTEGER NOT NULL, -- Unix milliseconds, host clock
+    PRIMARY KEY (name, ticket)
+) WITHOUT ROWID;
+INSERT OR IGNORE INTO alkstore_meta (key, value)
+VALUES ('schema_version', 5), ('last_fence', 0), ('last_ticket', 0);
 ";
 
 /// Version 1 had no `alkstore_permits` ([`CREATE_SCHEMA`], run first in the
 /// same transaction, made it); version 2 the same tables, without
-/// reader-writer rows; 3 no `epoch` columns ([`HAS_EPOCH`], [`ADD_EPOCH`]).
+/// reader-writer rows; 3 no `epoch` columns ([`HAS_EPOCH`], [`ADD_EPOCH`]);
+/// 4 no `alkstore_tickets` nor `last_ticket` (made the same way; a waiting
+/// writer's intent row of version 4 is no longer read, and lapses).
 pub(crate) const UPGRADE: &str =
-    "UPDATE alkstore_meta SET value = 4 WHERE key = 'schema_version' AND value IN (1, 2, 3)";
+    "UPDATE alkstore_meta SET value = 5 WHERE key = 'schema_version' AND value IN (1, 2, 3, 4)";
 
 /// ?1 a table: whether it has its `epoch` column.
 pub(crate) const HAS_EPOCH: &str =
@@ -200,21 +213,56 @@ pub(crate) const FORCE_RELEASE_PERMIT: &str = "
 DELETE FROM alkstore_permits WHERE name = ?1 AND expires_at > ?2 AND fence = ?3
 RETURNING owner, fence, expires_at - ?2";
 
-/// ?1 the name, ?2 the owner: a writer's own intent, once it is granted.
-pub(crate) const DROP_INTENT: &str =
-    "DELETE FROM alkstore_permits WHERE name = ?1 AND slot = -2 AND owner = ?2";
+/// ?1 the name, ?2 now: its live tickets, oldest first.
+pub(crate) const LIVE_TICKETS: &str = "
+SELECT ticket, owner, kind, owed FROM alkstore_tickets
+WHERE name = ?1 AND expires_at > ?2 ORDER BY ticket";
+
+/// ?1 the name, ?2 now: its live tickets as an operator sees them.
+pub(crate) const WAITERS: &str = "
+SELECT ticket, owner, kind, expires_at - ?2 FROM alkstore_tickets
+WHERE name = ?1 AND expires_at > ?2 ORDER BY ticket";
+
+/// The next ticket number: one counter for the file.
+pub(crate) const NEXT_TICKET: &str =
+    "UPDATE alkstore_meta SET value = value + 1 WHERE key = 'last_ticket' RETURNING value";
+
+/// ?1 name, ?2 ticket, ?3 owner, ?4 kind, ?5 owed, ?6 expiry.
+pub(crate) const TAKE_TICKET: &str = "
+INSERT INTO alkstore_tickets (name, ticket, owner, kind, owed, expires_at)
+VALUES (?1, ?2, ?3, ?4, ?5, ?6)";
+
+/// ?1 name, ?2 ticket, ?3 expiry, ?4 owed from now on (a ticket once owed
+/// stays owed).
+pub(crate) const RENEW_TICKET: &str = "
+UPDATE alkstore_tickets SET expires_at = ?3, owed = max(owed, ?4) WHERE name = ?1 AND ticket = ?2";
+
+/// ?1 name, ?2 ticket: granted, or left. ?3 now: only a live one counts
+/// as left.
+pub(crate) const DROP_TICKET: &str =
+    "DELETE FROM alkstore_tickets WHERE name = ?1 AND ticket = ?2 AND expires_at > ?3";
+
+/// ?1 name, ?2 now: the name's lapsed tickets, before a new one is taken.
+pub(crate) const DROP_LAPSED_TICKETS: &str =
+    "DELETE FROM alkstore_tickets WHERE name = ?1 AND expires_at <= ?2";
+
+/// ?1 name: a writer was granted; every reader queued now is owed the
+/// turn after it.
+pub(crate) const OWE_READERS: &str =
+    "UPDATE alkstore_tickets SET owed = 1 WHERE name = ?1 AND kind = 'read'";
+
+/// ?1 now: every lapsed ticket (no grant: a purge does not count them).
+pub(crate) const PURGE_TICKETS: &str = "DELETE FROM alkstore_tickets WHERE expires_at <= ?1";
 
 #[cfg(test)]
 mod tests {
     use super::*;
 
-    /// The intent's slot is written into the SQL text: it must be the
-    /// core's.
+    /// The intent's slot (a version-4 file's waiting writer's row, never
+    /// listed) is written into the SQL text: it must be the core's.
     #[test]
     fn the_intent_slot_is_the_cores() {
         let intent = format!("slot <> {}", alkstore_core::INTENT_SLOT);
         assert_eq!(LIST.matches(&intent).count(), 2);
-        let own = format!("slot = {}", alkstore_core::INTENT_SLOT);
-        assert!(DROP_INTENT.contains(&own));
     }
 }

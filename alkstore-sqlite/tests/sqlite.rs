@@ -255,17 +255,23 @@ async fn newer_schema_version_is_refused() {
 }
 
 /// A version 1 file (no permits table), a version 2 file (no
-/// reader-writer rows) and a version 3 file (no `epoch` columns) are
-/// upgraded in place on open: the live lock and the fence counter stay
-/// (the lock is given back to its owner with its fence: not retired),
-/// semaphores and reader-writer locks work, and the file then says
-/// version 4, which an older build refuses.
+/// reader-writer rows), a version 3 file (no `epoch` columns) and a
+/// version 4 file (no tickets table) are upgraded in place on open: the
+/// live lock and the fence counter stay (the lock is given back to its
+/// owner with its fence: not retired), semaphores, reader-writer locks and
+/// queues work, and the file then says version 5, which an older build
+/// refuses.
 #[tokio::test]
 async fn older_files_are_upgraded_in_place() {
     let permits_table = "CREATE TABLE alkstore_permits (name TEXT NOT NULL, slot INTEGER NOT NULL,
              owner TEXT NOT NULL, fence INTEGER NOT NULL, expires_at INTEGER NOT NULL,
              permits INTEGER NOT NULL, PRIMARY KEY (name, slot)) WITHOUT ROWID;";
-    for (version, extra) in [(1, ""), (2, permits_table), (3, permits_table)] {
+    for (version, extra) in [
+        (1, ""),
+        (2, permits_table),
+        (3, permits_table),
+        (4, permits_table),
+    ] {
         let dir = tempfile::tempdir().unwrap();
         let db = dir.path().join(format!("v{version}.db"));
         let conn = rusqlite::Connection::open(&db).unwrap();
@@ -307,6 +313,28 @@ async fn older_files_are_upgraded_in_place() {
             .unwrap()
             .expect("a reader of a free name");
         assert_eq!(reader.fence(), 43);
+        // A waiter queues behind the old file's lock.
+        assert!(
+            store
+                .lock("held", "new", ttl, Duration::from_millis(50))
+                .await
+                .unwrap()
+                .is_none()
+        );
+        let queued = store.lock("held", "queued", ttl, Duration::from_secs(5));
+        let seen = async {
+            loop {
+                let waiters = store.waiters("held").await.unwrap();
+                if let Some(waiter) = waiters.iter().find(|w| w.owner == "queued") {
+                    break waiter.kind;
+                }
+                tokio::time::sleep(Duration::from_millis(5)).await;
+            }
+        };
+        tokio::select! {
+            kind = seen => assert_eq!(kind, "lock"),
+            _ = queued => panic!("a waiter behind a live lock of 30 s is not granted in 5 s"),
+        }
         assert!(permit.release().await.unwrap() && reader.release().await.unwrap());
         store.close().await.unwrap();
         let conn = rusqlite::Connection::open(&db).unwrap();
@@ -317,7 +345,7 @@ async fn older_files_are_upgraded_in_place() {
                 |r| r.get(0),
             )
             .unwrap();
-        assert_eq!(found, 4, "version {version} upgraded");
+        assert_eq!(found, 5, "version {version} upgraded");
     }
 }
 

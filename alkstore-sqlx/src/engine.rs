@@ -15,8 +15,8 @@ use std::time::{Duration, Instant};
 
 use alkstore_core::{
     Access, Attempt, BoxError, Engine, GrantKey, HeldAs, Holder, LeaseMillis, Listed,
-    PermitAttempt, ReleaseBus, RwAttempt, RwMode, fence_from_sql, fence_to_sql, holder_from_sql,
-    lease_left, permits_row_kind,
+    PermitAttempt, Queue, ReleaseBus, RwAttempt, RwMode, fence_from_sql, fence_to_sql,
+    holder_from_sql, lease_left, permits_row_kind,
 };
 use async_trait::async_trait;
 
@@ -348,6 +348,7 @@ impl<S: Statements> Engine for SqlxEngine<S> {
         name: &str,
         owner: &str,
         ttl: LeaseMillis,
+        _queue: Queue,
         deadline: Option<Instant>,
     ) -> Result<Attempt, BoxError> {
         let row = self
@@ -382,6 +383,7 @@ impl<S: Statements> Engine for SqlxEngine<S> {
         permits: u32,
         owner: &str,
         ttl: LeaseMillis,
+        _queue: Queue,
         deadline: Option<Instant>,
     ) -> Result<PermitAttempt, BoxError> {
         let row = self
@@ -419,9 +421,11 @@ impl<S: Statements> Engine for SqlxEngine<S> {
         mode: RwMode,
         owner: &str,
         ttl: LeaseMillis,
-        intent: Option<LeaseMillis>,
+        queue: Queue,
         deadline: Option<Instant>,
     ) -> Result<RwAttempt, BoxError> {
+        // Not queued yet: a waiting writer's standing is its intent.
+        let intent = queue.lease();
         let row = self
             .connections
             // Run again, the same owner is granted its own grant back (and

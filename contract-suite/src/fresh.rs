@@ -64,6 +64,18 @@ impl Fresh {
         self
     }
 
+    /// Opts out of every fair-waiting case (`waiters_are_granted_in_arrival_order`
+    /// and the others of `alkstore_core::queue`'s rules) for `why`: for an
+    /// engine that does not queue its waiters
+    /// ([`Engine::queues`](alkstore_core::Engine::queues) is `false`), on
+    /// which the first attempt to land after a release wins.
+    pub fn without_queues(mut self, why: &str) -> Self {
+        for case in crate::FAIR_WAITING_CASES {
+            self = self.opting_out(case, why);
+        }
+        self
+    }
+
     /// Runs `cleanup` after the case, whether it passed or failed (drop a
     /// schema, delete a file).
     pub fn with_cleanup(mut self, cleanup: impl Future<Output = ()> + Send + 'static) -> Self {

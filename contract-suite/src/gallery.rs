@@ -11,12 +11,12 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use alkstore_core::{
-    Access, Attempt, BoxError, Engine, GrantKey, Holder, INTENT_SLOT, LeaseMillis, Listed,
-    PermitAttempt, ReleaseBus, RwAttempt, RwMode, WRITER_SLOT,
+    Access, Attempt, BoxError, Engine, GrantKey, Holder, LeaseMillis, Listed, PermitAttempt, Queue,
+    ReleaseBus, RwAttempt, RwMode, TicketKind, WRITER_SLOT,
 };
 use async_trait::async_trait;
 
-use crate::reference::{MemoryEngine, PermitRow, Rows};
+use crate::reference::{MemoryEngine, PermitRow, Rows, TicketRow};
 
 /// One way to break one rule.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -97,16 +97,27 @@ pub enum Flaw {
     TwoWriters,
     /// Grants a writer beside live readers.
     WriterBesideReader,
-    /// Grants readers whatever writer's intent is live: a stream of
-    /// readers starves a waiting writer.
+    /// Grants readers whatever writers are queued: a stream of readers
+    /// starves a waiting writer.
     StarvesWaitingWriters,
     /// Draws readers' fences from a counter of the name's own readers, not
     /// the one every grant draws from: a reader's fence can be below a
     /// writer's before it.
     ReaderFenceBelowWriter,
-    /// Records a waiting writer's intent for its whole ttl, not for what
-    /// is left of its wait: readers stay held back after it gave up.
-    IntentOutlivesItsWait,
+    /// Grants writers whatever readers are queued: a stream of writers
+    /// starves a waiting reader.
+    StarvesWaitingReaders,
+    /// Grants whoever asks when the name is free, whatever tickets are
+    /// older: the queue's order is not kept.
+    ServesInAnyOrder,
+    /// Grants a `try_` call whatever waiters are queued.
+    TryJumpsTheQueue,
+    /// Keeps a waiter's ticket for 30 s, not the lease its attempt asked:
+    /// a waiter that died holds its place long after.
+    KeepsADeadWaitersPlace,
+    /// Leaves a waiter's ticket where it is when the waiter leaves the
+    /// queue: one that stopped waiting holds its place until it lapses.
+    LeavingTheQueueDoesNothing,
 }
 
 /// A list of contract cases by name, each checked by the compiler to be a
@@ -121,7 +132,7 @@ macro_rules! cases {
 
 impl Flaw {
     /// Every flaw in the gallery.
-    pub const ALL: [Flaw; 37] = [
+    pub const ALL: [Flaw; 41] = [
         Flaw::GrantsOverALiveRow,
         Flaw::NeverExpires,
         Flaw::KeepsTheFenceOnTakeover,
@@ -158,7 +169,11 @@ impl Flaw {
         Flaw::WriterBesideReader,
         Flaw::StarvesWaitingWriters,
         Flaw::ReaderFenceBelowWriter,
-        Flaw::IntentOutlivesItsWait,
+        Flaw::StarvesWaitingReaders,
+        Flaw::ServesInAnyOrder,
+        Flaw::TryJumpsTheQueue,
+        Flaw::KeepsADeadWaitersPlace,
+        Flaw::LeavingTheQueueDoesNothing,
     ];
 
     /// The rule of docs/contract.md it breaks.
@@ -206,7 +221,15 @@ impl Flaw {
             Flaw::WriterBesideReader => "a writer excludes readers",
             Flaw::StarvesWaitingWriters => "once a writer waits, new readers wait behind it",
             Flaw::ReaderFenceBelowWriter => "a reader's fence is above every earlier writer's",
-            Flaw::IntentOutlivesItsWait => "a writer holds readers back no longer than its wait",
+            Flaw::StarvesWaitingReaders => "a waiting reader waits for at most one writer",
+            Flaw::ServesInAnyOrder => "waiters are granted first come, first served",
+            Flaw::TryJumpsTheQueue => "a try_ call never jumps the queue",
+            Flaw::KeepsADeadWaitersPlace => {
+                "a dead waiter's place is freed within the ticket lease"
+            }
+            Flaw::LeavingTheQueueDoesNothing => {
+                "a waiter that stops waiting leaves the queue at once"
+            }
         }
     }
 
@@ -215,6 +238,8 @@ impl Flaw {
     pub fn rejected_by(self) -> &'static [&'static str] {
         match self {
             Flaw::GrantsOverALiveRow => cases!(
+                a_dead_waiters_place_is_freed_within_the_ticket_lease,
+                a_dropped_waiter_leaves_the_queue_at_once,
                 calls_racing_close_finish_or_fail_closed,
                 dropping_a_handle_leaves_its_grant,
                 exclusion_many_contenders,
@@ -237,7 +262,9 @@ impl Flaw {
                 schedule_crashed_run_is_not_run_again,
                 schedule_retry_runs_a_crashed_slot_once_more,
                 schedule_runs_each_slot_once_across_skewed_clocks,
-                valid_until_never_outlasts_the_lease
+                try_never_queues_nor_jumps_the_queue,
+                valid_until_never_outlasts_the_lease,
+                waiters_are_granted_in_arrival_order
             ),
             Flaw::NeverExpires => cases!(
                 expired_rows_stay_until_purged,
@@ -386,7 +413,8 @@ impl Flaw {
                 dropping_a_handle_leaves_its_grant,
                 keepalive_holds_a_permit_past_its_ttl,
                 permit_expiry_lets_another_owner_in,
-                semaphore_admits_at_most_its_permits
+                semaphore_admits_at_most_its_permits,
+                waiters_are_granted_in_arrival_order
             ),
             Flaw::PermitTakeoverKeepsTheFence => cases!(
                 permit_expiry_lets_another_owner_in,
@@ -405,10 +433,12 @@ impl Flaw {
                 raise_fences_lifts_every_later_fence
             ),
             Flaw::TwoWriters => cases!(
+                a_reader_waits_for_at_most_one_writer,
                 readers_and_writers_never_overlap,
                 readers_share_a_name_and_a_writer_holds_it_alone
             ),
             Flaw::WriterBesideReader => cases!(
+                a_reader_waits_for_at_most_one_writer,
                 a_waiting_writer_holds_new_readers_back,
                 a_writers_intent_ends_with_its_wait,
                 dropping_a_handle_leaves_its_grant,
@@ -418,25 +448,62 @@ impl Flaw {
                 rw_leases_renew_release_and_lapse
             ),
             Flaw::StarvesWaitingWriters => cases!(
+                a_reader_waits_for_at_most_one_writer,
                 a_stream_of_readers_cannot_starve_a_writer,
                 a_waiting_writer_holds_new_readers_back,
                 a_writers_intent_ends_with_its_wait,
                 rw_grants_are_listed_and_released_by_force_one_at_a_time
             ),
             Flaw::ReaderFenceBelowWriter => cases!(
+                a_reader_waits_for_at_most_one_writer,
                 a_waiting_writer_holds_new_readers_back,
                 raise_fences_lifts_every_later_fence,
                 readers_and_writers_never_overlap,
                 rw_fences_rise_past_every_writer,
                 rw_grants_are_listed_and_released_by_force_one_at_a_time
             ),
-            Flaw::IntentOutlivesItsWait => cases!(a_writers_intent_ends_with_its_wait),
+            Flaw::StarvesWaitingReaders => cases!(a_reader_waits_for_at_most_one_writer),
+            Flaw::ServesInAnyOrder => cases!(
+                a_dead_waiters_place_is_freed_within_the_ticket_lease,
+                a_waiting_writer_holds_new_readers_back,
+                a_writers_intent_ends_with_its_wait,
+                rw_grants_are_listed_and_released_by_force_one_at_a_time,
+                try_never_queues_nor_jumps_the_queue
+            ),
+            Flaw::TryJumpsTheQueue => cases!(
+                a_waiting_writer_holds_new_readers_back,
+                a_writers_intent_ends_with_its_wait,
+                rw_grants_are_listed_and_released_by_force_one_at_a_time,
+                try_never_queues_nor_jumps_the_queue
+            ),
+            Flaw::KeepsADeadWaitersPlace => cases!(
+                a_dead_waiters_place_is_freed_within_the_ticket_lease,
+                a_reader_waits_for_at_most_one_writer,
+                try_never_queues_nor_jumps_the_queue
+            ),
+            Flaw::LeavingTheQueueDoesNothing => cases!(a_dropped_waiter_leaves_the_queue_at_once),
         }
     }
 
-    /// Cases that draw their operations at random and may or may not run
-    /// into this flaw in one run: allowed to fail on it, not required to.
+    /// Cases that may or may not run into this flaw in one run: allowed
+    /// to fail on it, not required to. Those that draw their operations at
+    /// random, on every flaw; and, on a flaw that grants out of turn, the
+    /// cases whose waiters race for a turn (which one lands first decides
+    /// whether the order comes out wrong).
     pub fn also_probed_by(self) -> &'static [&'static str] {
+        if self == Flaw::ServesInAnyOrder {
+            return cases!(
+                a_reader_waits_for_at_most_one_writer,
+                a_stream_of_readers_cannot_starve_a_writer,
+                cancellation_leaves_no_trace,
+                model_based_sequences,
+                permit_cancellation_leaves_nothing_beyond_its_ttl,
+                per_holder_owners_count_exactly,
+                readers_and_writers_never_overlap,
+                safety_many_holders_one_name,
+                waiters_are_granted_in_arrival_order
+            );
+        }
         cases!(
             cancellation_leaves_no_trace,
             model_based_sequences,
@@ -474,6 +541,122 @@ impl Broken {
     fn with_rows<T>(&self, f: impl FnOnce(&mut Rows) -> T) -> T {
         self.inner.with_rows(f)
     }
+
+    /// A permit decided as the flaw decides it, under the rows' lock.
+    #[allow(clippy::too_many_arguments)]
+    fn flawed_permit(
+        &self,
+        rows: &mut Rows,
+        name: &str,
+        permits: u32,
+        owner: &str,
+        ttl: Duration,
+        queue: Queue,
+        now: Instant,
+    ) -> PermitAttempt {
+        let live: Vec<(u32, PermitRow)> = rows
+            .live_permits(name, now)
+            .map(|(slot, permit)| (slot, permit.clone()))
+            .collect();
+        let mine = live.iter().find(|(_, p)| p.row.owner == owner);
+        match self.flaw {
+            Flaw::RegrantsTheSameOwnersPermit if mine.is_some() => {
+                let free = (0..permits).find(|s| live.iter().all(|(held, _)| held != s));
+                return match free {
+                    Some(slot) => rows.grant_permit(name, slot, permits, owner, ttl, now),
+                    None => PermitAttempt::Held { expires_in: None },
+                };
+            }
+            Flaw::GrantsOneMorePermit if live.len() as u32 == permits && mine.is_none() => {
+                let soonest = live.iter().min_by_key(|(_, p)| p.row.expires_at);
+                if let Some((slot, _)) = soonest {
+                    return rows.grant_permit(name, *slot, permits, owner, ttl, now);
+                }
+            }
+            _ => {}
+        }
+        // The fences of rows there before this acquire, expired or not.
+        let before: HashMap<u32, u64> = (0..permits)
+            .filter_map(|slot| {
+                let row = rows.permits.get(&(name.to_owned(), slot))?;
+                Some((slot, row.row.fence))
+            })
+            .collect();
+        match rows.acquire_permit(name, permits, owner, ttl, queue, now) {
+            PermitAttempt::Mismatch { permits: live }
+                if self.flaw == Flaw::IgnoresThePermitCount =>
+            {
+                rows.acquire_permit(name, live, owner, ttl, queue, now)
+            }
+            PermitAttempt::Granted {
+                slot, expires_in, ..
+            } if self.flaw == Flaw::PermitTakeoverKeepsTheFence
+                && mine.is_none()
+                && before.contains_key(&slot) =>
+            {
+                // A takeover of an expired row: its fence again.
+                let fence = before[&slot];
+                if let Some(row) = rows.permits.get_mut(&(name.to_owned(), slot)) {
+                    row.row.fence = fence;
+                }
+                PermitAttempt::Granted {
+                    fence,
+                    slot,
+                    expires_in,
+                }
+            }
+            attempt => attempt,
+        }
+    }
+
+    /// The standing the flaw gives an attempt: a waiting call's ticket
+    /// kept for 30 s (`KeepsADeadWaitersPlace`), not the lease asked.
+    fn flawed_queue(&self, queue: Queue) -> Queue {
+        match (self.flaw, queue) {
+            (Flaw::KeepsADeadWaitersPlace, Queue::Waiting { ticket, .. }) => Queue::Waiting {
+                ticket,
+                lease: LeaseMillis::new(Duration::from_secs(30)).expect("30 s is a lease"),
+            },
+            _ => queue,
+        }
+    }
+
+    /// Takes out of `rows` the tickets of `name` the flaw does not look at
+    /// (for `mode`, a reader-writer attempt's), for [`put_back`] once the
+    /// attempt is decided, under the same hold of the rows.
+    fn set_aside(
+        &self,
+        rows: &mut Rows,
+        name: &str,
+        queue: Queue,
+        mode: Option<RwMode>,
+    ) -> Vec<((String, u64), TicketRow)> {
+        let own = match queue {
+            Queue::Waiting { ticket, .. } => ticket,
+            Queue::Never => None,
+        };
+        let ignored = |number: u64, ticket: &TicketRow| match (self.flaw, mode) {
+            (Flaw::ServesInAnyOrder, _) => Some(number) != own,
+            (Flaw::TryJumpsTheQueue, _) => queue == Queue::Never,
+            (Flaw::StarvesWaitingWriters, Some(RwMode::Read)) => ticket.kind == TicketKind::Write,
+            (Flaw::StarvesWaitingReaders, Some(RwMode::Write)) => ticket.kind == TicketKind::Read,
+            _ => false,
+        };
+        let keys: Vec<(String, u64)> = rows
+            .tickets
+            .range((name.to_owned(), 0)..=(name.to_owned(), u64::MAX))
+            .filter(|((_, number), ticket)| ignored(*number, ticket))
+            .map(|(key, _)| key.clone())
+            .collect();
+        keys.into_iter()
+            .filter_map(|key| rows.tickets.remove_entry(&key))
+            .collect()
+    }
+}
+
+/// Puts back the tickets [`Broken::set_aside`] took out.
+fn put_back(rows: &mut Rows, aside: Vec<((String, u64), TicketRow)>) {
+    rows.tickets.extend(aside);
 }
 
 #[async_trait]
@@ -483,9 +666,11 @@ impl Engine for Broken {
         name: &str,
         owner: &str,
         ttl: LeaseMillis,
+        queue: Queue,
         deadline: Option<Instant>,
     ) -> Result<Attempt, BoxError> {
         let now = Instant::now();
+        let queue = self.flawed_queue(queue);
         if self.flaw == Flaw::RefusesAPassedDeadline && deadline.is_some_and(|d| d <= now) {
             return Ok(Attempt::Held { expires_in: None });
         }
@@ -562,12 +747,17 @@ impl Engine for Broken {
         if let Some(attempt) = flawed {
             return Ok(attempt);
         }
-        let attempt = match self.inner.acquire(name, owner, ttl, deadline).await? {
-            Attempt::HeldAsSemaphore { .. } if self.flaw == Flaw::LockIgnoresLivePermits => {
-                self.with_rows(|rows| rows.grant(name, owner, ttl.as_duration(), now))
-            }
-            attempt => attempt,
-        };
+        let attempt = self.with_rows(|rows| {
+            let aside = self.set_aside(rows, name, queue, None);
+            let attempt = match rows.acquire(name, owner, ttl.as_duration(), queue, now) {
+                Attempt::HeldAsSemaphore { .. } if self.flaw == Flaw::LockIgnoresLivePermits => {
+                    rows.grant(name, owner, ttl.as_duration(), now)
+                }
+                attempt => attempt,
+            };
+            put_back(rows, aside);
+            rows.no_fence_left(attempt)
+        })?;
         self.ttls
             .lock()
             .unwrap()
@@ -592,63 +782,16 @@ impl Engine for Broken {
         permits: u32,
         owner: &str,
         ttl: LeaseMillis,
+        queue: Queue,
         _deadline: Option<Instant>,
     ) -> Result<PermitAttempt, BoxError> {
+        let queue = self.flawed_queue(queue);
         let (now, ttl) = (Instant::now(), ttl.as_duration());
         let attempt = self.with_rows(|rows| {
-            let live: Vec<(u32, PermitRow)> = rows
-                .live_permits(name, now)
-                .map(|(slot, permit)| (slot, permit.clone()))
-                .collect();
-            let mine = live.iter().find(|(_, p)| p.row.owner == owner);
-            match self.flaw {
-                Flaw::RegrantsTheSameOwnersPermit if mine.is_some() => {
-                    let free = (0..permits).find(|s| live.iter().all(|(held, _)| held != s));
-                    return match free {
-                        Some(slot) => rows.grant_permit(name, slot, permits, owner, ttl, now),
-                        None => PermitAttempt::Held { expires_in: None },
-                    };
-                }
-                Flaw::GrantsOneMorePermit if live.len() as u32 == permits && mine.is_none() => {
-                    let soonest = live.iter().min_by_key(|(_, p)| p.row.expires_at);
-                    if let Some((slot, _)) = soonest {
-                        return rows.grant_permit(name, *slot, permits, owner, ttl, now);
-                    }
-                }
-                _ => {}
-            }
-            // The fences of rows there before this acquire, expired or not.
-            let before: HashMap<u32, u64> = (0..permits)
-                .filter_map(|slot| {
-                    let row = rows.permits.get(&(name.to_owned(), slot))?;
-                    Some((slot, row.row.fence))
-                })
-                .collect();
-            match rows.acquire_permit(name, permits, owner, ttl, now) {
-                PermitAttempt::Mismatch { permits: live }
-                    if self.flaw == Flaw::IgnoresThePermitCount =>
-                {
-                    rows.acquire_permit(name, live, owner, ttl, now)
-                }
-                PermitAttempt::Granted {
-                    slot, expires_in, ..
-                } if self.flaw == Flaw::PermitTakeoverKeepsTheFence
-                    && mine.is_none()
-                    && before.contains_key(&slot) =>
-                {
-                    // A takeover of an expired row: its fence again.
-                    let fence = before[&slot];
-                    if let Some(row) = rows.permits.get_mut(&(name.to_owned(), slot)) {
-                        row.row.fence = fence;
-                    }
-                    PermitAttempt::Granted {
-                        fence,
-                        slot,
-                        expires_in,
-                    }
-                }
-                attempt => attempt,
-            }
+            let aside = self.set_aside(rows, name, queue, None);
+            let attempt = self.flawed_permit(rows, name, permits, owner, ttl, queue, now);
+            put_back(rows, aside);
+            attempt
         });
         self.with_rows(|rows| rows.no_fence_left(attempt))
     }
@@ -659,14 +802,11 @@ impl Engine for Broken {
         mode: RwMode,
         owner: &str,
         ttl: LeaseMillis,
-        intent: Option<LeaseMillis>,
+        queue: Queue,
         _deadline: Option<Instant>,
     ) -> Result<RwAttempt, BoxError> {
+        let queue = self.flawed_queue(queue);
         let (now, ttl) = (Instant::now(), ttl.as_duration());
-        let intent = match self.flaw {
-            Flaw::IntentOutlivesItsWait => intent.map(|_| ttl),
-            _ => intent.map(LeaseMillis::as_duration),
-        };
         let mut reader_fences = self.reader_fences.lock().unwrap();
         let attempt = self.with_rows(|rows| {
             let live: Vec<(i64, String)> = rows
@@ -685,18 +825,10 @@ impl Engine for Broken {
             if mode == RwMode::Write && flawed_write {
                 return rows.grant_rw(name, Access::Write, owner, ttl, now);
             }
-            if mode == RwMode::Read && self.flaw == Flaw::StarvesWaitingWriters {
-                // The intent is not looked at: set aside while deciding.
-                let key = (name.to_owned(), INTENT_SLOT);
-                let intent_row = rows.rw.remove(&key);
-                let attempt = rows.acquire_rw(name, mode, owner, ttl, None, now);
-                if let Some(row) = intent_row {
-                    rows.rw.insert(key, row);
-                }
-                return attempt;
-            }
             let before = rows.last_fence;
-            let attempt = rows.acquire_rw(name, mode, owner, ttl, intent, now);
+            let aside = self.set_aside(rows, name, queue, Some(mode));
+            let attempt = rows.acquire_rw(name, mode, owner, ttl, queue, now);
+            put_back(rows, aside);
             match attempt {
                 RwAttempt::Granted {
                     access: access @ Access::Read { slot },
@@ -719,7 +851,23 @@ impl Engine for Broken {
                 attempt => attempt,
             }
         });
+        drop(reader_fences);
         self.with_rows(|rows| rows.no_fence_left(attempt))
+    }
+
+    fn queues(&self) -> bool {
+        true
+    }
+
+    async fn leave_queue(&self, name: &str, ticket: u64) -> Result<bool, BoxError> {
+        if self.flaw == Flaw::LeavingTheQueueDoesNothing {
+            return Ok(false);
+        }
+        self.inner.leave_queue(name, ticket).await
+    }
+
+    async fn waiters(&self, name: &str) -> Result<Vec<alkstore_core::Waiter>, BoxError> {
+        self.inner.waiters(name).await
     }
 
     async fn renew(&self, grant: &GrantKey, ttl: LeaseMillis) -> Result<bool, BoxError> {

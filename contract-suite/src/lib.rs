@@ -67,6 +67,16 @@ macro_rules! case {
     }};
 }
 
+/// The fair-waiting cases: what an engine that does not queue its waiters
+/// opts out of ([`Fresh::without_queues`]).
+pub const FAIR_WAITING_CASES: [&str; 5] = [
+    case!(waiters_are_granted_in_arrival_order),
+    case!(a_reader_waits_for_at_most_one_writer),
+    case!(a_dead_waiters_place_is_freed_within_the_ticket_lease),
+    case!(a_dropped_waiter_leaves_the_queue_at_once),
+    case!(try_never_queues_nor_jumps_the_queue),
+];
+
 #[doc(hidden)]
 #[macro_export]
 macro_rules! __with_cases {
@@ -150,7 +160,12 @@ macro_rules! __with_cases {
             renew_false_ends_valid_until,
             schedule_runs_each_slot_once_across_skewed_clocks,
             schedule_crashed_run_is_not_run_again,
-            schedule_retry_runs_a_crashed_slot_once_more
+            schedule_retry_runs_a_crashed_slot_once_more,
+            waiters_are_granted_in_arrival_order,
+            a_reader_waits_for_at_most_one_writer,
+            a_dead_waiters_place_is_freed_within_the_ticket_lease,
+            a_dropped_waiter_leaves_the_queue_at_once,
+            try_never_queues_nor_jumps_the_queue
         );
     };
 }

@@ -10,9 +10,9 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use alkstore_core::{
-    Access, Attempt, BoxError, Engine, GrantKey, HeldAs, Holder, INTENT_SLOT, LeaseMillis, Listed,
-    MAX_FENCE, MAX_READERS, NoFenceLeft, PermitAttempt, PermitSlot, ReleaseBus, RwAttempt, RwMode,
-    WRITER_SLOT,
+    Access, Attempt, BoxError, Engine, GrantKey, HeldAs, Holder, INTENT_SLOT, LeaseMillis, Line,
+    Listed, MAX_FENCE, MAX_READERS, NoFenceLeft, PermitAttempt, PermitSlot, Queue, Queued,
+    ReleaseBus, RwAttempt, RwMode, Ticket, TicketKind, WRITER_SLOT, Waiter,
 };
 
 /// One grant's row.
@@ -38,6 +38,19 @@ pub struct PermitRow {
     pub permits: u32,
 }
 
+/// One waiter's place in a name's queue, as stored.
+#[derive(Debug, Clone)]
+pub struct TicketRow {
+    /// The owner that waits.
+    pub owner: String,
+    /// What it waits for.
+    pub kind: TicketKind,
+    /// When the ticket lapses unless an attempt renews it.
+    pub expires_at: Instant,
+    /// A reader's: owed the next turn (`alkstore_core::queue`).
+    pub owed: bool,
+}
+
 /// The rows of one "database", and the last fence handed out.
 #[derive(Debug, Default)]
 pub struct Rows {
@@ -51,6 +64,10 @@ pub struct Rows {
     pub rw: BTreeMap<(String, i64), Row>,
     /// The last fence handed out.
     pub last_fence: u64,
+    /// Each name's waiters' tickets, by name and number.
+    pub tickets: BTreeMap<(String, u64), TicketRow>,
+    /// The last ticket number drawn.
+    pub last_ticket: u64,
     /// Set by a grant that found no fence left (it wrote nothing and
     /// answered "held"): the engine answers [`NoFenceLeft`] instead
     /// ([`Rows::no_fence_left`]).
@@ -75,6 +92,98 @@ impl Rows {
             return Err(NoFenceLeft { left: 0 }.into());
         }
         Ok(answer)
+    }
+
+    /// The live tickets of `name` at `now`, oldest first; lapsed ones are
+    /// dropped.
+    pub fn live_tickets(&mut self, name: &str, now: Instant) -> Vec<(u64, TicketRow)> {
+        let range = (name.to_owned(), 0)..=(name.to_owned(), u64::MAX);
+        let lapsed: Vec<_> = self
+            .tickets
+            .range(range.clone())
+            .filter(|(_, t)| t.expires_at <= now)
+            .map(|(key, _)| key.clone())
+            .collect();
+        for key in lapsed {
+            self.tickets.remove(&key);
+        }
+        self.tickets
+            .range(range)
+            .map(|((_, number), t)| (*number, t.clone()))
+            .collect()
+    }
+
+    /// The line of an attempt standing as `queue` in `name`'s queue.
+    pub fn line(&mut self, name: &str, queue: Queue, now: Instant) -> Line {
+        let live = self
+            .live_tickets(name, now)
+            .into_iter()
+            .map(|(number, t)| Ticket {
+                number,
+                owner: t.owner,
+                kind: t.kind,
+                owed: t.owed,
+            })
+            .collect();
+        Line::of(live, queue)
+    }
+
+    /// A refused attempt standing as `queue`: for a waiting call, its
+    /// ticket renewed (drawn, at the back, when it has none live; `owed`
+    /// from now on, for a reader a writer holds back), and where it
+    /// stands; `None` for a `try_` call, which never queues.
+    #[allow(clippy::too_many_arguments)]
+    pub fn queue_up(
+        &mut self,
+        name: &str,
+        owner: &str,
+        kind: TicketKind,
+        queue: Queue,
+        line: &Line,
+        owed: bool,
+        now: Instant,
+    ) -> Option<Queued> {
+        let Queue::Waiting { lease, .. } = queue else {
+            return None;
+        };
+        let expires_at = now + lease.as_duration();
+        let number = match &line.mine {
+            Some(mine) => mine.number,
+            None => {
+                self.last_ticket += 1;
+                self.last_ticket
+            }
+        };
+        let entry = self
+            .tickets
+            .entry((name.to_owned(), number))
+            .or_insert(TicketRow {
+                owner: owner.to_owned(),
+                kind,
+                expires_at,
+                owed,
+            });
+        entry.expires_at = expires_at;
+        entry.owed |= owed;
+        Some(line.queued(number, kind, entry.owed))
+    }
+
+    /// A granted attempt's ticket leaves the queue with the grant.
+    pub fn dequeue(&mut self, name: &str, line: &Line) {
+        if let Some(mine) = &line.mine {
+            self.tickets.remove(&(name.to_owned(), mine.number));
+        }
+    }
+
+    /// A writer was granted `name`: every reader queued now is owed the
+    /// turn after it.
+    pub fn owe_readers(&mut self, name: &str) {
+        let range = (name.to_owned(), 0)..=(name.to_owned(), u64::MAX);
+        for (_, ticket) in self.tickets.range_mut(range) {
+            if ticket.kind == TicketKind::Read {
+                ticket.owed = true;
+            }
+        }
     }
 
     /// Every row, of every kind, live or not.
@@ -135,14 +244,15 @@ impl Rows {
     }
 
     /// A reader-writer lock's grant of `name` for `owner` at `now`, decided
-    /// and granted as one step (the rules of `Engine::acquire_rw`).
+    /// and granted as one step (the rules of `Engine::acquire_rw`, queued
+    /// phase-fairly: `alkstore_core::queue`).
     pub fn acquire_rw(
         &mut self,
         name: &str,
         mode: RwMode,
         owner: &str,
         ttl: Duration,
-        intent: Option<Duration>,
+        queue: Queue,
         now: Instant,
     ) -> RwAttempt {
         if self.live(name, now).is_some() {
@@ -153,41 +263,52 @@ impl Rows {
         }
         let live: Vec<(i64, Row)> = self
             .live_rw(name, now)
+            .filter(|(slot, _)| *slot != INTENT_SLOT)
             .map(|(slot, row)| (slot, row.clone()))
             .collect();
         let row_at = |slot: i64| live.iter().find(|(s, _)| *s == slot).map(|(_, row)| row);
         let readers = || live.iter().filter(|(slot, _)| *slot >= 0);
-        let (writer, waiting) = (row_at(WRITER_SLOT), row_at(INTENT_SLOT));
+        let writer = row_at(WRITER_SLOT);
         let left = |row: &Row| row.expires_at - now;
-        let held = |rows: &mut dyn Iterator<Item = &Row>| RwAttempt::Held {
-            expires_in: rows.map(left).min(),
-        };
+        let soonest = |rows: &mut dyn Iterator<Item = &Row>| rows.map(left).min();
+        let line = self.line(name, queue, now);
         match mode {
             RwMode::Read => {
                 if let Some((slot, mine)) = readers().find(|(_, row)| row.owner == owner) {
+                    let access = Access::Read { slot: *slot as u32 };
+                    self.dequeue(name, &line);
                     if mine.retired {
-                        let access = Access::Read { slot: *slot as u32 };
                         return self.grant_rw(name, access, owner, ttl, now);
                     }
                     return RwAttempt::Granted {
                         fence: mine.fence,
-                        access: Access::Read { slot: *slot as u32 },
+                        access,
                         expires_in: left(mine),
                     };
                 }
-                if writer.is_some() || waiting.is_some() {
-                    return held(&mut writer.into_iter().chain(waiting));
+                let read = TicketKind::Read;
+                if let Some(writer) = writer {
+                    // A writer holds: this reader is owed the next turn.
+                    let expires_in = Some(left(writer));
+                    let queued = self.queue_up(name, owner, read, queue, &line, true, now);
+                    return rw_refused(expires_in, queued);
                 }
                 let free = (0..MAX_READERS)
-                    .find(|slot| readers().all(|(held, _)| *held != i64::from(*slot)));
-                match free {
-                    Some(slot) => self.grant_rw(name, Access::Read { slot }, owner, ttl, now),
-                    None => held(&mut readers().map(|(_, row)| row)),
+                    .filter(|slot| readers().all(|(held, _)| *held != i64::from(*slot)))
+                    .collect::<Vec<_>>();
+                if line.read_turn(free.len()) {
+                    self.dequeue(name, &line);
+                    return self.grant_rw(name, Access::Read { slot: free[0] }, owner, ttl, now);
                 }
+                let expires_in = soonest(&mut readers().map(|(_, row)| row));
+                let queued = self.queue_up(name, owner, read, queue, &line, false, now);
+                rw_refused(expires_in, queued)
             }
             RwMode::Write => {
                 if let Some(mine) = writer.filter(|row| row.owner == owner) {
+                    self.dequeue(name, &line);
                     if mine.retired {
+                        self.owe_readers(name);
                         return self.grant_rw(name, Access::Write, owner, ttl, now);
                     }
                     return RwAttempt::Granted {
@@ -196,32 +317,15 @@ impl Rows {
                         expires_in: left(mine),
                     };
                 }
-                if writer.is_some() || readers().next().is_some() {
-                    // Another writer's intent ends sooner, maybe: then this
-                    // writer's turn to hold readers back comes.
-                    let others = waiting.filter(|row| row.owner != owner);
-                    let mut blockers = writer
-                        .into_iter()
-                        .chain(readers().map(|(_, r)| r))
-                        .chain(others);
-                    let refused = held(&mut blockers);
-                    if let Some(intent) = intent
-                        && waiting.is_none_or(|row| row.owner == owner)
-                    {
-                        let row = Row {
-                            owner: owner.to_owned(),
-                            fence: 0,
-                            expires_at: now + intent,
-                            retired: false,
-                        };
-                        self.rw.insert((name.to_owned(), INTENT_SLOT), row);
-                    }
-                    return refused;
+                if writer.is_none() && readers().next().is_none() && line.write_turn() {
+                    self.dequeue(name, &line);
+                    self.owe_readers(name);
+                    return self.grant_rw(name, Access::Write, owner, ttl, now);
                 }
-                if waiting.is_some_and(|row| row.owner == owner) {
-                    self.rw.remove(&(name.to_owned(), INTENT_SLOT));
-                }
-                self.grant_rw(name, Access::Write, owner, ttl, now)
+                let expires_in = soonest(&mut writer.into_iter().chain(readers().map(|(_, r)| r)));
+                let write = TicketKind::Write;
+                let queued = self.queue_up(name, owner, write, queue, &line, false, now);
+                rw_refused(expires_in, queued)
             }
         }
     }
@@ -307,19 +411,21 @@ impl Rows {
     }
 
     /// A permit of `name` for `owner` at `now`, decided and granted as one
-    /// step (the rules of `Engine::acquire_permit`).
+    /// step (the rules of `Engine::acquire_permit`, queued first come, first
+    /// served: `alkstore_core::queue`).
     pub fn acquire_permit(
         &mut self,
         name: &str,
         permits: u32,
         owner: &str,
         ttl: Duration,
+        queue: Queue,
         now: Instant,
     ) -> PermitAttempt {
         if self.live(name, now).is_some() {
             return PermitAttempt::HeldAsLock;
         }
-        if self.live_rw(name, now).next().is_some() {
+        if self.live_rw(name, now).any(|(slot, _)| slot != INTENT_SLOT) {
             return PermitAttempt::HeldAsReadWrite;
         }
         let live: Vec<(u32, PermitRow)> = self
@@ -331,7 +437,9 @@ impl Rows {
                 permits: other.permits,
             };
         }
+        let line = self.line(name, queue, now);
         if let Some((slot, mine)) = live.iter().find(|(_, p)| p.row.owner == owner) {
+            self.dequeue(name, &line);
             if mine.row.retired {
                 return self.grant_permit(name, *slot, permits, owner, ttl, now);
             }
@@ -341,11 +449,17 @@ impl Rows {
                 expires_in: mine.row.expires_at - now,
             };
         }
-        match (0..permits).find(|slot| live.iter().all(|(held, _)| held != slot)) {
-            Some(slot) => self.grant_permit(name, slot, permits, owner, ttl, now),
-            None => PermitAttempt::Held {
-                expires_in: live.iter().map(|(_, p)| p.row.expires_at - now).min(),
-            },
+        let free: Vec<u32> = (0..permits)
+            .filter(|slot| live.iter().all(|(held, _)| held != slot))
+            .collect();
+        if line.permit_turn(free.len()) {
+            self.dequeue(name, &line);
+            return self.grant_permit(name, free[0], permits, owner, ttl, now);
+        }
+        let expires_in = live.iter().map(|(_, p)| p.row.expires_at - now).min();
+        match self.queue_up(name, owner, TicketKind::Permit, queue, &line, false, now) {
+            Some(queued) => PermitAttempt::Queued { expires_in, queued },
+            None => PermitAttempt::Held { expires_in },
         }
     }
 
@@ -405,6 +519,54 @@ impl Rows {
         }
     }
 
+    /// A lock of `name` for `owner` at `now`, decided and granted as one
+    /// step (the rules of `Engine::acquire`, queued first come, first
+    /// served: `alkstore_core::queue`).
+    pub fn acquire(
+        &mut self,
+        name: &str,
+        owner: &str,
+        ttl: Duration,
+        queue: Queue,
+        now: Instant,
+    ) -> Attempt {
+        let live = self
+            .rows
+            .get(name)
+            .filter(|row| row.expires_at > now)
+            .cloned();
+        let line = self.line(name, queue, now);
+        let expires_in = match live {
+            Some(row) if row.owner == owner => {
+                self.dequeue(name, &line);
+                // Its owner's retired grant: a new one, with a new fence.
+                if row.retired {
+                    return self.grant(name, owner, ttl, now);
+                }
+                return Attempt::Granted {
+                    fence: row.fence,
+                    expires_in: row.expires_at - now,
+                };
+            }
+            Some(row) => Some(row.expires_at - now),
+            None => match self.held_by_other_kind(name, now) {
+                Some(HeldAs::Semaphore { permits }) => {
+                    return Attempt::HeldAsSemaphore { permits };
+                }
+                Some(_) => return Attempt::HeldAsReadWrite,
+                None if line.lock_turn() => {
+                    self.dequeue(name, &line);
+                    return self.grant(name, owner, ttl, now);
+                }
+                None => None,
+            },
+        };
+        match self.queue_up(name, owner, TicketKind::Lock, queue, &line, false, now) {
+            Some(queued) => Attempt::Queued { expires_in, queued },
+            None => Attempt::Held { expires_in },
+        }
+    }
+
     /// A new grant of `name` to `owner`: the next fence, drawn under the
     /// same lock that makes the grant visible, so fences follow commit order.
     pub fn grant(&mut self, name: &str, owner: &str, ttl: Duration, now: Instant) -> Attempt {
@@ -422,6 +584,14 @@ impl Rows {
             fence,
             expires_in: ttl,
         }
+    }
+}
+
+/// A refused reader-writer attempt: queued, for a waiting call.
+fn rw_refused(expires_in: Option<Duration>, queued: Option<Queued>) -> RwAttempt {
+    match queued {
+        Some(queued) => RwAttempt::Queued { expires_in, queued },
+        None => RwAttempt::Held { expires_in },
     }
 }
 
@@ -472,43 +642,28 @@ impl Engine for MemoryEngine {
         name: &str,
         owner: &str,
         ttl: LeaseMillis,
+        queue: Queue,
         _deadline: Option<Instant>,
     ) -> Result<Attempt, BoxError> {
         let now = Instant::now();
         self.with_rows(|rows| {
-            let live = rows.rows.get(name).filter(|row| row.expires_at > now);
-            let attempt = match live {
-                // Its owner's retired grant: a new one, with a new fence.
-                Some(row) if row.owner == owner && row.retired => {
-                    rows.grant(name, owner, ttl.as_duration(), now)
-                }
-                Some(row) if row.owner == owner => Attempt::Granted {
-                    fence: row.fence,
-                    expires_in: row.expires_at - now,
-                },
-                Some(row) => Attempt::Held {
-                    expires_in: Some(row.expires_at - now),
-                },
-                None => match rows.held_by_other_kind(name, now) {
-                    Some(HeldAs::Semaphore { permits }) => Attempt::HeldAsSemaphore { permits },
-                    Some(_) => Attempt::HeldAsReadWrite,
-                    None => rows.grant(name, owner, ttl.as_duration(), now),
-                },
-            };
+            let attempt = rows.acquire(name, owner, ttl.as_duration(), queue, now);
             rows.no_fence_left(attempt)
         })
     }
+
     async fn acquire_permit(
         &self,
         name: &str,
         permits: u32,
         owner: &str,
         ttl: LeaseMillis,
+        queue: Queue,
         _deadline: Option<Instant>,
     ) -> Result<PermitAttempt, BoxError> {
         let now = Instant::now();
         self.with_rows(|rows| {
-            let attempt = rows.acquire_permit(name, permits, owner, ttl.as_duration(), now);
+            let attempt = rows.acquire_permit(name, permits, owner, ttl.as_duration(), queue, now);
             rows.no_fence_left(attempt)
         })
     }
@@ -519,15 +674,41 @@ impl Engine for MemoryEngine {
         mode: RwMode,
         owner: &str,
         ttl: LeaseMillis,
-        intent: Option<LeaseMillis>,
+        queue: Queue,
         _deadline: Option<Instant>,
     ) -> Result<RwAttempt, BoxError> {
         let (now, ttl) = (Instant::now(), ttl.as_duration());
-        let intent = intent.map(LeaseMillis::as_duration);
         self.with_rows(|rows| {
-            let attempt = rows.acquire_rw(name, mode, owner, ttl, intent, now);
+            let attempt = rows.acquire_rw(name, mode, owner, ttl, queue, now);
             rows.no_fence_left(attempt)
         })
+    }
+
+    fn queues(&self) -> bool {
+        true
+    }
+
+    async fn leave_queue(&self, name: &str, ticket: u64) -> Result<bool, BoxError> {
+        Ok(self.with_rows(|rows| {
+            rows.tickets
+                .remove(&(name.to_owned(), ticket))
+                .is_some_and(|t| t.expires_at > Instant::now())
+        }))
+    }
+
+    async fn waiters(&self, name: &str) -> Result<Vec<Waiter>, BoxError> {
+        let now = Instant::now();
+        Ok(self.with_rows(|rows| {
+            rows.live_tickets(name, now)
+                .into_iter()
+                .map(|(ticket, t)| Waiter {
+                    owner: t.owner,
+                    ticket,
+                    kind: t.kind.as_str(),
+                    expires_in: t.expires_at - now,
+                })
+                .collect()
+        }))
     }
 
     async fn renew(&self, grant: &GrantKey, ttl: LeaseMillis) -> Result<bool, BoxError> {

@@ -12,8 +12,8 @@ use alkstore_contract_suite::fleet::shifted;
 use alkstore_contract_suite::reference::MemoryEngine;
 use alkstore_core::schedule::{Outcome, Overlap, Schedule, Slot};
 use alkstore_core::{
-    Attempt, BoxError, Engine, EngineStore, GrantKey, Holder, LeaseMillis, Listed, ReleaseBus,
-    Store,
+    Attempt, BoxError, Engine, EngineStore, GrantKey, Holder, LeaseMillis, Listed, Queue,
+    ReleaseBus, Store,
 };
 use async_trait::async_trait;
 
@@ -37,13 +37,17 @@ impl Engine for LateAnswers {
         name: &str,
         owner: &str,
         ttl: LeaseMillis,
+        queue: Queue,
         deadline: Option<Instant>,
     ) -> Result<Attempt, BoxError> {
         if name.ends_with("/running") {
             let delay = self.running_delay_ms.load(Ordering::SeqCst);
             tokio::time::sleep(Duration::from_millis(delay)).await;
         }
-        let attempt = self.inner.acquire(name, owner, ttl, deadline).await?;
+        let attempt = self
+            .inner
+            .acquire(name, owner, ttl, queue, deadline)
+            .await?;
         let delay = Duration::from_millis(self.delay_ms.load(Ordering::SeqCst));
         tokio::time::sleep(delay).await;
         Ok(attempt)

@@ -5,6 +5,7 @@
 
 mod acquire;
 mod closed;
+mod fairness;
 mod fencing;
 mod holder;
 mod keepalive;
@@ -21,6 +22,7 @@ mod waiting;
 
 pub use acquire::*;
 pub use closed::*;
+pub use fairness::*;
 pub use fencing::*;
 pub use holder::*;
 pub use keepalive::*;

@@ -7,7 +7,9 @@ use std::sync::Mutex;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
-use alkstore_core::{Attempt, BoxError, Engine, GrantKey, Holder, LeaseMillis, Listed, ReleaseBus};
+use alkstore_core::{
+    Attempt, BoxError, Engine, GrantKey, Holder, LeaseMillis, Listed, Queue, ReleaseBus,
+};
 use async_trait::async_trait;
 
 /// What the negative-control engines answer to the operator's calls: they
@@ -29,6 +31,7 @@ impl Engine for GrantsEverything {
         name: &str,
         owner: &str,
         ttl: LeaseMillis,
+        _queue: Queue,
         _deadline: Option<std::time::Instant>,
     ) -> Result<Attempt, BoxError> {
         let fence = self.fences.fetch_add(1, Ordering::SeqCst) + 1;
@@ -124,6 +127,7 @@ impl Engine for DrawsFenceEarly {
         name: &str,
         owner: &str,
         ttl: LeaseMillis,
+        _queue: Queue,
         _deadline: Option<std::time::Instant>,
     ) -> Result<Attempt, BoxError> {
         let fence = self.shared.fences.fetch_add(1, Ordering::SeqCst) + 1;

@@ -1,0 +1,406 @@
+//! Fair waiting: first come, first served across stores, reader-writer
+//! locks where neither side starves, and a queue that no dead, dropped or
+//! `try_` caller blocks (`alkstore_core::queue`).
+//!
+//! The cases make the order they check: each waiter asks only once the
+//! one before it shows in the queue ([`Store::waiters`]), so "earlier" is
+//! the engine's order, not a hope about timing. An engine that does not
+//! queue opts out of them by name.
+
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use alkstore_core::{Lock, Store, TICKET_LEASE};
+
+use crate::Stores;
+use crate::clock::{clock, ms};
+use crate::support::{LANDING, granted, refused};
+
+const LONG: Duration = Duration::from_secs(30);
+
+/// The grants a case saw: who, with which fence, in the order they came.
+type Seen = Arc<Mutex<Vec<(String, u64)>>>;
+
+/// Waits until `name`'s queue, as `store` shows it, holds `n` waiters
+/// (10 s at most).
+async fn until_queued(store: &dyn Store, name: &str, n: usize) {
+    let asked = Instant::now();
+    loop {
+        let waiters = store.waiters(name).await.unwrap();
+        if waiters.len() == n {
+            return;
+        }
+        assert!(
+            asked.elapsed() < Duration::from_secs(10),
+            "the queue of {name} never held {n} waiters: it shows {waiters:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+}
+
+/// How a waiter of [`queue_up`] asks.
+#[derive(Debug, Clone, Copy)]
+enum Ask {
+    Lock,
+    Permit(u32),
+    Read,
+    Write,
+}
+
+/// Starts `owner` waiting on `store` for `name` (as `ask` says), and
+/// returns once its ticket shows as the queue's `position + 1`-th. Once
+/// granted, the waiter notes its grant in `seen` and releases at once.
+async fn queue_up(
+    store: &Arc<dyn Store>,
+    viewer: &dyn Store,
+    name: &str,
+    owner: &str,
+    ask: Ask,
+    position: usize,
+    seen: &Seen,
+) -> tokio::task::JoinHandle<()> {
+    let (store, name_owned, owner_owned, seen) = (
+        store.clone(),
+        name.to_owned(),
+        owner.to_owned(),
+        seen.clone(),
+    );
+    let waiter = tokio::spawn(async move {
+        let (name, owner) = (name_owned.as_str(), owner_owned.as_str());
+        let granted = match ask {
+            Ask::Lock => store.lock(name, owner, LONG, LONG).await,
+            Ask::Permit(permits) => store.acquire_permit(name, permits, owner, LONG, LONG).await,
+            Ask::Read => store.read_lock(name, owner, LONG, LONG).await,
+            Ask::Write => store.write_lock(name, owner, LONG, LONG).await,
+        };
+        let lock = granted
+            .unwrap()
+            .expect("a waiter of a LONG wait is granted");
+        seen.lock().unwrap().push((owner.to_owned(), lock.fence()));
+        assert!(lock.release().await.unwrap());
+    });
+    until_queued(viewer, name, position + 1).await;
+    waiter
+}
+
+/// The owners in `seen`, in the order of their fences (the engine's commit
+/// order: the order they were granted in).
+fn by_fence(seen: &Seen) -> Vec<String> {
+    let mut seen = seen.lock().unwrap().clone();
+    seen.sort_by_key(|(_, fence)| *fence);
+    seen.into_iter().map(|(owner, _)| owner).collect()
+}
+
+/// Eight independent stores queue for a held lock, each once the one
+/// before shows in the queue; then for a held semaphore's one free permit
+/// at a time. They are granted in the order they queued, with fences
+/// rising in that order (fences still follow commit order).
+pub async fn waiters_are_granted_in_arrival_order(stores: Stores) {
+    let peers = stores.open(8).await;
+    let store = &stores.store;
+    let seen: Seen = Arc::default();
+    let holder = granted(store.try_lock("fifo", "holder", LONG).await);
+    let mut waiters = Vec::new();
+    for (i, peer) in peers.iter().enumerate() {
+        let owner = format!("w{i}");
+        waiters.push(queue_up(peer, store.as_ref(), "fifo", &owner, Ask::Lock, i, &seen).await);
+    }
+    assert!(holder.release().await.unwrap());
+    for waiter in waiters {
+        waiter.await.unwrap();
+    }
+    let expected: Vec<String> = (0..8).map(|i| format!("w{i}")).collect();
+    assert_eq!(
+        by_fence(&seen),
+        expected,
+        "rule: waiters are granted first come, first served; the fences show this order of grants"
+    );
+
+    // A semaphore of 3: two permits stay held, one goes round the queue.
+    let seen: Seen = Arc::default();
+    let kept: Vec<Box<dyn Lock>> = vec![
+        granted(store.try_acquire_permit("fifo/p", 3, "k1", LONG).await),
+        granted(store.try_acquire_permit("fifo/p", 3, "k2", LONG).await),
+    ];
+    let third = granted(store.try_acquire_permit("fifo/p", 3, "k3", LONG).await);
+    let mut waiters = Vec::new();
+    for (i, peer) in peers.iter().enumerate() {
+        let owner = format!("p{i}");
+        let ask = Ask::Permit(3);
+        waiters.push(queue_up(peer, store.as_ref(), "fifo/p", &owner, ask, i, &seen).await);
+    }
+    assert!(third.release().await.unwrap());
+    for waiter in waiters {
+        waiter.await.unwrap();
+    }
+    let expected: Vec<String> = (0..8).map(|i| format!("p{i}")).collect();
+    assert_eq!(
+        by_fence(&seen),
+        expected,
+        "rule: permits go to waiters first come, first served"
+    );
+    for permit in kept {
+        assert!(permit.release().await.unwrap());
+    }
+}
+
+/// Reader-writer locks are phase-fair. A reader that asks while a writer
+/// holds, with two writers queued before it, is granted right after that
+/// writer, before the two; and a reader that asks while readers hold and
+/// a writer is queued waits for that one writer, and goes before a writer
+/// queued after it. So a reader waits for at most one writer, and a
+/// writer for at most one phase of readers. A reader owed its turn keeps
+/// it against the writers queued before it even when it cannot take it
+/// at once (its store closed): the first of them is granted only once
+/// that reader's place lapsed.
+pub async fn a_reader_waits_for_at_most_one_writer(stores: Stores) {
+    let peers = stores.open(5).await;
+    let store = &stores.store;
+    let seen: Seen = Arc::default();
+    let w1 = granted(store.try_write_lock("phase", "w1", LONG).await);
+    let viewer = store.as_ref();
+    let w2 = queue_up(&peers[1], viewer, "phase", "w2", Ask::Write, 0, &seen).await;
+    let w3 = queue_up(&peers[2], viewer, "phase", "w3", Ask::Write, 1, &seen).await;
+    let r = queue_up(&peers[3], viewer, "phase", "r", Ask::Read, 2, &seen).await;
+    assert!(w1.release().await.unwrap());
+    for waiter in [w2, w3, r] {
+        waiter.await.unwrap();
+    }
+    assert_eq!(
+        by_fence(&seen),
+        ["r", "w2", "w3"],
+        "rule: a reader that asked while a writer held goes right after that writer, before the \
+         writers queued before it (it waits for at most one writer)"
+    );
+
+    let seen: Seen = Arc::default();
+    let r1 = granted(store.try_read_lock("phase/b", "r1", LONG).await);
+    let w = queue_up(&peers[1], viewer, "phase/b", "w", Ask::Write, 0, &seen).await;
+    let r2 = queue_up(&peers[2], viewer, "phase/b", "r2", Ask::Read, 1, &seen).await;
+    let w_late = queue_up(&peers[3], viewer, "phase/b", "w-late", Ask::Write, 2, &seen).await;
+    assert!(r1.release().await.unwrap());
+    for waiter in [w, r2, w_late] {
+        waiter.await.unwrap();
+    }
+    assert_eq!(
+        by_fence(&seen),
+        ["w", "r2", "w-late"],
+        "rule: a reader that asked while readers held and a writer waited goes after that one \
+         writer, and before a writer queued after it"
+    );
+
+    let seen: Seen = Arc::default();
+    let w1 = granted(store.try_write_lock("phase/c", "w1", LONG).await);
+    let w2 = queue_up(&peers[1], viewer, "phase/c", "w2", Ask::Write, 0, &seen).await;
+    let owed = {
+        let peer = peers[4].clone();
+        let reading = tokio::spawn(async move { peer.read_lock("phase/c", "r", LONG, LONG).await });
+        until_queued(viewer, "phase/c", 2).await;
+        reading
+    };
+    peers[4].close().await.unwrap();
+    assert!(owed.await.unwrap().is_err());
+    let looked = Instant::now();
+    let place = store.waiters("phase/c").await.unwrap();
+    let lasts = place
+        .iter()
+        .find(|w| w.owner == "r")
+        .map(|w| w.expires_in)
+        .unwrap_or_default();
+    assert!(w1.release().await.unwrap());
+    let bound = TICKET_LEASE + clock().end_slack() + LANDING;
+    tokio::time::timeout(bound, w2)
+        .await
+        .unwrap_or_else(|_| {
+            panic!(
+                "rule: a dead reader's place is freed within the ticket lease; the writer \
+                 behind it was not granted {bound:?} after the release"
+            )
+        })
+        .unwrap();
+    let granted_after = looked.elapsed();
+    assert!(
+        granted_after >= lasts,
+        "rule: a writer waits while a reader is owed the turn; the writer queued first was \
+         granted {granted_after:?} after the owed reader's place was seen to last {lasts:?} more"
+    );
+}
+
+/// A waiter that dies in the queue (its store closed: no attempt renews its
+/// ticket, and nobody removes it) keeps its place until its ticket's lease
+/// ends, and no longer: the waiter behind it is granted after the dead
+/// waiter's ticket lapsed (first come, first served), and within the
+/// ticket lease of the name's release (and a margin for a loaded machine).
+pub async fn a_dead_waiters_place_is_freed_within_the_ticket_lease(stores: Stores) {
+    let peers = stores.open(3).await;
+    let store = &stores.store;
+    let seen: Seen = Arc::default();
+    let holder = granted(store.try_lock("dead", "holder", LONG).await);
+    let dying = {
+        let peer = peers[1].clone();
+        let waiting = tokio::spawn(async move { peer.lock("dead", "dies", LONG, LONG).await });
+        until_queued(store.as_ref(), "dead", 1).await;
+        waiting
+    };
+    let behind = queue_up(
+        &peers[2],
+        store.as_ref(),
+        "dead",
+        "behind",
+        Ask::Lock,
+        1,
+        &seen,
+    )
+    .await;
+    peers[1].close().await.unwrap();
+    assert!(
+        dying.await.unwrap().is_err(),
+        "a waiting call of a store closed under it fails closed"
+    );
+    // The dead waiter's place lasts at least this long from here.
+    let looked = Instant::now();
+    let place = store.waiters("dead").await.unwrap();
+    let lasts = place
+        .iter()
+        .find(|w| w.owner == "dies")
+        .map(|w| w.expires_in)
+        .unwrap_or_default();
+    let released = Instant::now();
+    assert!(holder.release().await.unwrap());
+    let bound = TICKET_LEASE + clock().end_slack() + LANDING;
+    tokio::time::timeout(bound, behind)
+        .await
+        .unwrap_or_else(|_| {
+            panic!(
+                "rule: a dead waiter's place is freed within the ticket lease ({TICKET_LEASE:?}); \
+                 the waiter behind it was not granted {bound:?} after the release"
+            )
+        })
+        .unwrap();
+    let granted_after = looked.elapsed();
+    assert!(
+        granted_after >= lasts,
+        "rule: the waiter behind a dead waiter is granted only once the dead waiter's place \
+         lapsed; granted {granted_after:?} after its place was seen to last {lasts:?} more"
+    );
+    eprintln!(
+        "dead waiter: the waiter behind it granted {:?} after the release (the dead waiter's \
+         place lasted {lasts:?} more when looked at)",
+        released.elapsed()
+    );
+}
+
+/// A waiting call whose future is dropped leaves the queue at once (well
+/// before its ticket would lapse), and the waiter behind it is granted as
+/// the name frees.
+pub async fn a_dropped_waiter_leaves_the_queue_at_once(stores: Stores) {
+    let peers = stores.open(3).await;
+    let store = &stores.store;
+    let seen: Seen = Arc::default();
+    let holder = granted(store.try_lock("gone", "holder", LONG).await);
+    let dropped = queue_up(
+        &peers[1],
+        store.as_ref(),
+        "gone",
+        "dropped",
+        Ask::Lock,
+        0,
+        &seen,
+    )
+    .await;
+    let behind = queue_up(
+        &peers[2],
+        store.as_ref(),
+        "gone",
+        "behind",
+        Ask::Lock,
+        1,
+        &seen,
+    )
+    .await;
+    dropped.abort();
+    assert!(dropped.await.unwrap_err().is_cancelled());
+    let left = Instant::now();
+    let bound = ms(300);
+    loop {
+        let waiters = store.waiters("gone").await.unwrap();
+        if waiters.iter().all(|w| w.owner != "dropped") {
+            break;
+        }
+        assert!(
+            left.elapsed() < bound,
+            "rule: a waiter whose future is dropped leaves the queue at once; still queued \
+             {:?} after the drop: {waiters:?}",
+            left.elapsed()
+        );
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    assert!(holder.release().await.unwrap());
+    behind.await.unwrap();
+    assert_eq!(by_fence(&seen), ["behind"]);
+}
+
+/// A `try_` call never queues (the queue shows no ticket of it) and never
+/// jumps the queue: with the name free but a waiter's ticket live (its
+/// store closed, so it cannot take its turn), `try_lock` is refused until
+/// that ticket lapses, and granted after.
+pub async fn try_never_queues_nor_jumps_the_queue(stores: Stores) {
+    let peers = stores.open(5).await;
+    let store = &stores.store;
+    let trier = &peers[1];
+    // Set up until the refusal was seen with the waiter's ticket live after
+    // it (a stalled machine may let the ticket lapse first: then there was
+    // nothing to jump, and the round proves nothing).
+    for round in 0..3 {
+        let name = format!("turn/{round}");
+        let holder = granted(store.try_lock(&name, "holder", LONG).await);
+        // A store of its own each round: closed below.
+        let peer = peers[2 + round].clone();
+        let waiting = {
+            let name = name.clone();
+            tokio::spawn(async move { peer.lock(&name, "waiter", LONG, LONG).await })
+        };
+        until_queued(store.as_ref(), &name, 1).await;
+        refused(trier.try_lock(&name, "trier", LONG).await);
+        let queued = store.waiters(&name).await.unwrap();
+        assert!(
+            queued.iter().all(|w| w.owner != "trier"),
+            "rule: a try_ call never queues; the queue shows {queued:?}"
+        );
+        // The waiter can no longer take its turn; its ticket stays until
+        // it lapses.
+        peers[2 + round].close().await.unwrap();
+        assert!(waiting.await.unwrap().is_err());
+        assert!(holder.release().await.unwrap());
+        let tried = trier.try_lock(&name, "trier", LONG).await.unwrap();
+        let still_queued = store.waiters(&name).await.unwrap();
+        if still_queued.is_empty() {
+            if let Some(lock) = tried {
+                assert!(lock.release().await.unwrap());
+            }
+            eprintln!("round {round}: the waiter's ticket lapsed before it was looked at again");
+            continue;
+        }
+        assert!(
+            tried.is_none(),
+            "rule: a try_ call never jumps the queue; it was granted while {still_queued:?} waited"
+        );
+        let asked = Instant::now();
+        let bound = TICKET_LEASE + clock().end_slack() + LANDING;
+        let lock = loop {
+            if let Some(lock) = trier.try_lock(&name, "trier", LONG).await.unwrap() {
+                break lock;
+            }
+            assert!(
+                asked.elapsed() < bound,
+                "rule: a waiter's ticket that nothing renews lapses within the ticket lease; \
+                 try_lock still refused {:?} later",
+                asked.elapsed()
+            );
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        };
+        assert!(lock.release().await.unwrap());
+        return;
+    }
+    panic!("in three rounds, the waiter's ticket never outlived the try_lock after the release");
+}
