@@ -160,6 +160,37 @@ pub enum RwAttempt {
     HeldAsOther(HeldAs),
 }
 
+impl Attempt {
+    /// A refusal: [`Attempt::Queued`] for a waiting call that stands in the
+    /// queue, [`Attempt::Held`] otherwise.
+    pub fn refused(expires_in: Option<Duration>, queued: Option<Queued>) -> Self {
+        match queued {
+            Some(queued) => Attempt::Queued { expires_in, queued },
+            None => Attempt::Held { expires_in },
+        }
+    }
+}
+
+impl PermitAttempt {
+    /// A refusal, as [`Attempt::refused`].
+    pub fn refused(expires_in: Option<Duration>, queued: Option<Queued>) -> Self {
+        match queued {
+            Some(queued) => PermitAttempt::Queued { expires_in, queued },
+            None => PermitAttempt::Held { expires_in },
+        }
+    }
+}
+
+impl RwAttempt {
+    /// A refusal, as [`Attempt::refused`].
+    pub fn refused(expires_in: Option<Duration>, queued: Option<Queued>) -> Self {
+        match queued {
+            Some(queued) => RwAttempt::Queued { expires_in, queued },
+            None => RwAttempt::Held { expires_in },
+        }
+    }
+}
+
 /// The row operations of one storage engine.
 ///
 /// Every method gets arguments that already passed validation. Each must be

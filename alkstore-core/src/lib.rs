@@ -62,7 +62,7 @@ pub use store::{
     MIN_FENCE_RAISE, Store,
 };
 pub use url::{EngineDescriptor, UrlError};
-pub use wake::{ReleaseBus, Subscription, TicketWatch};
+pub use wake::{ReleaseBus, Subscription, TicketWatch, Watch};
 
 /// Re-exports for this crate's macros; not part of the public API.
 #[doc(hidden)]

@@ -2,6 +2,7 @@
 //! queued waiter's cue, by the ticket ahead of it).
 
 use std::collections::{HashMap, VecDeque};
+use std::hash::Hash;
 use std::sync::{Arc, Mutex};
 
 use tokio::sync::Notify;
@@ -19,21 +20,49 @@ use tokio::sync::Notify;
 /// wakes one waiter, the next in line, not every waiter of the name.
 #[derive(Debug, Default)]
 pub struct ReleaseBus {
-    names: Mutex<HashMap<String, Arc<Notify>>>,
-    tickets: Mutex<Tickets>,
-}
-
-/// The watched tickets, and the last ones that left (a cue that came
-/// before its watch, between an attempt's answer and the watch, still
-/// counts).
-#[derive(Debug, Default)]
-struct Tickets {
-    watched: HashMap<(String, u64), Arc<Notify>>,
-    left: VecDeque<(String, u64)>,
+    names: Watched<String>,
+    tickets: Watched<(String, u64)>,
+    /// The last tickets that left: a cue that came before its watch
+    /// (between an attempt's answer and the watch) still counts.
+    left: Mutex<VecDeque<(String, u64)>>,
 }
 
 /// How many departed tickets the bus remembers for watches that come late.
 const REMEMBERED_DEPARTURES: usize = 256;
+
+/// Notifiers by key, each kept while a [`Watch`] of it lives.
+#[derive(Debug)]
+struct Watched<K>(Mutex<HashMap<K, Arc<Notify>>>);
+
+impl<K> Default for Watched<K> {
+    fn default() -> Self {
+        Watched(Mutex::new(HashMap::new()))
+    }
+}
+
+impl<K: Eq + Hash + Clone> Watched<K> {
+    fn watch(&self, key: K) -> Watch<'_, K> {
+        let mut map = self.0.lock().unwrap_or_else(|e| e.into_inner());
+        let notify = map.entry(key.clone()).or_default().clone();
+        Watch {
+            watched: self,
+            key,
+            notify: Some(notify),
+        }
+    }
+
+    /// Runs `f` on the notifier of `key`, if it is watched.
+    fn with(&self, key: &K, f: impl FnOnce(&Notify)) {
+        let map = self.0.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(notify) = map.get(key) {
+            f(notify);
+        }
+    }
+
+    fn len(&self) -> usize {
+        self.0.lock().unwrap_or_else(|e| e.into_inner()).len()
+    }
+}
 
 impl ReleaseBus {
     /// An empty bus.
@@ -43,27 +72,18 @@ impl ReleaseBus {
 
     /// Registers interest in `name` for as long as the subscription lives.
     pub fn subscribe(&self, name: &str) -> Subscription<'_> {
-        let mut names = self.names.lock().unwrap_or_else(|e| e.into_inner());
-        let notify = names.entry(name.to_owned()).or_default().clone();
-        Subscription {
-            bus: self,
-            name: name.to_owned(),
-            notify: Some(notify),
-        }
+        self.names.watch(name.to_owned())
     }
 
     /// `name` was released: wake one of its waiters, if any.
     pub fn released(&self, name: &str) {
-        let names = self.names.lock().unwrap_or_else(|e| e.into_inner());
-        if let Some(notify) = names.get(name) {
-            notify.notify_one();
-        }
+        self.names.with(&name.to_owned(), Notify::notify_one);
     }
 
     /// Wake every waiter of every name (after a close, or when the
     /// cross-process channel may have missed releases).
     pub fn wake_all(&self) {
-        let names = self.names.lock().unwrap_or_else(|e| e.into_inner());
+        let names = self.names.0.lock().unwrap_or_else(|e| e.into_inner());
         for notify in names.values() {
             notify.notify_waiters();
             notify.notify_one();
@@ -72,102 +92,78 @@ impl ReleaseBus {
 
     /// How many names have waiters now.
     pub fn watched_names(&self) -> usize {
-        self.names.lock().unwrap_or_else(|e| e.into_inner()).len()
+        self.names.len()
     }
 
     /// `ticket` left `name`'s queue (granted, or gone): wake the waiter
     /// watching it, the next in line.
     pub fn dequeued(&self, name: &str, ticket: u64) {
-        let mut tickets = self.tickets.lock().unwrap_or_else(|e| e.into_inner());
         let key = (name.to_owned(), ticket);
-        if let Some(notify) = tickets.watched.get(&key) {
-            notify.notify_one();
+        // Remembered before the watch is looked for, as a watch registers
+        // before it looks here: one of the two sees the other.
+        {
+            let mut left = self.left.lock().unwrap_or_else(|e| e.into_inner());
+            if left.len() >= REMEMBERED_DEPARTURES {
+                left.pop_front();
+            }
+            left.push_back(key.clone());
         }
-        if tickets.left.len() >= REMEMBERED_DEPARTURES {
-            tickets.left.pop_front();
-        }
-        tickets.left.push_back(key);
+        self.tickets.with(&key, Notify::notify_one);
     }
 
     /// Watches `ticket` of `name` for its leaving ([`ReleaseBus::dequeued`]),
     /// for as long as the watch lives. A ticket that left shortly before
     /// (the bus remembers the last few hundred) is cued at once.
     pub fn watch_ticket(&self, name: &str, ticket: u64) -> TicketWatch<'_> {
-        let mut tickets = self.tickets.lock().unwrap_or_else(|e| e.into_inner());
         let key = (name.to_owned(), ticket);
-        let notify = tickets.watched.entry(key.clone()).or_default().clone();
-        if tickets.left.contains(&key) {
-            notify.notify_one();
+        let watch = self.tickets.watch(key.clone());
+        let left = self.left.lock().unwrap_or_else(|e| e.into_inner());
+        if left.contains(&key) {
+            watch.notify().notify_one();
         }
-        TicketWatch {
-            bus: self,
-            key,
-            notify: Some(notify),
-        }
+        watch
     }
 
     /// How many tickets have watches now.
     pub fn watched_tickets(&self) -> usize {
-        let tickets = self.tickets.lock().unwrap_or_else(|e| e.into_inner());
-        tickets.watched.len()
+        self.tickets.len()
     }
 }
 
-/// A watch on one ticket's leaving; see [`ReleaseBus::watch_ticket`].
+/// Interest in one key's notifications, for as long as it lives: a name's
+/// releases ([`Subscription`]) or a ticket's leaving ([`TicketWatch`]).
 #[derive(Debug)]
-pub struct TicketWatch<'a> {
-    bus: &'a ReleaseBus,
-    key: (String, u64),
+pub struct Watch<'a, K: Eq + Hash + Clone> {
+    watched: &'a Watched<K>,
+    key: K,
     notify: Option<Arc<Notify>>,
-}
-
-impl TicketWatch<'_> {
-    /// The notifier to wait on: the ticket left.
-    pub fn notify(&self) -> &Notify {
-        self.notify.as_deref().expect("present until drop")
-    }
-}
-
-impl Drop for TicketWatch<'_> {
-    fn drop(&mut self) {
-        let mut tickets = self.bus.tickets.lock().unwrap_or_else(|e| e.into_inner());
-        drop(self.notify.take());
-        if tickets
-            .watched
-            .get(&self.key)
-            .is_some_and(|n| Arc::strong_count(n) == 1)
-        {
-            tickets.watched.remove(&self.key);
-        }
-    }
 }
 
 /// Interest in one name's releases; see [`ReleaseBus::subscribe`].
-#[derive(Debug)]
-pub struct Subscription<'a> {
-    bus: &'a ReleaseBus,
-    name: String,
-    notify: Option<Arc<Notify>>,
-}
+pub type Subscription<'a> = Watch<'a, String>;
 
-impl Subscription<'_> {
-    /// The notifier to wait on; enable its `notified()` future before each
-    /// attempt so that a release landing during the attempt is not missed.
+/// A watch on one ticket's leaving; see [`ReleaseBus::watch_ticket`].
+pub type TicketWatch<'a> = Watch<'a, (String, u64)>;
+
+impl<K: Eq + Hash + Clone> Watch<'_, K> {
+    /// The notifier to wait on. For a name's releases, enable its
+    /// `notified()` future before each attempt so that a release landing
+    /// during the attempt is not missed.
     pub fn notify(&self) -> &Notify {
         self.notify.as_deref().expect("present until drop")
     }
 }
 
-impl Drop for Subscription<'_> {
+impl<K: Eq + Hash + Clone> Drop for Watch<'_, K> {
     fn drop(&mut self) {
-        let mut names = self.bus.names.lock().unwrap_or_else(|e| e.into_inner());
+        let mut map = self.watched.0.lock().unwrap_or_else(|e| e.into_inner());
         // Drop our reference under the mutex, so the count below is exact.
         drop(self.notify.take());
-        if names
-            .get(&self.name)
+        if map
+            .get(&self.key)
             .is_some_and(|n| Arc::strong_count(n) == 1)
         {
-            names.remove(&self.name);
+            map.remove(&self.key);
         }
     }
 }

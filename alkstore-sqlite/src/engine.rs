@@ -318,10 +318,7 @@ pub(crate) fn acquire(
             expires_in: lease_left(ttl),
         })
     };
-    let refused = |expires_in, queued: Option<Queued>| match queued {
-        Some(queued) => Attempt::Queued { expires_in, queued },
-        None => Attempt::Held { expires_in },
-    };
+    let refused = Attempt::refused;
     let kind = TicketKind::Lock;
     in_turn(
         conn, name, owner, kind, queue, deadline, busy, look, grant, refused,
@@ -537,10 +534,7 @@ pub(crate) fn acquire_rw(
             expires_in: lease_left(ttl),
         })
     };
-    let refused = |expires_in, queued: Option<Queued>| match queued {
-        Some(queued) => RwAttempt::Queued { expires_in, queued },
-        None => RwAttempt::Held { expires_in },
-    };
+    let refused = RwAttempt::refused;
     let kind = match mode {
         RwMode::Read => TicketKind::Read,
         RwMode::Write => TicketKind::Write,
@@ -581,10 +575,7 @@ pub(crate) fn acquire_permit(
             expires_in: lease_left(ttl),
         })
     };
-    let refused = |expires_in, queued: Option<Queued>| match queued {
-        Some(queued) => PermitAttempt::Queued { expires_in, queued },
-        None => PermitAttempt::Held { expires_in },
-    };
+    let refused = PermitAttempt::refused;
     let kind = TicketKind::Permit;
     in_turn(
         conn, name, owner, kind, queue, deadline, busy, look, grant, refused,

@@ -291,7 +291,7 @@ impl Rows {
                     // A writer holds: this reader is owed the next turn.
                     let expires_in = Some(left(writer));
                     let queued = self.queue_up(name, owner, read, queue, &line, true, now);
-                    return rw_refused(expires_in, queued);
+                    return RwAttempt::refused(expires_in, queued);
                 }
                 let free = (0..MAX_READERS)
                     .filter(|slot| readers().all(|(held, _)| *held != i64::from(*slot)))
@@ -302,7 +302,7 @@ impl Rows {
                 }
                 let expires_in = soonest(&mut readers().map(|(_, row)| row));
                 let queued = self.queue_up(name, owner, read, queue, &line, false, now);
-                rw_refused(expires_in, queued)
+                RwAttempt::refused(expires_in, queued)
             }
             RwMode::Write => {
                 if let Some(mine) = writer.filter(|row| row.owner == owner) {
@@ -325,7 +325,7 @@ impl Rows {
                 let expires_in = soonest(&mut writer.into_iter().chain(readers().map(|(_, r)| r)));
                 let write = TicketKind::Write;
                 let queued = self.queue_up(name, owner, write, queue, &line, false, now);
-                rw_refused(expires_in, queued)
+                RwAttempt::refused(expires_in, queued)
             }
         }
     }
@@ -457,10 +457,8 @@ impl Rows {
             return self.grant_permit(name, free[0], permits, owner, ttl, now);
         }
         let expires_in = live.iter().map(|(_, p)| p.row.expires_at - now).min();
-        match self.queue_up(name, owner, TicketKind::Permit, queue, &line, false, now) {
-            Some(queued) => PermitAttempt::Queued { expires_in, queued },
-            None => PermitAttempt::Held { expires_in },
-        }
+        let queued = self.queue_up(name, owner, TicketKind::Permit, queue, &line, false, now);
+        PermitAttempt::refused(expires_in, queued)
     }
 
     /// A new grant of `slot` of `name`, with the next fence.
@@ -561,10 +559,8 @@ impl Rows {
                 None => None,
             },
         };
-        match self.queue_up(name, owner, TicketKind::Lock, queue, &line, false, now) {
-            Some(queued) => Attempt::Queued { expires_in, queued },
-            None => Attempt::Held { expires_in },
-        }
+        let queued = self.queue_up(name, owner, TicketKind::Lock, queue, &line, false, now);
+        Attempt::refused(expires_in, queued)
     }
 
     /// A new grant of `name` to `owner`: the next fence, drawn under the
@@ -584,14 +580,6 @@ impl Rows {
             fence,
             expires_in: ttl,
         }
-    }
-}
-
-/// A refused reader-writer attempt: queued, for a waiting call.
-fn rw_refused(expires_in: Option<Duration>, queued: Option<Queued>) -> RwAttempt {
-    match queued {
-        Some(queued) => RwAttempt::Queued { expires_in, queued },
-        None => RwAttempt::Held { expires_in },
     }
 }
 
