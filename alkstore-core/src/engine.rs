@@ -202,7 +202,8 @@ impl RwAttempt {
 pub trait Engine: Send + Sync + 'static {
     /// Grant `name` to `owner` when no unexpired row exists for it (insert, or
     /// take over an expired row with a new, higher fence); when `owner`'s own
-    /// row is live, grant it again unchanged. A refusal must write nothing.
+    /// row is live, grant it again unchanged. A refusal must write nothing
+    /// but a waiting call's ticket (a `try_` call's refusal writes nothing).
     ///
     /// `queue` is the attempt's standing toward the name's queue: an engine
     /// that [queues](Engine::queues) grants only in turn, draws, renews and

@@ -501,6 +501,12 @@ impl<'a, E: Engine> Place<'a, E> {
     /// [`MAX_INTENT`]), and nothing for the others.
     fn queue(&self, ask: Ask, ttl: LeaseMillis, wait_left: Option<Duration>) -> Queue {
         if self.shared.engine.queues() {
+            // A call with no wait left and no place yet (a zero wait) makes
+            // its one attempt as a `try_` call does: a place it would
+            // leave at once is not worth a write.
+            if self.ticket.is_none() && wait_left == Some(Duration::ZERO) {
+                return Queue::Never;
+            }
             return Queue::Waiting {
                 ticket: self.ticket,
                 lease: ticket_lease(wait_left),
