@@ -523,8 +523,15 @@ impl<'a, E: Engine> Place<'a, E> {
 
     /// Refused: the ticket the engine answered (a new one when the old
     /// had lapsed), if it queues; where it first stood, counted.
+    ///
+    /// A refusal that says nothing of the queue (an attempt cut short by
+    /// its bound) keeps the ticket the call had: it is still this call's to
+    /// renew or to leave.
     fn refused(&mut self, queued: Option<Queued>) {
-        if let (None, Some(queued)) = (self.first_position, queued) {
+        let Some(queued) = queued else {
+            return;
+        };
+        if self.first_position.is_none() {
             self.first_position = Some(queued.position);
             let engine = self.shared.engine.name();
             metrics::observe_value(
@@ -533,7 +540,7 @@ impl<'a, E: Engine> Place<'a, E> {
                 f64::from(queued.position),
             );
         }
-        self.ticket = queued.map(|queued| queued.ticket);
+        self.ticket = Some(queued.ticket);
     }
 
     /// Granted: the engine removed the ticket in the same step; the waiter

@@ -108,7 +108,12 @@ impl ReleaseBus {
             }
             left.push_back(key.clone());
         }
-        self.tickets.with(&key, Notify::notify_one);
+        // Every waiter watching it (readers may all watch one writer), and a
+        // watch about to wait.
+        self.tickets.with(&key, |notify| {
+            notify.notify_waiters();
+            notify.notify_one();
+        });
     }
 
     /// Watches `ticket` of `name` for its leaving ([`ReleaseBus::dequeued`]),

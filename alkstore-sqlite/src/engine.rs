@@ -118,6 +118,10 @@ fn no_fence_left(left: u64) -> rusqlite::Error {
 enum Turn<A, G> {
     /// The answer; nothing to write.
     Answer(A),
+    /// The owner's own live grant, given back: the answer, and the
+    /// attempt's ticket, if it has one, leaves the queue (a waiting call of
+    /// an owner that already holds the name is granted with it).
+    Own(A),
     /// Its turn: grant this.
     Grant(G),
     /// Not its turn (the name is held, or others queued first): refused,
@@ -188,6 +192,10 @@ fn in_turn<A, G>(
         let first = decide(conn, &live_line(conn, name, queue, now)?, now)?;
         let mut commit = match (first, queue) {
             (Turn::Answer(answer), _) => return Ok(answer),
+            (Turn::Own(answer), Queue::Never | Queue::Waiting { ticket: None, .. }) => {
+                return Ok(answer);
+            }
+            (Turn::Own(_), Queue::Waiting { .. }) => Commit::Unsynced,
             (Turn::Wait { expires_in, .. }, Queue::Never) => return Ok(refused(expires_in, None)),
             (Turn::Wait { .. }, Queue::Waiting { .. }) => Commit::Unsynced,
             (Turn::Grant(_), _) => Commit::Synced,
@@ -199,6 +207,17 @@ fn in_turn<A, G>(
             let line = live_line(&tx, name, queue, now)?;
             let answer = match (decide(&tx, &line, now)?, queue) {
                 (Turn::Answer(answer), _) => return Ok(answer),
+                (Turn::Own(answer), _) => match &line.mine {
+                    Some(mine) => {
+                        tx.prepare_cached(sql::DROP_TICKET)?.execute(params![
+                            name,
+                            ticket_to_sql(mine.number),
+                            now
+                        ])?;
+                        answer
+                    }
+                    None => return Ok(answer),
+                },
                 (Turn::Wait { expires_in, .. }, Queue::Never) => {
                     return Ok(refused(expires_in, None));
                 }
@@ -288,7 +307,7 @@ pub(crate) fn acquire(
                     owed: false,
                 });
             }
-            Some(answer) => return Ok(Turn::Answer(answer)),
+            Some(answer) => return Ok(Turn::Own(answer)),
             None => {}
         }
         // The owner's own grant, retired by a fence raise: granted anew,
@@ -392,7 +411,7 @@ fn decide_permit(
             // Retired by a fence raise: its own slot, granted anew.
             return Ok(Turn::Grant(mine.slot as u32));
         }
-        return Ok(Turn::Answer(PermitAttempt::Granted {
+        return Ok(Turn::Own(PermitAttempt::Granted {
             fence: fence_from_sql(mine.fence),
             slot: mine.slot as u32,
             expires_in: lease_left(mine.expires_at - now),
@@ -435,7 +454,7 @@ fn decide_rw(
     line: &Line,
     now: i64,
 ) -> rusqlite::Result<Turn<RwAttempt, Access>> {
-    use Turn::{Answer, Grant, Wait};
+    use Turn::{Answer, Grant, Own, Wait};
     if read_row(conn, name)?.is_some_and(|row| row.expires_at > now) {
         return Ok(Answer(RwAttempt::HeldAsOther(HeldAs::Lock)));
     }
@@ -463,7 +482,7 @@ fn decide_rw(
                 };
                 match row.retired {
                     true => Grant(access),
-                    false => Answer(mine(row, access)),
+                    false => Own(mine(row, access)),
                 }
             } else if let Some(writer) = writer {
                 // A writer holds: this reader is owed the turn after it.
@@ -486,7 +505,7 @@ fn decide_rw(
             if let Some(row) = writer.filter(|p| p.owner == owner) {
                 match row.retired {
                     true => Grant(Access::Write),
-                    false => Answer(mine(row, Access::Write)),
+                    false => Own(mine(row, Access::Write)),
                 }
             } else if writer.is_none() && readers().next().is_none() && line.write_turn() {
                 Grant(Access::Write)

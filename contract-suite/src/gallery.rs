@@ -118,6 +118,9 @@ pub enum Flaw {
     /// Leaves a waiter's ticket where it is when the waiter leaves the
     /// queue: one that stopped waiting holds its place until it lapses.
     LeavingTheQueueDoesNothing,
+    /// Keeps the ticket of a waiter granted its owner's own live grant
+    /// back: the name stays queued behind a waiter that is gone.
+    KeepsAGrantedWaitersTicket,
 }
 
 /// A list of contract cases by name, each checked by the compiler to be a
@@ -132,7 +135,7 @@ macro_rules! cases {
 
 impl Flaw {
     /// Every flaw in the gallery.
-    pub const ALL: [Flaw; 41] = [
+    pub const ALL: [Flaw; 42] = [
         Flaw::GrantsOverALiveRow,
         Flaw::NeverExpires,
         Flaw::KeepsTheFenceOnTakeover,
@@ -174,6 +177,7 @@ impl Flaw {
         Flaw::TryJumpsTheQueue,
         Flaw::KeepsADeadWaitersPlace,
         Flaw::LeavingTheQueueDoesNothing,
+        Flaw::KeepsAGrantedWaitersTicket,
     ];
 
     /// The rule of docs/contract.md it breaks.
@@ -230,6 +234,7 @@ impl Flaw {
             Flaw::LeavingTheQueueDoesNothing => {
                 "a waiter that stops waiting leaves the queue at once"
             }
+            Flaw::KeepsAGrantedWaitersTicket => "a waiter granted leaves the queue with its grant",
         }
     }
 
@@ -482,6 +487,7 @@ impl Flaw {
                 try_never_queues_nor_jumps_the_queue
             ),
             Flaw::LeavingTheQueueDoesNothing => cases!(a_dropped_waiter_leaves_the_queue_at_once),
+            Flaw::KeepsAGrantedWaitersTicket => cases!(waiters_are_granted_in_arrival_order),
         }
     }
 
@@ -749,12 +755,27 @@ impl Engine for Broken {
         }
         let attempt = self.with_rows(|rows| {
             let aside = self.set_aside(rows, name, queue, None);
+            // The attempt's own ticket, for `KeepsAGrantedWaitersTicket`.
+            let own_ticket = match queue {
+                Queue::Waiting {
+                    ticket: Some(ticket),
+                    ..
+                } => rows.tickets.get_key_value(&(name.to_owned(), ticket)),
+                _ => None,
+            }
+            .map(|(key, row)| (key.clone(), row.clone()));
+            let before = rows.last_fence;
             let attempt = match rows.acquire(name, owner, ttl.as_duration(), queue, now) {
                 Attempt::HeldAsSemaphore { .. } if self.flaw == Flaw::LockIgnoresLivePermits => {
                     rows.grant(name, owner, ttl.as_duration(), now)
                 }
                 attempt => attempt,
             };
+            let given_back =
+                matches!(attempt, Attempt::Granted { .. }) && rows.last_fence == before;
+            if self.flaw == Flaw::KeepsAGrantedWaitersTicket && given_back {
+                rows.tickets.extend(own_ticket);
+            }
             put_back(rows, aside);
             rows.no_fence_left(attempt)
         })?;

@@ -142,6 +142,40 @@ pub async fn waiters_are_granted_in_arrival_order(stores: Stores) {
     for permit in kept {
         assert!(permit.release().await.unwrap());
     }
+
+    // One owner's two waiting calls: the second is granted the first's
+    // grant back, and its ticket leaves with that answer.
+    let holder = granted(store.try_lock("fifo/twice", "holder", LONG).await);
+    let first = {
+        let peer = peers[1].clone();
+        let waiting =
+            tokio::spawn(async move { peer.lock("fifo/twice", "twice", LONG, LONG).await });
+        until_queued(store.as_ref(), "fifo/twice", 1).await;
+        waiting
+    };
+    let second = {
+        let peer = peers[2].clone();
+        let waiting =
+            tokio::spawn(async move { peer.lock("fifo/twice", "twice", LONG, LONG).await });
+        until_queued(store.as_ref(), "fifo/twice", 2).await;
+        waiting
+    };
+    assert!(holder.release().await.unwrap());
+    let first = first.await.unwrap().unwrap().expect("granted");
+    let second = second.await.unwrap().unwrap().expect("granted");
+    assert_eq!(
+        first.fence(),
+        second.fence(),
+        "rule: the same owner asking again gets its own grant back"
+    );
+    let left = store.waiters("fifo/twice").await.unwrap();
+    assert!(
+        left.is_empty(),
+        "rule: a waiter granted leaves the queue with its grant, also when granted its owner's \
+         own grant back; the queue still shows {left:?}"
+    );
+    assert!(first.release().await.unwrap());
+    second.let_lapse();
 }
 
 /// Reader-writer locks are phase-fair. A reader that asks while a writer
