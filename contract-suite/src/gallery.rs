@@ -307,11 +307,13 @@ impl Flaw {
                 model_based_sequences,
                 reacquire_same_owner_keeps_grant,
                 release_false_second_time,
-                renew_false_ends_valid_until
+                renew_false_ends_valid_until,
+                waiters_are_granted_in_arrival_order
             ),
             Flaw::RefreshesOnReacquire => cases!(
                 raise_fences_lifts_every_later_fence,
-                reacquire_same_owner_keeps_grant
+                reacquire_same_owner_keeps_grant,
+                waiters_are_granted_in_arrival_order
             ),
             Flaw::RenewIgnoresTheFence => cases!(handle_never_touches_later_grant),
             Flaw::ReleaseIgnoresTheFence => cases!(
