@@ -91,6 +91,51 @@ fn by_fence(seen: &Seen) -> Vec<String> {
     seen.into_iter().map(|(owner, _)| owner).collect()
 }
 
+/// With `dead`'s place in `name`'s queue live (its store closed), lets the
+/// name go (`release`, the holder's release) and awaits `behind`, a
+/// waiter queued behind it: granted within the ticket lease of the
+/// release (and a margin for a loaded machine), and no sooner than
+/// `dead`'s place lapsed (first come, first served; a reader owed its
+/// turn keeps it). How long after the release it was granted.
+async fn behind_a_dead_waiter(
+    store: &dyn Store,
+    name: &str,
+    dead: &str,
+    release: impl std::future::Future<Output = alkstore_core::Result<bool>>,
+    behind: tokio::task::JoinHandle<()>,
+) -> Duration {
+    // The dead waiter's place lasts at least this long from `looked`.
+    let looked = Instant::now();
+    let lasts = store
+        .waiters(name)
+        .await
+        .unwrap()
+        .iter()
+        .find(|w| w.owner == dead)
+        .map(|w| w.expires_in)
+        .unwrap_or_default();
+    let released = Instant::now();
+    assert!(release.await.unwrap());
+    let bound = TICKET_LEASE + clock().end_slack() + LANDING;
+    tokio::time::timeout(bound, behind)
+        .await
+        .unwrap_or_else(|_| {
+            panic!(
+                "rule: a dead waiter's place is freed within the ticket lease ({TICKET_LEASE:?}); \
+                 the waiter behind {dead} was not granted {bound:?} after the release"
+            )
+        })
+        .unwrap();
+    let granted_after = looked.elapsed();
+    assert!(
+        granted_after >= lasts,
+        "rule: the waiter behind {dead} is granted only once its place lapsed (first come, first \
+         served; a reader owed its turn keeps it); granted {granted_after:?} after that place \
+         was seen to last {lasts:?} more"
+    );
+    released.elapsed()
+}
+
 /// Eight independent stores queue for a held lock, each once the one
 /// before shows in the queue; then for a held semaphore's one free permit
 /// at a time. They are granted in the order they queued, with fences
@@ -234,30 +279,8 @@ pub async fn a_reader_waits_for_at_most_one_writer(stores: Stores) {
     };
     peers[4].close().await.unwrap();
     assert!(owed.await.unwrap().is_err());
-    let looked = Instant::now();
-    let place = store.waiters("phase/c").await.unwrap();
-    let lasts = place
-        .iter()
-        .find(|w| w.owner == "r")
-        .map(|w| w.expires_in)
-        .unwrap_or_default();
-    assert!(w1.release().await.unwrap());
-    let bound = TICKET_LEASE + clock().end_slack() + LANDING;
-    tokio::time::timeout(bound, w2)
-        .await
-        .unwrap_or_else(|_| {
-            panic!(
-                "rule: a dead reader's place is freed within the ticket lease; the writer \
-                 behind it was not granted {bound:?} after the release"
-            )
-        })
-        .unwrap();
-    let granted_after = looked.elapsed();
-    assert!(
-        granted_after >= lasts,
-        "rule: a writer waits while a reader is owed the turn; the writer queued first was \
-         granted {granted_after:?} after the owed reader's place was seen to last {lasts:?} more"
-    );
+    let released = w1.release();
+    behind_a_dead_waiter(store.as_ref(), "phase/c", "r", released, w2).await;
 }
 
 /// A waiter that dies in the queue (its store closed: no attempt renews its
@@ -292,36 +315,9 @@ pub async fn a_dead_waiters_place_is_freed_within_the_ticket_lease(stores: Store
         "a waiting call of a store closed under it fails closed"
     );
     // The dead waiter's place lasts at least this long from here.
-    let looked = Instant::now();
-    let place = store.waiters("dead").await.unwrap();
-    let lasts = place
-        .iter()
-        .find(|w| w.owner == "dies")
-        .map(|w| w.expires_in)
-        .unwrap_or_default();
-    let released = Instant::now();
-    assert!(holder.release().await.unwrap());
-    let bound = TICKET_LEASE + clock().end_slack() + LANDING;
-    tokio::time::timeout(bound, behind)
-        .await
-        .unwrap_or_else(|_| {
-            panic!(
-                "rule: a dead waiter's place is freed within the ticket lease ({TICKET_LEASE:?}); \
-                 the waiter behind it was not granted {bound:?} after the release"
-            )
-        })
-        .unwrap();
-    let granted_after = looked.elapsed();
-    assert!(
-        granted_after >= lasts,
-        "rule: the waiter behind a dead waiter is granted only once the dead waiter's place \
-         lapsed; granted {granted_after:?} after its place was seen to last {lasts:?} more"
-    );
-    eprintln!(
-        "dead waiter: the waiter behind it granted {:?} after the release (the dead waiter's \
-         place lasted {lasts:?} more when looked at)",
-        released.elapsed()
-    );
+    let waited =
+        behind_a_dead_waiter(store.as_ref(), "dead", "dies", holder.release(), behind).await;
+    eprintln!("dead waiter: the waiter behind it granted {waited:?} after the release");
 }
 
 /// A waiting call whose future is dropped leaves the queue at once (well
