@@ -145,9 +145,15 @@ fn cargo_recorded(args: &[&str], file: &std::path::Path) -> Result<(), String> {
     if let Some(dir) = file.parent() {
         std::fs::create_dir_all(dir).map_err(failed)?;
     }
-    // Both streams to one open file: they share its offset, so their
-    // writes land in the order they were made.
-    let kept = std::fs::File::create(file).map_err(failed)?;
+    // Both streams to one open file, appending: their writes land in the
+    // order they were made, and lines a test writes to /dev/stderr (past
+    // the harness's capture: `SKIPPED:`, `OPTED OUT:`) open the file anew
+    // and append too, rather than being overwritten at a stale offset.
+    std::fs::File::create(file).map_err(failed)?;
+    let kept = std::fs::OpenOptions::new()
+        .append(true)
+        .open(file)
+        .map_err(failed)?;
     let mut child = Command::new(env!("CARGO"))
         .args(args)
         .stdout(kept.try_clone().map_err(failed)?)
