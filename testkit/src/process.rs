@@ -146,7 +146,9 @@ pub fn skip_or_fail(engine: &str, why: &str, hint: &str) {
     let direct = std::fs::OpenOptions::new()
         .append(true)
         .open("/dev/stderr")
-        .and_then(|mut stderr| writeln!(stderr, "{line}"));
+        // One write, line and newline: lines of tests running at once
+        // never interleave.
+        .and_then(|mut stderr| stderr.write_all(format!("{line}\n").as_bytes()));
     if direct.is_err() {
         eprintln!("{line}");
     }
