@@ -258,9 +258,12 @@ impl Lifecycle for Database<'_> {
             .await?;
         }
         if !objects.acquire || upgrade {
+            let [tickets, ticket_numbers] = &statements.create_tickets;
             Self::run(
                 conn,
                 &[
+                    tickets,
+                    ticket_numbers,
                     &statements.create_acquire,
                     &statements.create_acquire_permit,
                     &statements.create_acquire_rw,

@@ -6,12 +6,12 @@
 use std::time::Instant;
 
 use alkstore_core::{
-    GrantKey, INTENT_SLOT, LeaseMillis, MAX_FENCE, MAX_READERS, READ_WRITE_PERMITS, RwMode,
+    GrantKey, INTENT_SLOT, LeaseMillis, MAX_FENCE, MAX_READERS, Queue, READ_WRITE_PERMITS, RwMode,
     WRITER_SLOT, fence_from_sql, fence_to_sql,
 };
 use alkstore_sqlx::{
-    AcquireRow, HolderRow, ListedRow, MARKER_KEY, PermitRow, RwRow, StatementFuture, audited,
-    lock_wait_ms, row_as, text,
+    AcquireRow, HolderRow, ListedRow, MARKER_KEY, PermitRow, RwRow, StatementFuture, WaiterRow,
+    audited, lock_wait_ms, row_as, text,
 };
 use sqlx::{MySqlConnection, SqlStr};
 
@@ -32,12 +32,14 @@ use sqlx::{MySqlConnection, SqlStr};
 /// promotion revived was given back to its owner with its old fence, below
 /// fences the old primary had handed out since, and renewed: upgraded in
 /// place (`epoch`, each row's set to the upgrading server's `server_id`).
-pub const SCHEMA_VERSION: i64 = 7;
+/// 7 had no queues (8: `tickets` and `ticket_numbers`, and procedures
+/// that grant waiting calls in turn): upgraded in place.
+pub const SCHEMA_VERSION: i64 = 8;
 
 /// Older layouts an opener upgrades in place, under the creation lock: the
 /// procedures replaced (`CREATE OR REPLACE`), what is missing created, the
 /// version recorded.
-pub(crate) const UPGRADABLE: std::ops::RangeInclusive<i64> = 1..=6;
+pub(crate) const UPGRADABLE: std::ops::RangeInclusive<i64> = 1..=7;
 
 /// The `meta` key the acquire procedure counts up to confirm the same
 /// owner's grant with a write of its own: a change that goes into the binary
@@ -258,6 +260,8 @@ pub(crate) struct Statements {
     pub(crate) create_locks: SqlStr,
     pub(crate) create_fences: SqlStr,
     pub(crate) create_permits: SqlStr,
+    /// The queue's table and numbers, each made if missing.
+    pub(crate) create_tickets: [SqlStr; 2],
     pub(crate) create_acquire: SqlStr,
     pub(crate) create_acquire_permit: SqlStr,
     pub(crate) create_acquire_rw: SqlStr,
@@ -269,7 +273,7 @@ pub(crate) struct Statements {
     pub(crate) set_epochs: [SqlStr; 2],
     pub(crate) read_meta: SqlStr,
     pub(crate) fences_created: SqlStr,
-    pub(crate) drop_objects: [SqlStr; 7],
+    pub(crate) drop_objects: [SqlStr; 9],
     pub(crate) drop_database: SqlStr,
     pub(crate) acquire: SqlStr,
     pub(crate) acquire_permit: SqlStr,
@@ -285,6 +289,10 @@ pub(crate) struct Statements {
     /// Expired locks (not gates), expired permits, gates: answers the
     /// first two's counts.
     pub(crate) purge: [SqlStr; 3],
+    /// Lapsed tickets (not counted: no grant).
+    pub(crate) purge_tickets: SqlStr,
+    pub(crate) leave_queue: SqlStr,
+    pub(crate) waiters: SqlStr,
     pub(crate) next_fence: SqlStr,
     /// A fence raise's new epoch.
     pub(crate) new_epoch: SqlStr,
@@ -304,6 +312,96 @@ impl Statements {
         let permits = format!("{db}.permits");
         let acquire_permit_proc = format!("{db}.acquire_permit");
         let acquire_rw_proc = format!("{db}.acquire_rw");
+        let tickets = format!("{db}.tickets");
+        let ticket_numbers = format!("{db}.ticket_numbers");
+        // The queue (fair waiting), read under the name's row lock (every
+        // ticket of the name is written under it; a waiter that leaves
+        // deletes its own): whether the attempt's own ticket is live and
+        // owed the turn, whether any reader's is owed it, and what stands
+        // ahead of the attempt — every live ticket older than its own
+        // (every live one when it has none).
+        let queue_variables = "        DECLARE q_mine BOOL;
+        DECLARE q_owed BOOL;
+        DECLARE q_owed_readers BOOL;
+        DECLARE q_ahead BIGINT;
+        DECLARE q_readers_ahead BIGINT;
+        DECLARE q_writer_ahead BIGINT;
+        DECLARE q_last BIGINT;
+        DECLARE q_ticket BIGINT;
+        DECLARE q_expires BIGINT;
+";
+        let read_the_line = format!(
+            "            SELECT COALESCE(MAX(ticket = p_ticket), FALSE),
+                   COALESCE(MAX(ticket = p_ticket AND owed), FALSE),
+                   COALESCE(MAX(kind = 'read' AND owed), FALSE),
+                   MAX(IF(ticket = p_ticket, expires_at, NULL))
+              INTO q_mine, q_owed, q_owed_readers, q_expires
+              FROM {tickets} WHERE name = p_name AND expires_at > now_ms;
+            SELECT COUNT(*), COUNT(IF(kind = 'read', 1, NULL)),
+                   MIN(IF(kind = 'write', ticket, NULL)), MAX(ticket)
+              INTO q_ahead, q_readers_ahead, q_writer_ahead, q_last
+              FROM {tickets}
+             WHERE name = p_name AND expires_at > now_ms AND (NOT q_mine OR ticket < p_ticket);
+"
+        );
+        // A refusal under the name's row lock, ending the transaction: a
+        // waiting call's (`p_ticket_ms` given) ticket renewed, or — none
+        // live — a new one drawn at the back (the name's lapsed tickets
+        // deleted first). `owed` (a reader's) is kept once set. Then
+        // `queued` answers where it stands.
+        let queue_up = |kind: &str, owed: &str| {
+            format!(
+                "IF p_ticket_ms IS NOT NULL THEN
+                    {BOUND_WAITS}
+                    IF q_mine THEN
+                        -- Renewed once a quarter of its lease has passed,
+                        -- or when it becomes owed: polls in between write
+                        -- nothing. (A waiter attempts again within its
+                        -- poll ceiling, 50 ms, and at the latest half a
+                        -- lease after this attempt: a quarter of a lease
+                        -- or more to spare.)
+                        IF q_expires - now_ms <= p_ticket_ms * 3 DIV 4
+                           OR (({owed}) AND NOT q_owed) THEN
+                            UPDATE {tickets} SET expires_at = now_ms + p_ticket_ms,
+                                   owed = owed OR ({owed})
+                             WHERE name = p_name AND ticket = p_ticket;
+                        END IF;
+                        SET q_ticket = p_ticket, q_owed = q_owed OR ({owed});
+                    ELSE
+                        DELETE FROM {tickets} WHERE name = p_name AND expires_at <= now_ms;
+                        SET q_ticket = NEXTVAL({ticket_numbers});
+                        INSERT INTO {tickets} (name, ticket, owner, kind, owed, expires_at)
+                        VALUES (p_name, q_ticket, p_owner, {kind}, ({owed}),
+                                now_ms + p_ticket_ms);
+                        SET q_owed = ({owed});
+                    END IF;
+                END IF;
+                -- Committed, not rolled back, also for a `try_` call: a
+                -- gate this transaction inserted stays (rolled back, the
+                -- inserts waiting on it would both go ahead and deadlock).
+                COMMIT;
+                {RESTORE_WAITS}"
+            )
+        };
+        // A refusal's last columns: the ticket (NULL: not queued), how many
+        // live tickets are ahead, and the cue — the ticket whose leaving it
+        // waits for: the one just ahead; none for a reader owed its turn;
+        // for another reader, the first writer ahead.
+        let queued = |kind: &str| {
+            format!(
+                "q_ticket, q_ahead,
+                       CASE WHEN {kind} = 'read' AND q_owed THEN NULL
+                            WHEN {kind} = 'read' THEN COALESCE(q_writer_ahead, q_last)
+                            ELSE q_last END"
+            )
+        };
+        // A grant (or the owner's own grant given back) ends the attempt's
+        // wait: its live ticket goes in the grant's transaction.
+        let leave_the_line = format!(
+            "IF q_mine THEN
+                    DELETE FROM {tickets} WHERE name = p_name AND ticket = p_ticket;
+                END IF;"
+        );
         // Inside either procedure, under the name's row lock, before a
         // fence is drawn: fences drawn on another server than the last ones
         // (a promoted replica) first raise the sequence past every fence
@@ -352,6 +450,7 @@ impl Statements {
                         UPDATE {table} SET fence = NEXTVAL({fences}),
                                expires_at = now_ms + p_ttl, epoch = current_epoch
                          WHERE {row};
+                        {leave_the_line}
                         COMMIT;
                         {RESTORE_WAITS}
                         {answer};
@@ -402,12 +501,15 @@ impl Statements {
         let refence_own_lock = refence_own(
             &locks,
             "name = p_name",
-            &format!("SELECT TRUE, LASTVAL({fences}), p_ttl, NULL"),
+            &format!("SELECT TRUE, LASTVAL({fences}), p_ttl, NULL, NULL, NULL, NULL"),
         );
+        let queue_up_lock = queue_up("'lock'", "FALSE");
+        let queued_lock = queued("'lock'");
         let create_acquire = format!(
             "CREATE OR REPLACE PROCEDURE {acquire_proc}(p_name VARBINARY({TEXT_BYTES}), \
-                 p_owner VARBINARY({TEXT_BYTES}), p_ttl BIGINT, p_wait_ms BIGINT)
-{opening}        DECLARE found INT;
+                 p_owner VARBINARY({TEXT_BYTES}), p_ttl BIGINT, p_wait_ms BIGINT, \
+                 p_ticket BIGINT, p_ticket_ms BIGINT)
+{opening}{queue_variables}        DECLARE found INT;
         DECLARE held_owner VARBINARY({TEXT_BYTES});
         DECLARE held_fence BIGINT;
         DECLARE held_until BIGINT;
@@ -422,9 +524,12 @@ impl Statements {
             SELECT COUNT(*), MAX(owner), MAX(fence), MAX(expires_at)
               INTO found, held_owner, held_fence, held_until
               FROM {locks} WHERE name = p_name;
-            IF found = 1 AND held_until > now_ms AND held_owner <> p_owner THEN
+            -- A `try_` call (no ticket lease) is refused by this plain
+            -- read; a waiting call goes on to renew its ticket.
+            IF found = 1 AND held_until > now_ms AND held_owner <> p_owner
+               AND p_ticket_ms IS NULL THEN
                 {RESTORE_WAITS}
-                SELECT FALSE, held_fence, held_until - now_ms, NULL;
+                SELECT FALSE, held_fence, held_until - now_ms, NULL, NULL, NULL, NULL;
                 LEAVE look;
             END IF;
             -- A semaphore's live permits refuse by the same plain read.
@@ -432,7 +537,7 @@ impl Statements {
              WHERE name = p_name AND expires_at > now_ms;
             IF semaphore IS NOT NULL THEN
                 {RESTORE_WAITS}
-                SELECT FALSE, 0, 0, semaphore;
+                SELECT FALSE, 0, 0, semaphore, NULL, NULL, NULL;
                 LEAVE look;
             END IF;
             SET TRANSACTION ISOLATION LEVEL READ COMMITTED;
@@ -441,28 +546,37 @@ impl Statements {
             SELECT COUNT(*), MAX(owner), MAX(fence), MAX(expires_at), MAX(epoch)
               INTO found, held_owner, held_fence, held_until, held_epoch
               FROM {locks} WHERE name = p_name FOR UPDATE;
-            IF found = 1 AND held_until > now_ms AND held_owner = p_owner THEN
+{read_the_line}            IF found = 1 AND held_until > now_ms AND held_owner = p_owner THEN
                 {refence_own_lock}
-            END IF;
-            IF found = 1 AND held_until > now_ms THEN
-                IF held_owner = p_owner THEN
-                    {BOUND_WAITS}
-                    {confirm_same_owner}
-                END IF;
+                {BOUND_WAITS}
+                {confirm_same_owner}
+                {leave_the_line}
                 COMMIT;
                 {RESTORE_WAITS}
-                SELECT held_owner = p_owner, held_fence, held_until - now_ms, NULL;
+                SELECT TRUE, held_fence, held_until - now_ms, NULL, NULL, NULL, NULL;
+                LEAVE look;
+            END IF;
+            IF found = 1 AND held_until > now_ms THEN
+                {queue_up_lock}
+                SELECT FALSE, held_fence, held_until - now_ms, NULL, {queued_lock};
                 LEAVE look;
             END IF;
             SET duplicate = FALSE;
             IF found = 0 THEN
-                -- Expired at once (0) until it is granted below.
+                -- Expired at once (0) until it is granted below. A refusal
+                -- in turn commits it: fence 0, never a grant's, so no
+                -- holder and purged uncounted, as a gate is.
                 {BOUND_WAITS}
                 INSERT INTO {locks} (name, owner, fence, expires_at)
                 VALUES (p_name, p_owner, 0, 0);
             END IF;
             IF duplicate THEN
                 ROLLBACK;
+            ELSEIF q_ahead > 0 THEN
+                -- Free, but a waiter queued before this attempt: its turn.
+                {queue_up_lock}
+                SELECT FALSE, 0, NULL, NULL, {queued_lock};
+                LEAVE look;
             ELSE
                 -- The name's row lock is held. Expired permits of the name
                 -- are fenced off (expiry 0), waiting for a renewal of one in
@@ -483,16 +597,17 @@ impl Statements {
                 IF semaphore IS NOT NULL THEN
                     ROLLBACK;
                     {RESTORE_WAITS}
-                    SELECT FALSE, 0, 0, semaphore;
+                    SELECT FALSE, 0, 0, semaphore, NULL, NULL, NULL;
                     LEAVE look;
                 END IF;
                 {raise_after_promotion}
                 UPDATE {locks} SET owner = p_owner, fence = NEXTVAL({fences}),
                        expires_at = now_ms + p_ttl, epoch = current_epoch
                  WHERE name = p_name;
+                {leave_the_line}
                 COMMIT;
                 {RESTORE_WAITS}
-                SELECT TRUE, LASTVAL({fences}), p_ttl, NULL;
+                SELECT TRUE, LASTVAL({fences}), p_ttl, NULL, NULL, NULL, NULL;
                 LEAVE look;
             END IF;
         END LOOP;
@@ -526,7 +641,7 @@ END"
             SELECT COUNT(*) INTO found FROM {locks} WHERE name = p_name AND expires_at > now_ms;
             IF found > 0 THEN
                 {RESTORE_WAITS}
-                SELECT 'lock', 0, 0, 0, 0;
+                SELECT 'lock', 0, 0, 0, 0, NULL, NULL, NULL;
                 LEAVE look;
             END IF;
 "
@@ -539,7 +654,10 @@ END"
             let refence_own_permit = refence_own(
                 &permits,
                 "name = p_name AND slot = mine_slot",
-                &format!("SELECT 'granted', LASTVAL({fences}), mine_slot, p_ttl, {last}"),
+                &format!(
+                    "SELECT 'granted', LASTVAL({fences}), mine_slot, p_ttl, {last},
+                            NULL, NULL, NULL"
+                ),
             );
             format!(
                 "                {BOUND_WAITS}
@@ -552,9 +670,11 @@ END"
                 END IF;
                 IF found = 1 THEN
                     {confirm_same_owner}
+                    {leave_the_line}
                     COMMIT;
                     {RESTORE_WAITS}
-                    SELECT 'granted', mine_fence, mine_slot, held_until - now_ms, {last};
+                    SELECT 'granted', mine_fence, mine_slot, held_until - now_ms, {last},
+                           NULL, NULL, NULL;
                     LEAVE look;
                 END IF;
                 ROLLBACK;
@@ -581,7 +701,7 @@ END"
             IF found = 1 AND held_until > now_ms THEN
                 ROLLBACK;
                 {RESTORE_WAITS}
-                SELECT 'lock', 0, 0, 0, 0;
+                SELECT 'lock', 0, 0, 0, 0, NULL, NULL, NULL;
                 LEAVE look;
             END IF;
             SET duplicate = FALSE;
@@ -604,13 +724,16 @@ END"
                 UPDATE {permits} SET expires_at = 0
                  WHERE name = p_name AND expires_at <= now_ms AND expires_at > 0;
             END IF;
-"
+{read_the_line}"
         );
         let opening = procedure_opening("acquire_permit");
+        let queue_up_permit = queue_up("'permit'", "FALSE");
+        let queued_permit = queued("'permit'");
         let create_acquire_permit = format!(
             "CREATE OR REPLACE PROCEDURE {acquire_permit_proc}(p_name VARBINARY({TEXT_BYTES}), \
-                 p_permits INT, p_owner VARBINARY({TEXT_BYTES}), p_ttl BIGINT, p_wait_ms BIGINT)
-{opening}        DECLARE found INT;
+                 p_permits INT, p_owner VARBINARY({TEXT_BYTES}), p_ttl BIGINT, p_wait_ms BIGINT, \
+                 p_ticket BIGINT, p_ticket_ms BIGINT)
+{opening}{queue_variables}        DECLARE found INT;
         DECLARE held_until BIGINT;
         DECLARE live INT;
         DECLARE soonest BIGINT;
@@ -631,12 +754,12 @@ END"
               FROM {permits} WHERE name = p_name AND expires_at > now_ms;
             IF other IS NOT NULL THEN
                 {RESTORE_WAITS}
-                SELECT 'mismatch', 0, 0, 0, other;
+                SELECT 'mismatch', 0, 0, 0, other, NULL, NULL, NULL;
                 LEAVE look;
             END IF;
-            IF live >= p_permits AND mine = 0 THEN
+            IF live >= p_permits AND mine = 0 AND p_ticket_ms IS NULL THEN
                 {RESTORE_WAITS}
-                SELECT 'held', 0, 0, soonest - now_ms, 0;
+                SELECT 'held', 0, 0, soonest - now_ms, 0, NULL, NULL, NULL;
                 LEAVE look;
             END IF;
 {take_the_gate}            SELECT COUNT(*), MIN(expires_at), MAX(IF(permits <> p_permits, permits, NULL)),
@@ -647,15 +770,16 @@ END"
             IF other IS NOT NULL THEN
                 ROLLBACK;
                 {RESTORE_WAITS}
-                SELECT 'mismatch', 0, 0, 0, other;
+                SELECT 'mismatch', 0, 0, 0, other, NULL, NULL, NULL;
                 LEAVE look;
             END IF;
             IF mine = 1 THEN
 {give_the_permit_back}            END IF;
-            IF live >= p_permits THEN
-                ROLLBACK;
-                {RESTORE_WAITS}
-                SELECT 'held', 0, 0, soonest - now_ms, 0;
+            IF live >= p_permits OR p_permits - live <= q_ahead THEN
+                -- Every permit held, or the free ones owed to waiters
+                -- queued before this attempt.
+                {queue_up_permit}
+                SELECT 'held', 0, 0, soonest - now_ms, 0, {queued_permit};
                 LEAVE look;
             END IF;
             SELECT MIN(c.slot) INTO free_slot FROM (
@@ -694,9 +818,11 @@ END"
             IF duplicate THEN
                 ROLLBACK;
             ELSE
+                {leave_the_line}
                 COMMIT;
                 {RESTORE_WAITS}
-                SELECT 'granted', LASTVAL({fences}), free_slot, p_ttl, p_permits;
+                SELECT 'granted', LASTVAL({fences}), free_slot, p_ttl, p_permits,
+                       NULL, NULL, NULL;
                 LEAVE look;
             END IF;
         END LOOP;
@@ -706,33 +832,34 @@ END"
         // A reader-writer lock's procedure: one CALL, one round trip. Its
         // rows live in `permits` with permits {READ_WRITE_PERMITS} (a
         // semaphore's are 1 or more): readers on slots 0.., the writer on
-        // {WRITER_SLOT}, a waiting writer's intent (fence 0, no grant) on
-        // {INTENT_SLOT}.
+        // {WRITER_SLOT} (a waiting writer's intent of layout 7, on
+        // {INTENT_SLOT}, is no longer read: the queue replaced it).
         //
         // 1. Plain reads: a live lock or a semaphore's live permits refuse;
-        //    so does what refuses the mode (a writer or intent for a
-        //    reader, {MAX_READERS} readers; a writer or readers for a
-        //    writer) when nothing is to be written: no intent asked, or
-        //    another writer's live.
+        //    so does, for a `try_` call, what refuses the mode (a writer or
+        //    {MAX_READERS} readers for a reader; a writer or readers for a
+        //    writer).
         // 2. Otherwise one READ COMMITTED transaction under the name's gate,
         //    as the permit procedure's: expired rows fenced off, the rows
-        //    read again; the owner's own grant of the mode given back
-        //    (confirmed by a write); a writer refused with its intent
-        //    recorded (committed: the one write a refusal makes); else the
-        //    grant's slot (the writer's, or the lowest free reader slot)
-        //    locked and taken with the next fence, a writer's own intent
-        //    removed.
+        //    and the queue read again; the owner's own grant of the mode
+        //    given back (confirmed by a write); refused by what holds (a
+        //    reader beside a writer is then owed the turn after it), or not
+        //    its turn in the queue (phase-fair: a writer when nobody is
+        //    queued ahead and no reader is owed the turn; a reader when no
+        //    writer is queued ahead or its ticket is owed, and a slot is
+        //    free past the readers ahead); else the grant's slot (the
+        //    writer's, or the lowest free reader slot) locked and taken
+        //    with the next fence, a writer's grant owing every queued
+        //    reader the turn after it.
         let rows_of_the_name = format!(
             "SELECT MAX(IF(permits <> {READ_WRITE_PERMITS}, permits, NULL)),
                    MAX(IF(slot = {WRITER_SLOT}, owner, NULL)),
                    MAX(IF(slot = {WRITER_SLOT}, fence, NULL)),
                    MAX(IF(slot = {WRITER_SLOT}, expires_at, NULL)),
-                   MAX(IF(slot = {INTENT_SLOT}, owner, NULL)),
-                   MAX(IF(slot = {INTENT_SLOT}, expires_at, NULL)),
                    COUNT(IF(slot >= 0, 1, NULL)), MIN(IF(slot >= 0, expires_at, NULL)),
                    MAX(IF(slot >= 0 AND owner = p_owner, slot, NULL)),
                    MAX(IF(slot >= 0 AND owner = p_owner, fence, NULL))
-              INTO other, writer_owner, writer_fence, writer_ends, intent_owner, intent_ends,
+              INTO other, writer_owner, writer_fence, writer_ends,
                    readers, readers_end, mine_slot, mine_fence
               FROM {permits} WHERE name = p_name AND expires_at > now_ms;
             IF p_write THEN
@@ -742,39 +869,33 @@ END"
             -- What refuses this mode, and when the first of it ends.
             IF p_write THEN
                 SET refused = writer_owner IS NOT NULL OR readers > 0;
-                -- Another writer's intent may end first: this writer's turn.
-                SET refused_ends = LEAST(
-                    COALESCE(writer_ends, {NEVER}), COALESCE(readers_end, {NEVER}),
-                    COALESCE(IF(intent_owner <> p_owner, intent_ends, NULL), {NEVER}));
+                SET refused_ends = LEAST(COALESCE(writer_ends, {NEVER}),
+                                         COALESCE(readers_end, {NEVER}));
             ELSE
-                SET refused = writer_owner IS NOT NULL OR intent_owner IS NOT NULL
-                              OR readers >= {MAX_READERS};
-                SET refused_ends = IF(writer_owner IS NOT NULL OR intent_owner IS NOT NULL,
-                                      LEAST(COALESCE(writer_ends, intent_ends),
-                                            COALESCE(intent_ends, writer_ends)),
-                                      readers_end);
-            END IF;
-            SET wants_intent = p_write AND p_intent_ms IS NOT NULL
-                               AND COALESCE(intent_owner = p_owner, TRUE);"
+                SET refused = writer_owner IS NOT NULL OR readers >= {MAX_READERS};
+                SET refused_ends = IF(writer_owner IS NOT NULL, writer_ends, readers_end);
+            END IF;"
         );
+        let kind_rw = "IF(p_write, 'write', 'read')";
+        let queue_up_refused = queue_up(kind_rw, "NOT p_write AND writer_owner IS NOT NULL");
+        let queue_up_out_of_turn = queue_up(kind_rw, "FALSE");
+        let queued_rw = queued(kind_rw);
         let opening = procedure_opening("acquire_rw");
         let create_acquire_rw = format!(
-            "CREATE OR REPLACE PROCEDURE {acquire_rw_proc}(p_name VARBINARY({TEXT_BYTES}),                  p_write BOOL, p_owner VARBINARY({TEXT_BYTES}), p_ttl BIGINT, p_intent_ms BIGINT,                  p_wait_ms BIGINT)
-{opening}        DECLARE found INT;
+            "CREATE OR REPLACE PROCEDURE {acquire_rw_proc}(p_name VARBINARY({TEXT_BYTES}),                  p_write BOOL, p_owner VARBINARY({TEXT_BYTES}), p_ttl BIGINT, p_wait_ms BIGINT, \
+                 p_ticket BIGINT, p_ticket_ms BIGINT)
+{opening}{queue_variables}        DECLARE found INT;
         DECLARE held_until BIGINT;
         DECLARE other INT;
         DECLARE writer_owner VARBINARY({TEXT_BYTES});
         DECLARE writer_fence BIGINT;
         DECLARE writer_ends BIGINT;
-        DECLARE intent_owner VARBINARY({TEXT_BYTES});
-        DECLARE intent_ends BIGINT;
         DECLARE readers INT;
         DECLARE readers_end BIGINT;
         DECLARE mine_slot INT;
         DECLARE mine_fence BIGINT;
         DECLARE refused BOOL;
         DECLARE refused_ends BIGINT;
-        DECLARE wants_intent BOOL;
         DECLARE grant_slot INT;
         DECLARE held_epoch BIGINT;
         DECLARE current_epoch BIGINT;
@@ -785,39 +906,33 @@ END"
 {refuse_a_live_lock}            {rows_of_the_name}
             IF other IS NOT NULL THEN
                 {RESTORE_WAITS}
-                SELECT 'semaphore', 0, 0, 0, other;
+                SELECT 'semaphore', 0, 0, 0, other, NULL, NULL, NULL;
                 LEAVE look;
             END IF;
-            IF mine_fence IS NULL AND refused AND NOT wants_intent THEN
+            IF mine_fence IS NULL AND refused AND p_ticket_ms IS NULL THEN
                 {RESTORE_WAITS}
-                SELECT 'held', 0, 0, refused_ends - now_ms, 0;
+                SELECT 'held', 0, 0, refused_ends - now_ms, 0, NULL, NULL, NULL;
                 LEAVE look;
             END IF;
 {take_the_gate}            {rows_of_the_name}
             IF other IS NOT NULL THEN
                 ROLLBACK;
                 {RESTORE_WAITS}
-                SELECT 'semaphore', 0, 0, 0, other;
+                SELECT 'semaphore', 0, 0, 0, other, NULL, NULL, NULL;
                 LEAVE look;
             END IF;
             IF mine_fence IS NOT NULL THEN
 {give_the_rw_grant_back}            END IF;
             IF refused THEN
-                IF wants_intent THEN
-                    -- A waiting writer's intent: new readers are refused
-                    -- while it is live.
-                    {BOUND_WAITS}
-                    INSERT INTO {permits} (name, slot, owner, fence, expires_at, permits)
-                    VALUES (p_name, {INTENT_SLOT}, p_owner, 0, now_ms + p_intent_ms,
-                            {READ_WRITE_PERMITS})
-                    ON DUPLICATE KEY UPDATE owner = VALUES(owner), fence = 0,
-                        expires_at = VALUES(expires_at), permits = {READ_WRITE_PERMITS};
-                    COMMIT;
-                ELSE
-                    ROLLBACK;
-                END IF;
-                {RESTORE_WAITS}
-                SELECT 'held', 0, 0, refused_ends - now_ms, 0;
+                {queue_up_refused}
+                SELECT 'held', 0, 0, refused_ends - now_ms, 0, {queued_rw};
+                LEAVE look;
+            END IF;
+            IF (p_write AND (q_ahead > 0 OR q_owed_readers))
+               OR (NOT p_write AND NOT ((q_owed OR q_writer_ahead IS NULL)
+                                        AND {MAX_READERS} - readers > q_readers_ahead)) THEN
+                {queue_up_out_of_turn}
+                SELECT 'held', 0, 0, readers_end - now_ms, 0, {queued_rw};
                 LEAVE look;
             END IF;
             IF p_write THEN
@@ -860,12 +975,13 @@ END"
                 ROLLBACK;
             ELSE
                 IF p_write THEN
-                    DELETE FROM {permits}
-                     WHERE name = p_name AND slot = {INTENT_SLOT} AND owner = p_owner;
+                    UPDATE {tickets} SET owed = TRUE
+                     WHERE name = p_name AND kind = 'read' AND NOT owed;
                 END IF;
+                {leave_the_line}
                 COMMIT;
                 {RESTORE_WAITS}
-                SELECT 'granted', LASTVAL({fences}), grant_slot, p_ttl, 0;
+                SELECT 'granted', LASTVAL({fences}), grant_slot, p_ttl, 0, NULL, NULL, NULL;
                 LEAVE look;
             END IF;
         END LOOP;
@@ -928,6 +1044,23 @@ END"
                      PRIMARY KEY (name, slot)
                  ) ENGINE = InnoDB"
             )),
+            create_tickets: [
+                audited(format!(
+                    "CREATE TABLE IF NOT EXISTS {tickets} (
+                         name       VARBINARY({TEXT_BYTES}) NOT NULL,
+                         ticket     BIGINT NOT NULL, -- from ticket_numbers: lower is earlier
+                         owner      VARBINARY({TEXT_BYTES}) NOT NULL,
+                         kind       VARCHAR(8) CHARACTER SET ascii COLLATE ascii_bin NOT NULL,
+                         owed       BOOL NOT NULL, -- a reader's: owed the next turn
+                         expires_at BIGINT NOT NULL, -- Unix milliseconds, server clock
+                         PRIMARY KEY (name, ticket)
+                     ) ENGINE = InnoDB"
+                )),
+                audited(format!(
+                    "CREATE SEQUENCE IF NOT EXISTS {ticket_numbers}
+                     START WITH 1 INCREMENT BY 1 NOCYCLE ENGINE = InnoDB"
+                )),
+            ],
             create_acquire: audited(create_acquire),
             create_acquire_permit: audited(create_acquire_permit),
             create_acquire_rw: audited(create_acquire_rw),
@@ -964,20 +1097,22 @@ END"
                 audited(format!("DROP PROCEDURE IF EXISTS {acquire_proc}")),
                 audited(format!("DROP PROCEDURE IF EXISTS {acquire_permit_proc}")),
                 audited(format!("DROP PROCEDURE IF EXISTS {acquire_rw_proc}")),
+                audited(format!("DROP TABLE IF EXISTS {tickets}")),
+                audited(format!("DROP SEQUENCE IF EXISTS {ticket_numbers}")),
                 audited(format!("DROP TABLE IF EXISTS {permits}")),
                 audited(format!("DROP TABLE IF EXISTS {locks}")),
                 audited(format!("DROP SEQUENCE IF EXISTS {fences}")),
                 audited(format!("DROP TABLE IF EXISTS {meta}")),
             ],
             drop_database: audited(format!("DROP DATABASE {db}")),
-            // name, owner, ttl ms, the bound on lock waits in ms (NULL: none).
-            acquire: audited(format!("CALL {acquire_proc}(?, ?, ?, ?)")),
-            // name, permits, owner, ttl ms, the bound on lock waits in ms
-            // (NULL: none).
-            acquire_permit: audited(format!("CALL {acquire_permit_proc}(?, ?, ?, ?, ?)")),
-            // name, write, owner, ttl ms, intent ms (NULL: none), the bound
-            // on lock waits in ms (NULL: none).
-            acquire_rw: audited(format!("CALL {acquire_rw_proc}(?, ?, ?, ?, ?, ?)")),
+            // name, owner, ttl ms, the bound on lock waits in ms (NULL:
+            // none), the ticket (NULL: none yet), the ticket's lease in ms
+            // (NULL: not queued, a `try_` call).
+            acquire: audited(format!("CALL {acquire_proc}(?, ?, ?, ?, ?, ?)")),
+            // name, permits, owner, ttl ms, then as `acquire`'s.
+            acquire_permit: audited(format!("CALL {acquire_permit_proc}(?, ?, ?, ?, ?, ?, ?)")),
+            // name, write, owner, ttl ms, then as `acquire`'s.
+            acquire_rw: audited(format!("CALL {acquire_rw_proc}(?, ?, ?, ?, ?, ?, ?)")),
             // `FOUND_ROWS` (set by sqlx) makes the count the rows matched,
             // not the rows changed: a renewal within the same millisecond
             // still counts. A lease of an older epoch (granted before a
@@ -1061,22 +1196,35 @@ END"
                 "DELETE FROM {permits} WHERE name = ? AND fence = ? AND expires_at > {NOW_MS}
                  RETURNING owner, fence, expires_at - {NOW_MS}"
             )),
-            // Gates (owner '') are not locks: not counted, purged last, and
+            // Gates (owner '') and rows a refusal in turn left before any
+            // grant (fence 0) are not locks: not counted, purged last, and
             // only once their semaphore has no live permit (so that a lock
             // asked of its name refuses by a plain read, writing nothing).
             purge: [
                 audited(format!(
-                    "DELETE FROM {locks} WHERE expires_at <= {NOW_MS} AND owner <> ''"
+                    "DELETE FROM {locks} WHERE expires_at <= {NOW_MS} AND owner <> '' AND fence <> 0"
                 )),
                 audited(format!(
                     "DELETE FROM {permits} WHERE expires_at <= {NOW_MS}"
                 )),
                 audited(format!(
-                    "DELETE FROM {locks} WHERE expires_at <= {NOW_MS} AND owner = ''
+                    "DELETE FROM {locks} WHERE expires_at <= {NOW_MS} AND (owner = '' OR fence = 0)
                        AND NOT EXISTS (SELECT 1 FROM {permits} p
                                        WHERE p.name = {locks}.name AND p.expires_at > {NOW_MS})"
                 )),
             ],
+            purge_tickets: audited(format!(
+                "DELETE FROM {tickets} WHERE expires_at <= {NOW_MS}"
+            )),
+            // name, ticket: a waiter that stops waiting ungranted.
+            leave_queue: audited(format!(
+                "DELETE FROM {tickets} WHERE name = ? AND ticket = ? AND expires_at > {NOW_MS}"
+            )),
+            // name: its live tickets, oldest first.
+            waiters: audited(format!(
+                "SELECT ticket, owner, kind, expires_at - {NOW_MS} FROM {tickets}
+                 WHERE name = ? AND expires_at > {NOW_MS} ORDER BY ticket"
+            )),
             next_fence: audited(format!("SELECT NEXTVAL({fences})")),
             new_epoch: audited(format!(
                 "UPDATE {meta} SET value = value + 1 WHERE `key` = '{EPOCH_KEY}'"
@@ -1090,6 +1238,59 @@ END"
 /// through a procedure's or a union's result).
 fn int(value: i64) -> Result<i32, sqlx::Error> {
     i32::try_from(value).map_err(|e| sqlx::Error::Decode(e.into()))
+}
+
+/// A lock acquire's answer as the procedure returns it: granted, fence,
+/// lease left, a semaphore's permits, ticket, position, cue (integers as
+/// `BIGINT`).
+type LockColumns = (
+    i64,
+    i64,
+    Option<i64>,
+    Option<i64>,
+    Option<i64>,
+    Option<i64>,
+    Option<i64>,
+);
+
+/// A permit or reader-writer acquire's answer as the procedure returns it
+/// (its outcome as bytes, integers as `BIGINT`).
+fn outcome_row(row: sqlx::mysql::MySqlRow) -> Result<PermitRow, sqlx::Error> {
+    type Columns = (
+        Vec<u8>,
+        i64,
+        i64,
+        Option<i64>,
+        i64,
+        Option<i64>,
+        Option<i64>,
+        Option<i64>,
+    );
+    let (outcome, fence, slot, left, last, ticket, position, cue): Columns = row_as(row)?;
+    let position = position.map(int).transpose()?;
+    Ok((
+        text(outcome)?,
+        fence,
+        int(slot)?,
+        left,
+        int(last)?,
+        ticket,
+        position,
+        cue,
+    ))
+}
+
+/// An attempt's ticket and the ticket's lease in ms, as the procedures
+/// take them (`NULL`, `NULL` for a `try_` call).
+fn standing(queue: Queue) -> (Option<i64>, Option<i64>) {
+    match queue {
+        Queue::Never => (None, None),
+        Queue::Waiting { ticket, lease } => (
+            // Drawn from a BIGINT sequence: every ticket handed out fits.
+            ticket.map(|t| i64::try_from(t).unwrap_or(i64::MAX)),
+            Some(lease.as_i64()),
+        ),
+    }
 }
 
 /// A holder's row as the database returns it (names and owners are bytes).
@@ -1109,18 +1310,24 @@ impl alkstore_sqlx::Statements for Statements {
         name: &str,
         owner: &str,
         ttl: LeaseMillis,
+        queue: Queue,
         bound: Option<Instant>,
     ) -> StatementFuture<'c, Option<AcquireRow>> {
+        let (ticket, ticket_ms) = standing(queue);
         Box::pin(
             sqlx::query(self.acquire.clone())
                 .bind(name.as_bytes())
                 .bind(owner.as_bytes())
                 .bind(ttl.as_i64())
                 .bind(bound.map(lock_wait_ms))
+                .bind(ticket)
+                .bind(ticket_ms)
                 .try_map(|row| {
-                    let (granted, fence, left, semaphore): (i64, i64, i64, Option<i64>) =
+                    let (granted, fence, left, semaphore, ticket, position, cue): LockColumns =
                         row_as(row)?;
-                    Ok((granted != 0, fence, left, semaphore.map(int).transpose()?))
+                    let semaphore = semaphore.map(int).transpose()?;
+                    let position = position.map(int).transpose()?;
+                    Ok((granted != 0, fence, left, semaphore, ticket, position, cue))
                 })
                 .fetch_optional(conn),
         )
@@ -1133,8 +1340,10 @@ impl alkstore_sqlx::Statements for Statements {
         permits: u32,
         owner: &str,
         ttl: LeaseMillis,
+        queue: Queue,
         bound: Option<Instant>,
     ) -> StatementFuture<'c, Option<PermitRow>> {
+        let (ticket, ticket_ms) = standing(queue);
         Box::pin(
             sqlx::query(self.acquire_permit.clone())
                 .bind(name.as_bytes())
@@ -1142,11 +1351,9 @@ impl alkstore_sqlx::Statements for Statements {
                 .bind(owner.as_bytes())
                 .bind(ttl.as_i64())
                 .bind(bound.map(lock_wait_ms))
-                .try_map(|row| {
-                    let (outcome, fence, slot, left, live): (Vec<u8>, i64, i64, i64, i64) =
-                        row_as(row)?;
-                    Ok((text(outcome)?, fence, int(slot)?, left, int(live)?))
-                })
+                .bind(ticket)
+                .bind(ticket_ms)
+                .try_map(outcome_row)
                 .fetch_optional(conn),
         )
     }
@@ -1158,23 +1365,53 @@ impl alkstore_sqlx::Statements for Statements {
         mode: RwMode,
         owner: &str,
         ttl: LeaseMillis,
-        intent: Option<LeaseMillis>,
+        queue: Queue,
         bound: Option<Instant>,
     ) -> StatementFuture<'c, Option<RwRow>> {
+        let (ticket, ticket_ms) = standing(queue);
         Box::pin(
             sqlx::query(self.acquire_rw.clone())
                 .bind(name.as_bytes())
                 .bind(mode == RwMode::Write)
                 .bind(owner.as_bytes())
                 .bind(ttl.as_i64())
-                .bind(intent.map(LeaseMillis::as_i64))
                 .bind(bound.map(lock_wait_ms))
-                .try_map(|row| {
-                    let (outcome, fence, slot, left, permits): (Vec<u8>, i64, i64, i64, i64) =
-                        row_as(row)?;
-                    Ok((text(outcome)?, fence, int(slot)?, left, int(permits)?))
-                })
+                .bind(ticket)
+                .bind(ticket_ms)
+                .try_map(outcome_row)
                 .fetch_optional(conn),
+        )
+    }
+
+    fn queues(&self) -> bool {
+        true
+    }
+
+    fn leave_queue<'c>(
+        &self,
+        conn: &'c mut MySqlConnection,
+        name: &str,
+        ticket: i64,
+    ) -> StatementFuture<'c, u64> {
+        let leave = sqlx::query(self.leave_queue.clone())
+            .bind(name.as_bytes())
+            .bind(ticket);
+        Box::pin(async move { Ok(leave.execute(conn).await?.rows_affected()) })
+    }
+
+    fn waiters<'c>(
+        &self,
+        conn: &'c mut MySqlConnection,
+        name: &str,
+    ) -> StatementFuture<'c, Vec<WaiterRow>> {
+        Box::pin(
+            sqlx::query(self.waiters.clone())
+                .bind(name.as_bytes())
+                .try_map(|row| {
+                    let (ticket, owner, kind, left): (i64, Vec<u8>, Vec<u8>, i64) = row_as(row)?;
+                    Ok((ticket, text(owner)?, text(kind)?, left))
+                })
+                .fetch_all(conn),
         )
     }
 
@@ -1287,10 +1524,12 @@ impl alkstore_sqlx::Statements for Statements {
     /// trip, and each deletes only rows nobody can renew.
     fn purge<'c>(&self, conn: &'c mut MySqlConnection) -> StatementFuture<'c, u64> {
         let [locks, permits, gates] = self.purge.clone().map(sqlx::query);
+        let tickets = sqlx::query(self.purge_tickets.clone());
         Box::pin(async move {
             let purged = locks.execute(&mut *conn).await?.rows_affected()
                 + permits.execute(&mut *conn).await?.rows_affected();
-            gates.execute(conn).await?;
+            gates.execute(&mut *conn).await?;
+            tickets.execute(conn).await?;
             Ok(purged)
         })
     }

@@ -16,9 +16,6 @@ async fn fresh() -> Option<Fresh> {
     let (url, name) = (database.url.clone(), database.name.clone());
     Some(
         Fresh::new(Arc::new(store))
-            .without_queues(
-                "its waiters do not queue yet: fair waiting is built engine by engine (issue 38)",
-            )
             .with_peers(move || {
                 let (url, name) = (url.clone(), name.clone());
                 async move {

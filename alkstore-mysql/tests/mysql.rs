@@ -312,6 +312,7 @@ async fn a_role_with_the_documented_grants_uses_the_store() {
         &[
             format!("GRANT SELECT, INSERT, UPDATE, DELETE ON {q}.locks TO {{}}"),
             format!("GRANT SELECT, INSERT, UPDATE, DELETE ON {q}.permits TO {{}}"),
+            format!("GRANT SELECT, DELETE ON {q}.tickets TO {{}}"),
             format!("GRANT SELECT ON {q}.meta TO {{}}"),
             format!("GRANT EXECUTE ON PROCEDURE {q}.acquire TO {{}}"),
             format!("GRANT EXECUTE ON PROCEDURE {q}.acquire_permit TO {{}}"),
@@ -325,6 +326,13 @@ async fn a_role_with_the_documented_grants_uses_the_store() {
     let lock = app.try_lock("job", "app", TTL).await.unwrap().unwrap();
     assert!(lock.renew(TTL).await.unwrap());
     assert!(app.try_lock("job", "other", TTL).await.unwrap().is_none());
+    // A waiting call queues (its ticket written by the procedure, with its
+    // definer's rights) and leaves the queue when its wait is over.
+    let waited = app
+        .lock("job", "other", TTL, Duration::from_millis(300))
+        .await;
+    assert!(waited.unwrap().is_none(), "held by app for the whole wait");
+    assert!(app.waiters("job").await.unwrap().is_empty());
     assert_eq!(
         app.holder("job").await.unwrap().unwrap().fence,
         lock.fence()
@@ -445,7 +453,7 @@ async fn a_refused_call_inside_a_transaction_keeps_the_callers_work() {
     .await
     .unwrap();
     let refused = sqlx::raw_sql(sqlx::AssertSqlSafe(format!(
-        "CALL {q}.acquire('job', 'me', 1000, NULL)"
+        "CALL {q}.acquire('job', 'me', 1000, NULL, NULL, NULL)"
     )))
     .execute(&mut conn)
     .await
@@ -768,6 +776,56 @@ async fn a_late_renewal_never_brings_the_other_kind_back() {
     .await;
     store.close().await.unwrap();
     db.drop().await;
+}
+
+/// A store of layout 7 (no queues: no `tickets` table or `ticket_numbers`
+/// sequence, and procedures of other arguments) is upgraded in place when
+/// opened: the procedures replaced, the queue's objects made, and a waiting
+/// call queued, shown, and granted in turn.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn layout_7_is_upgraded_in_place_with_queues() {
+    let Some((store, db)) = common::store("upgrade7").await else {
+        return;
+    };
+    let q = db.quoted();
+    let held = store.try_lock("held", "a", TTL).await.unwrap().unwrap();
+    common::sql(
+        store.pool(),
+        format!(
+            "DROP TABLE {q}.tickets;
+             DROP SEQUENCE {q}.ticket_numbers;
+             CREATE OR REPLACE PROCEDURE {q}.acquire(p_name VARBINARY(255),
+                 p_owner VARBINARY(255), p_ttl BIGINT, p_wait_ms BIGINT)
+                 SELECT FALSE, 0, 0, NULL;
+             UPDATE {q}.meta SET value = 7 WHERE `key` = 'schema_version'"
+        ),
+    )
+    .await;
+    let reopened = Arc::new(db.reopened().await);
+    let waiting = {
+        let store = reopened.clone();
+        tokio::spawn(async move { store.lock("held", "b", TTL, TTL).await })
+    };
+    let queued = tokio::time::timeout(Duration::from_secs(10), async {
+        loop {
+            if let Some(waiter) = reopened.waiters("held").await.unwrap().first() {
+                return waiter.clone();
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    })
+    .await
+    .expect("the waiting call shows in the queue");
+    assert_eq!((queued.owner.as_str(), queued.kind), ("b", "lock"));
+    let fence = held.fence();
+    assert!(held.release().await.unwrap());
+    let granted = waiting.await.unwrap().unwrap().expect("granted in turn");
+    assert!(granted.fence() > fence);
+    assert!(granted.release().await.unwrap());
+    assert!(reopened.waiters("held").await.unwrap().is_empty());
+    store.close().await.unwrap();
+    reopened.drop_database().await.unwrap();
+    reopened.close().await.unwrap();
 }
 
 /// A store of layout 6 (rows that do not say which server granted them)

@@ -75,7 +75,7 @@ struct Listener {
 
 impl Listener {
     /// Connects, listens on `channel`, and forwards each notification
-    /// ("<store tag>:<released name>") to `bus`, except those tagged `tag`
+    /// ([`Notice`]) to `bus`, except those tagged `tag`
     /// (this store's own releases, which woke its waiters directly). Returns
     /// once LISTEN is in place, so that a waiter that subscribed before cannot
     /// miss a later release.
@@ -85,7 +85,7 @@ impl Listener {
         tag: &str,
         bus: Arc<ReleaseBus>,
     ) -> Result<Self, sqlx::Error> {
-        let own = format!("{tag}:");
+        let tag = tag.to_owned();
         let mut listener = PgListener::connect_with(pool).await?;
         listener.listen(channel).await?;
         let task = tokio::spawn(async move {
@@ -94,12 +94,12 @@ impl Listener {
                 match listener.try_recv().await {
                     Ok(Some(notification)) => {
                         pause = Duration::from_millis(10);
-                        // "<tag>:<name>"; our own releases woke our waiters already.
-                        let payload = notification.payload();
-                        if !payload.starts_with(&own) {
-                            if let Some((_, name)) = payload.split_once(':') {
-                                bus.released(name);
-                            }
+                        // Our own releases and departures woke our waiters already.
+                        match Notice::read(notification.payload()) {
+                            Some((from, _)) if from == tag => {}
+                            Some((_, Notice::Released(name))) => bus.released(name),
+                            Some((_, Notice::Left(name, ticket))) => bus.dequeued(name, ticket),
+                            None => {}
                         }
                     }
                     // The connection dropped; the next call reconnects and
@@ -124,6 +124,28 @@ impl Listener {
     }
 }
 
+/// What a notification on a store's channel tells, as its payload reads.
+#[derive(Debug, PartialEq, Eq)]
+enum Notice<'a> {
+    /// "<store tag>:<name>": a grant of the name was released.
+    Released(&'a str),
+    /// "<store tag>#<ticket>:<name>": a waiter's ticket left the name's
+    /// queue (granted, or gone).
+    Left(&'a str, u64),
+}
+
+impl<'a> Notice<'a> {
+    /// The store tag and the notice of `payload`; `None` for a payload of
+    /// another shape (store tags hold neither ':' nor '#'; names may).
+    fn read(payload: &'a str) -> Option<(&'a str, Notice<'a>)> {
+        let (head, name) = payload.split_once(':')?;
+        Some(match head.split_once('#') {
+            None => (head, Notice::Released(name)),
+            Some((tag, ticket)) => (tag, Notice::Left(name, ticket.parse().ok()?)),
+        })
+    }
+}
+
 impl Listener {
     /// Stops listening; the connection goes back to the pool.
     fn stop(&self) {
@@ -134,5 +156,24 @@ impl Listener {
 impl Drop for Listener {
     fn drop(&mut self) {
         self.stop();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Notice;
+
+    #[test]
+    fn payloads_read_as_releases_and_departures() {
+        assert_eq!(
+            Notice::read("12.0.5:jobs:nightly"),
+            Some(("12.0.5", Notice::Released("jobs:nightly")))
+        );
+        assert_eq!(
+            Notice::read("12.0.5#42:a#b"),
+            Some(("12.0.5", Notice::Left("a#b", 42)))
+        );
+        assert_eq!(Notice::read("12.0.5#x:a"), None);
+        assert_eq!(Notice::read("no colon"), None);
     }
 }

@@ -8,12 +8,12 @@
 use std::time::Instant;
 
 use alkstore_core::{
-    GrantKey, INTENT_SLOT, LeaseMillis, MAX_FENCE, MAX_READERS, READ_WRITE_PERMITS, RwMode,
+    GrantKey, INTENT_SLOT, LeaseMillis, MAX_FENCE, MAX_READERS, Queue, READ_WRITE_PERMITS, RwMode,
     WRITER_SLOT, fence_from_sql, fence_to_sql,
 };
 use alkstore_sqlx::{
-    AcquireRow, HolderRow, ListedRow, MARKER_KEY, PermitRow, RwRow, StatementFuture, audited,
-    lock_wait_ms, row_as,
+    AcquireRow, HolderRow, ListedRow, MARKER_KEY, PermitRow, RwRow, StatementFuture, WaiterRow,
+    audited, lock_wait_ms, row_as,
 };
 use sqlx::{PgConnection, SqlStr};
 
@@ -37,12 +37,14 @@ use crate::protocol::{Call, Protocol};
 /// revived was given back to its owner with its old fence, below fences
 /// the old primary had handed out since, and renewed (9: `epoch`, added in
 /// place, the rows already there taken as the current timeline's, as
-/// layout 8 took them).
-pub const SCHEMA_VERSION: i64 = 9;
+/// layout 8 took them); 9 had no queues (10: `tickets` and
+/// `ticket_numbers`, and functions that grant waiters in turn, added in
+/// place).
+pub const SCHEMA_VERSION: i64 = 10;
 
 /// Older layouts an opener upgrades in place, under the creation lock: the
 /// functions replaced, what is missing created, the version recorded.
-pub(crate) const UPGRADABLE: std::ops::RangeInclusive<i64> = 3..=8;
+pub(crate) const UPGRADABLE: std::ops::RangeInclusive<i64> = 3..=9;
 
 /// A fence is `timeline × TIMELINE_STEP + n`, `n` drawn from the schema's
 /// sequence: 2^44, so that every fence handed out on a timeline is above
@@ -261,6 +263,9 @@ pub(crate) struct Statements {
     pub(crate) list: SqlStr,
     pub(crate) force_release: SqlStr,
     pub(crate) purge: [SqlStr; 2],
+    pub(crate) purge_tickets: SqlStr,
+    pub(crate) leave_queue: SqlStr,
+    pub(crate) waiters: SqlStr,
     pub(crate) raise_fences: SqlStr,
     pub(crate) lock_for_raise: SqlStr,
     /// The channel releases notify on ([`channel`]; set once the schema's
@@ -283,7 +288,10 @@ impl Statements {
         let meta = format!("{s}.meta");
         let fences = format!("{s}.fences");
         let acquire_fn = format!("{s}.acquire");
+        let tickets = format!("{s}.tickets");
+        let ticket_numbers = format!("{s}.ticket_numbers");
         let fences_regclass = quote_literal(&fences);
+        let tickets_regclass = quote_literal(&ticket_numbers);
         let fence_lock_class = fence_lock_class(schema);
         // The grant path, run only when the statement's snapshot saw no live
         // row. Under READ COMMITTED each statement of a volatile function
@@ -308,7 +316,92 @@ impl Statements {
     END IF;
     {BOUND_LOCK_WAIT}
     PERFORM pg_advisory_xact_lock({fence_lock_class}, hashtext(p_name));
+    -- The name's queue, read once: its tickets are written only under the
+    -- advisory lock held now (a waiter that leaves deletes its own). Whether
+    -- the attempt's own ticket is live and owed the turn, whether any
+    -- reader's is owed it, and what stands ahead of the attempt: every live
+    -- ticket older than its own (every live one when it has none).
+    SELECT coalesce(bool_or(t.ticket = p_ticket), false),
+           coalesce(bool_or(t.ticket = p_ticket AND t.owed), false),
+           coalesce(bool_or(t.kind = 'read' AND t.owed), false),
+           max(t.expires_at) FILTER (WHERE t.ticket = p_ticket)
+      INTO q_mine, q_owed, q_owed_readers, q_expires
+      FROM {tickets} t WHERE t.name = p_name AND t.expires_at > now_ms;
+    SELECT count(*), count(*) FILTER (WHERE t.kind = 'read'),
+           min(t.ticket) FILTER (WHERE t.kind = 'write'), max(t.ticket)
+      INTO q_ahead, q_readers_ahead, q_writer_ahead, q_last
+      FROM {tickets} t WHERE t.name = p_name AND t.expires_at > now_ms
+       AND (NOT q_mine OR t.ticket < p_ticket);
 "
+        );
+        // The queue's variables, declared by every acquire function.
+        let queue_variables = "    q_mine boolean;
+    q_owed boolean;
+    q_owed_readers boolean;
+    q_ahead bigint;
+    q_readers_ahead bigint;
+    q_writer_ahead bigint;
+    q_last bigint;
+    q_ticket bigint;
+    q_expires bigint;
+    fenced boolean := false;
+";
+        // A refusal of a waiting call (`p_ticket_ms` given): its ticket
+        // renewed, or — none live — a new one drawn at the back (the name's
+        // lapsed tickets deleted first); `owed` (a reader's) is kept once
+        // set. A refusal that wrote nothing else commits without waiting for
+        // the WAL flush: a ticket lost in a crash only sends its waiter to
+        // the back. Then `queued` below answers where it stands.
+        let queue_up = |kind: &str, owed: &str| {
+            format!(
+                "IF p_ticket_ms IS NOT NULL THEN
+            {BOUND_LOCK_WAIT}
+            IF q_mine THEN
+                -- Renewed once a quarter of its lease has passed, or when
+                -- it becomes owed: polls in between write nothing. (A
+                -- waiter attempts again within its poll ceiling, 250 ms,
+                -- and at the latest half a lease after this attempt: a
+                -- quarter of a lease or more to spare.)
+                IF q_expires - now_ms <= p_ticket_ms * 3 / 4 OR ({owed} AND NOT q_owed) THEN
+                    UPDATE {tickets} t
+                       SET expires_at = now_ms + p_ticket_ms, owed = t.owed OR {owed}
+                     WHERE t.name = p_name AND t.ticket = p_ticket;
+                END IF;
+                q_ticket := p_ticket;
+                q_owed := q_owed OR {owed};
+            ELSE
+                DELETE FROM {tickets} t WHERE t.name = p_name AND t.expires_at <= now_ms;
+                q_ticket := nextval({tickets_regclass}::regclass);
+                INSERT INTO {tickets} (name, ticket, owner, kind, owed, expires_at)
+                VALUES (p_name, q_ticket, p_owner, {kind}, {owed}, now_ms + p_ticket_ms);
+                q_owed := {owed};
+            END IF;
+            IF NOT fenced THEN
+                PERFORM set_config('synchronous_commit', 'off', true);
+            END IF;
+        END IF;"
+            )
+        };
+        // A refusal's last columns: the ticket (NULL: not queued), how many
+        // live tickets are ahead, and the cue — the ticket whose leaving it
+        // waits for: the one just ahead; none for a reader owed its turn (a
+        // release is its cue); for another reader, the first writer ahead.
+        let queued = |kind: &str| {
+            format!(
+                "q_ticket, q_ahead::integer,
+                                CASE WHEN {kind} = 'read' AND q_owed THEN NULL
+                                     WHEN {kind} = 'read' THEN coalesce(q_writer_ahead, q_last)
+                                     ELSE q_last END"
+            )
+        };
+        // A grant (or the owner's own grant given back) ends the attempt's
+        // wait: its live ticket is deleted, and the waiter behind it, in
+        // any process, is told (at commit) by the ticket's number.
+        let leave_the_line = format!(
+            "IF q_mine THEN
+                DELETE FROM {tickets} t WHERE t.name = p_name AND t.ticket = p_ticket;
+                PERFORM pg_notify(p_channel, p_tag || '#' || p_ticket || ':' || p_name);
+            END IF;"
         );
         // The same owner's live grant keeps its fence when this timeline
         // granted it, and is given a new one otherwise.
@@ -319,6 +412,8 @@ impl Statements {
             )
         };
         let (refence_lock, refence_permit) = (refence("l"), refence("p"));
+        let queue_up_lock = queue_up("'lock'", "false");
+        let queued_lock = queued("'lock'");
         let body = format!(
             "
 DECLARE
@@ -330,11 +425,13 @@ DECLARE
     stale boolean;
     drawn bigint;
     timeline bigint;
-{serialise_the_name}    LOOP
+{queue_variables}{serialise_the_name}    LOOP
         SELECT l.owner, l.fence, l.expires_at INTO held FROM {locks} l WHERE l.name = p_name;
         was_there := FOUND;
         IF was_there AND held.expires_at > now_ms AND held.owner <> p_owner THEN
-            RETURN QUERY SELECT false, held.fence, held.expires_at - now_ms, NULL::integer;
+            {queue_up_lock}
+            RETURN QUERY SELECT false, held.fence, held.expires_at - now_ms, NULL::integer,
+                                {queued_lock};
             RETURN;
         END IF;
         IF was_there AND held.expires_at > now_ms THEN
@@ -362,7 +459,9 @@ DECLARE
                AND l.expires_at > now_ms
             RETURNING l.fence, l.expires_at INTO held.fence, held.expires_at;
             IF FOUND THEN
-                RETURN QUERY SELECT true, held.fence, held.expires_at - now_ms, NULL::integer;
+                {leave_the_line}
+                RETURN QUERY SELECT true, held.fence, held.expires_at - now_ms, NULL::integer,
+                                    NULL::bigint, NULL::integer, NULL::bigint;
                 RETURN;
             END IF;
             -- Released or expired meanwhile: look again.
@@ -377,7 +476,14 @@ DECLARE
           INTO semaphore, stale
           FROM {permits} p WHERE p.name = p_name;
         IF semaphore IS NOT NULL THEN
-            RETURN QUERY SELECT false, 0::bigint, 0::bigint, semaphore;
+            RETURN QUERY SELECT false, 0::bigint, 0::bigint, semaphore,
+                                NULL::bigint, NULL::integer, NULL::bigint;
+            RETURN;
+        END IF;
+        IF q_ahead > 0 THEN
+            -- Free, but a waiter queued before this attempt: its turn.
+            {queue_up_lock}
+            RETURN QUERY SELECT false, 0::bigint, NULL::bigint, NULL::integer, {queued_lock};
             RETURN;
         END IF;
         IF was_there THEN
@@ -406,10 +512,12 @@ DECLARE
             {BOUND_LOCK_WAIT}
             UPDATE {permits} p SET expires_at = 0
              WHERE p.name = p_name AND p.expires_at <= now_ms AND p.expires_at > 0;
+            fenced := true;
             SELECT max(p.permits) INTO semaphore FROM {permits} p
              WHERE p.name = p_name AND p.expires_at > now_ms;
             IF semaphore IS NOT NULL THEN
-                RETURN QUERY SELECT false, 0::bigint, 0::bigint, semaphore;
+                RETURN QUERY SELECT false, 0::bigint, 0::bigint, semaphore,
+                                    NULL::bigint, NULL::integer, NULL::bigint;
                 RETURN;
             END IF;
         END IF;
@@ -435,7 +543,9 @@ DECLARE
             RETURNING l.fence INTO drawn;
         END IF;
         IF drawn IS NOT NULL THEN
-            RETURN QUERY SELECT true, drawn, p_ttl, NULL::integer;
+            {leave_the_line}
+            RETURN QUERY SELECT true, drawn, p_ttl, NULL::integer,
+                                NULL::bigint, NULL::integer, NULL::bigint;
             RETURN;
         END IF;
         -- Released, purged or renewed meanwhile: look again.
@@ -453,7 +563,8 @@ END"
           INTO lock_live, lock_stale
           FROM {locks} l WHERE l.name = p_name;
         IF lock_live THEN
-            RETURN QUERY SELECT 'lock'::text, 0::bigint, 0, 0::bigint, 0;
+            RETURN QUERY SELECT 'lock'::text, 0::bigint, 0, 0::bigint, 0,
+                                NULL::bigint, NULL::integer, NULL::bigint;
             RETURN;
         END IF;
 "
@@ -469,6 +580,7 @@ END"
              WHERE l.name = p_name AND l.expires_at <= now_ms AND l.expires_at > 0;
             UPDATE {permits} p SET expires_at = 0
              WHERE p.name = p_name AND p.expires_at <= now_ms AND p.expires_at > 0;
+            fenced := true;
             CONTINUE;
         END IF;
 "
@@ -525,7 +637,9 @@ END"
                AND p.expires_at > now_ms
             RETURNING p.fence, p.expires_at INTO mine_fence, ends;
             IF FOUND THEN
-                RETURN QUERY SELECT 'granted'::text, mine_fence, mine_slot, ends - now_ms, {last};
+                {leave_the_line}
+                RETURN QUERY SELECT 'granted'::text, mine_fence, mine_slot, ends - now_ms, {last},
+                                    NULL::bigint, NULL::integer, NULL::bigint;
                 RETURN;
             END IF;
             CONTINUE;
@@ -537,6 +651,8 @@ END"
         let give_the_rw_grant_back = give_back("0");
         let take_the_permit_slot = take_the_slot("free_slot", "p_permits");
         let take_the_rw_slot = take_the_slot("grant_slot", &READ_WRITE_PERMITS.to_string());
+        let queue_up_permit = queue_up("'permit'", "false");
+        let queued_permit = queued("'permit'");
         // A permit's grant path, under the same advisory lock as the
         // lock's, so that fences of one name follow commit order and a
         // name is never a lock and a semaphore at once. The decisions, in
@@ -563,7 +679,7 @@ DECLARE
     lock_live boolean;
     lock_stale boolean;
     permits_stale boolean;
-{serialise_the_name}    LOOP
+{queue_variables}{serialise_the_name}    LOOP
 {look_at_the_lock}        -- The name's live permits at once: how many, the soonest end,
         -- another count if any, the owner's own.
         SELECT count(*) FILTER (WHERE p.expires_at > now_ms),
@@ -575,11 +691,15 @@ DECLARE
           INTO live, ends, other, mine_slot, mine_fence, permits_stale
           FROM {permits} p WHERE p.name = p_name;
         IF other IS NOT NULL THEN
-            RETURN QUERY SELECT 'mismatch'::text, 0::bigint, 0, 0::bigint, other;
+            RETURN QUERY SELECT 'mismatch'::text, 0::bigint, 0, 0::bigint, other,
+                                NULL::bigint, NULL::integer, NULL::bigint;
             RETURN;
         END IF;
-{give_the_permit_back}        IF live >= p_permits THEN
-            RETURN QUERY SELECT 'held'::text, 0::bigint, 0, ends - now_ms, 0;
+{give_the_permit_back}        IF live >= p_permits OR p_permits - live <= q_ahead THEN
+            -- Every permit held, or the free ones owed to waiters queued
+            -- before this attempt.
+            {queue_up_permit}
+            RETURN QUERY SELECT 'held'::text, 0::bigint, 0, ends - now_ms, 0, {queued_permit};
             RETURN;
         END IF;
 {fence_off_the_expired}        -- Fewer live permits than the count, all of it, all below it: a
@@ -593,14 +713,17 @@ DECLARE
            AND NOT EXISTS (SELECT 1 FROM {permits} q
                             WHERE q.name = p_name AND q.slot = c.slot AND q.expires_at > now_ms);
         IF free_slot IS NULL THEN
-            RETURN QUERY SELECT 'held'::text, 0::bigint, 0, coalesce(ends - now_ms, 0), 0;
+            {queue_up_permit}
+            RETURN QUERY SELECT 'held'::text, 0::bigint, 0, ends - now_ms, 0, {queued_permit};
             RETURN;
         END IF;
         IF timeline IS NULL THEN
             timeline := {TIMELINE};
         END IF;
 {take_the_permit_slot}        IF drawn IS NOT NULL THEN
-            RETURN QUERY SELECT 'granted'::text, drawn, free_slot, p_ttl, p_permits;
+            {leave_the_line}
+            RETURN QUERY SELECT 'granted'::text, drawn, free_slot, p_ttl, p_permits,
+                                NULL::bigint, NULL::integer, NULL::bigint;
             RETURN;
         END IF;
         -- Renewed, released or taken meanwhile: look again.
@@ -610,15 +733,23 @@ END"
         // A reader-writer lock's grant path, under the same advisory lock
         // as the others'; its rows live in `permits` with permits 0 (a
         // semaphore's are 1 or more): readers on slots 0.., the writer on
-        // {WRITER_SLOT}, a waiting writer's intent (fence 0, no grant) on
-        // {INTENT_SLOT}. The decisions, in order: a live lock or live
-        // permits of a semaphore refuse; the owner's own live grant of the
-        // mode is given back (confirmed by a write); a writer is refused
-        // beside a live writer or readers (recording its intent with
-        // `p_intent_ms`, unless another writer's is live); a reader beside a
-        // live writer or intent, or {MAX_READERS} readers; otherwise the
-        // expired rows are fenced off (as the permit function does) and
-        // the grant made, a writer's taking its own intent away.
+        // {WRITER_SLOT} (a waiting writer's intent of layout 9, on
+        // {INTENT_SLOT}, is no longer read: the queue replaced it). The
+        // decisions, in order: a live lock or live permits of a semaphore
+        // refuse; the owner's own live grant of the mode is given back
+        // (confirmed by a write); a writer is refused beside a live writer
+        // or readers; a reader beside a live writer (then its ticket is
+        // owed the turn after that writer), or {MAX_READERS} readers; then
+        // the queue's turn (phase-fair: a writer when nobody is queued
+        // ahead and no reader is owed a turn; a reader when no writer is
+        // queued ahead or its ticket is owed, and a slot is free for it
+        // past the readers ahead); otherwise the expired rows are fenced
+        // off (as the permit function does) and the grant made, a writer's
+        // owing every reader queued then the turn after it.
+        let kind_rw = "CASE WHEN p_write THEN 'write' ELSE 'read' END";
+        let queue_up_refused = queue_up(kind_rw, "false");
+        let queue_up_owed = queue_up(kind_rw, "true");
+        let queued_rw = queued(kind_rw);
         let rw_body = format!(
             "
 DECLARE
@@ -630,8 +761,6 @@ DECLARE
     writer_owner text;
     writer_fence bigint;
     writer_ends bigint;
-    intent_owner text;
-    intent_ends bigint;
     readers bigint;
     readers_end bigint;
     mine_slot integer;
@@ -641,26 +770,25 @@ DECLARE
     ends bigint;
     drawn bigint;
     timeline bigint;
-{serialise_the_name}    LOOP
+{queue_variables}{serialise_the_name}    LOOP
 {look_at_the_lock}        -- The name's rows at once: a semaphore's permits, the writer, the
-        -- intent, the readers, the owner's own reader, and whether some
-        -- expired row is not fenced off yet.
+        -- readers, the owner's own reader, and whether some expired row is
+        -- not fenced off yet.
         SELECT max(p.permits) FILTER (WHERE p.expires_at > now_ms AND p.permits <> {READ_WRITE_PERMITS}),
                max(p.owner) FILTER (WHERE p.expires_at > now_ms AND p.slot = {WRITER_SLOT}),
                max(p.fence) FILTER (WHERE p.expires_at > now_ms AND p.slot = {WRITER_SLOT}),
                max(p.expires_at) FILTER (WHERE p.expires_at > now_ms AND p.slot = {WRITER_SLOT}),
-               max(p.owner) FILTER (WHERE p.expires_at > now_ms AND p.slot = {INTENT_SLOT}),
-               max(p.expires_at) FILTER (WHERE p.expires_at > now_ms AND p.slot = {INTENT_SLOT}),
                count(*) FILTER (WHERE p.expires_at > now_ms AND p.slot >= 0),
                min(p.expires_at) FILTER (WHERE p.expires_at > now_ms AND p.slot >= 0),
                max(p.slot) FILTER (WHERE p.expires_at > now_ms AND p.slot >= 0 AND p.owner = p_owner),
                max(p.fence) FILTER (WHERE p.expires_at > now_ms AND p.slot >= 0 AND p.owner = p_owner),
                coalesce(bool_or(p.expires_at <= now_ms AND p.expires_at > 0), false)
-          INTO other, writer_owner, writer_fence, writer_ends, intent_owner, intent_ends,
+          INTO other, writer_owner, writer_fence, writer_ends,
                readers, readers_end, mine_slot, mine_fence, permits_stale
           FROM {permits} p WHERE p.name = p_name;
         IF other IS NOT NULL THEN
-            RETURN QUERY SELECT 'semaphore'::text, 0::bigint, 0, 0::bigint, other;
+            RETURN QUERY SELECT 'semaphore'::text, 0::bigint, 0, 0::bigint, other,
+                                NULL::bigint, NULL::integer, NULL::bigint;
             RETURN;
         END IF;
         IF p_write THEN
@@ -668,30 +796,25 @@ DECLARE
             mine_fence := CASE WHEN writer_owner = p_owner THEN writer_fence END;
         END IF;
 {give_the_rw_grant_back}        IF p_write AND (writer_owner IS NOT NULL OR readers > 0) THEN
-            IF p_intent_ms IS NOT NULL AND coalesce(intent_owner = p_owner, true) THEN
-                -- A waiting writer's intent, the one write a refusal makes:
-                -- new readers are refused while it is live.
-                {BOUND_LOCK_WAIT}
-                INSERT INTO {permits} AS p (name, slot, owner, fence, expires_at, permits)
-                VALUES (p_name, {INTENT_SLOT}, p_owner, 0, now_ms + p_intent_ms, {READ_WRITE_PERMITS})
-                ON CONFLICT ON CONSTRAINT permits_pkey DO UPDATE
-                   SET owner = excluded.owner, fence = 0, expires_at = excluded.expires_at,
-                       permits = {READ_WRITE_PERMITS};
-            END IF;
-            -- Another writer's intent may end first: this writer's turn.
+            {queue_up_refused}
             RETURN QUERY SELECT 'held'::text, 0::bigint, 0,
-                                least(writer_ends, readers_end,
-                                      CASE WHEN intent_owner <> p_owner THEN intent_ends END)
-                                - now_ms, 0;
+                                least(writer_ends, readers_end) - now_ms, 0, {queued_rw};
             RETURN;
         END IF;
-        IF NOT p_write AND (writer_owner IS NOT NULL OR intent_owner IS NOT NULL) THEN
-            RETURN QUERY SELECT 'held'::text, 0::bigint, 0,
-                                least(writer_ends, intent_ends) - now_ms, 0;
+        IF NOT p_write AND writer_owner IS NOT NULL THEN
+            -- A writer holds: this reader is owed the turn after it.
+            {queue_up_owed}
+            RETURN QUERY SELECT 'held'::text, 0::bigint, 0, writer_ends - now_ms, 0, {queued_rw};
             RETURN;
         END IF;
-        IF NOT p_write AND readers >= {MAX_READERS} THEN
-            RETURN QUERY SELECT 'held'::text, 0::bigint, 0, readers_end - now_ms, 0;
+        -- Not this attempt's turn in the queue. (In parentheses: IF reads
+        -- its condition up to the first THEN outside them.)
+        IF (CASE WHEN p_write THEN q_ahead > 0 OR q_owed_readers
+                 ELSE readers >= {MAX_READERS}
+                      OR NOT (q_owed OR q_writer_ahead IS NULL)
+                      OR {MAX_READERS} - readers <= q_readers_ahead END) THEN
+            {queue_up_refused}
+            RETURN QUERY SELECT 'held'::text, 0::bigint, 0, readers_end - now_ms, 0, {queued_rw};
             RETURN;
         END IF;
 {fence_off_the_expired}        IF p_write THEN
@@ -713,10 +836,12 @@ DECLARE
         END IF;
 {take_the_rw_slot}        IF drawn IS NOT NULL THEN
             IF p_write THEN
-                DELETE FROM {permits} p
-                 WHERE p.name = p_name AND p.slot = {INTENT_SLOT} AND p.owner = p_owner;
+                UPDATE {tickets} t SET owed = true
+                 WHERE t.name = p_name AND t.kind = 'read' AND NOT t.owed;
             END IF;
-            RETURN QUERY SELECT 'granted'::text, drawn, grant_slot, p_ttl, 0;
+            {leave_the_line}
+            RETURN QUERY SELECT 'granted'::text, drawn, grant_slot, p_ttl, 0,
+                                NULL::bigint, NULL::integer, NULL::bigint;
             RETURN;
         END IF;
         -- Renewed, released or taken meanwhile: look again.
@@ -771,25 +896,47 @@ END",
                  )"
             )),
             create_acquire: audited(format!(
-                // Dropped first: an older layout's acquire function answered
-                // fewer columns, which OR REPLACE cannot change. One
-                // transaction (the creation lock's) holds both.
-                "CREATE OR REPLACE FUNCTION {draw_fn}(p_timeline bigint) RETURNS bigint
+                // The queue's table and numbers first (the functions name
+                // them), made if missing: an older layout has none. Older
+                // layouts' functions are dropped by their arguments: they
+                // took others and answered fewer columns, which OR REPLACE
+                // cannot change. One transaction (the creation lock's)
+                // holds it all.
+                "CREATE TABLE IF NOT EXISTS {tickets} (
+                     name       text    NOT NULL,
+                     ticket     bigint  NOT NULL, -- from ticket_numbers: lower is earlier
+                     owner      text    NOT NULL,
+                     kind       text    NOT NULL, -- lock, permit, read or write
+                     owed       boolean NOT NULL, -- a reader's: owed the next turn
+                     expires_at bigint  NOT NULL, -- Unix milliseconds, server clock
+                     CONSTRAINT tickets_pkey PRIMARY KEY (name, ticket)
+                 );
+                 CREATE SEQUENCE IF NOT EXISTS {ticket_numbers} AS bigint;
+                 CREATE OR REPLACE FUNCTION {draw_fn}(p_timeline bigint) RETURNS bigint
                  LANGUAGE plpgsql VOLATILE AS {tag}{draw_body}{tag};
                  DROP FUNCTION IF EXISTS {acquire_fn}(text, text, bigint, integer);
-                 CREATE FUNCTION {acquire_fn}(p_name text, p_owner text, p_ttl bigint, p_wait_ms integer)
+                 DROP FUNCTION IF EXISTS {acquire_permit_fn}(text, integer, text, bigint, integer);
+                 DROP FUNCTION IF EXISTS {acquire_rw_fn}(text, boolean, text, bigint, bigint, integer);
+                 CREATE OR REPLACE FUNCTION {acquire_fn}(p_name text, p_owner text, p_ttl bigint,
+                     p_wait_ms integer, p_ticket bigint, p_ticket_ms bigint,
+                     p_channel text, p_tag text)
                  RETURNS TABLE (granted boolean, fence bigint, expires_in_ms bigint,
-                                held_as_semaphore integer)
+                                held_as_semaphore integer, ticket bigint, queue_position integer,
+                                cue bigint)
                  LANGUAGE plpgsql VOLATILE AS {tag}{body}{tag};
                  CREATE OR REPLACE FUNCTION {acquire_permit_fn}(p_name text, p_permits integer,
-                     p_owner text, p_ttl bigint, p_wait_ms integer)
+                     p_owner text, p_ttl bigint, p_wait_ms integer, p_ticket bigint,
+                     p_ticket_ms bigint, p_channel text, p_tag text)
                  RETURNS TABLE (outcome text, fence bigint, slot integer, expires_in_ms bigint,
-                                live_permits integer)
+                                live_permits integer, ticket bigint, queue_position integer,
+                                cue bigint)
                  LANGUAGE plpgsql VOLATILE AS {tag}{permit_body}{tag};
                  CREATE OR REPLACE FUNCTION {acquire_rw_fn}(p_name text, p_write boolean,
-                     p_owner text, p_ttl bigint, p_intent_ms bigint, p_wait_ms integer)
+                     p_owner text, p_ttl bigint, p_wait_ms integer, p_ticket bigint,
+                     p_ticket_ms bigint, p_channel text, p_tag text)
                  RETURNS TABLE (outcome text, fence bigint, slot integer, expires_in_ms bigint,
-                                semaphore_permits integer)
+                                semaphore_permits integer, ticket bigint, queue_position integer,
+                                cue bigint)
                  LANGUAGE plpgsql VOLATILE AS {tag}{rw_body}{tag};"
             )),
             // $1 schema_version, $2 created_schema.
@@ -819,6 +966,8 @@ END",
                  DROP FUNCTION IF EXISTS {acquire_permit_fn};
                  DROP FUNCTION IF EXISTS {acquire_rw_fn};
                  DROP FUNCTION IF EXISTS {draw_fn};
+                 DROP TABLE IF EXISTS {tickets};
+                 DROP SEQUENCE IF EXISTS {ticket_numbers};
                  DROP TABLE IF EXISTS {permits};
                  DROP TABLE IF EXISTS {locks};
                  DROP SEQUENCE IF EXISTS {fences};
@@ -830,8 +979,9 @@ END",
             // written (no row lock, no WAL) and the answer is "held". Only
             // otherwise does it call the acquire function (a one-time filter
             // skips it), which also answers the same owner's grant again —
-            // confirmed by a write, never by this read. $1 name, $2 owner,
-            // $3 ttl ms, $4 the bound on lock waits in ms (NULL: none).
+            // confirmed by a write, never by this read. A `try_` call's
+            // (never queued: no ticket given). $1 name, $2 owner, $3 ttl
+            // ms, $4 the bound on lock waits in ms (NULL: none).
             acquire: audited(format!(
                 "WITH {DURABLE_COMMIT_CTE},
                  clock AS (SELECT {NOW_MS} AS now_ms),
@@ -840,29 +990,36 @@ END",
                      FROM {locks} l, clock c
                      WHERE l.name = $1 AND l.expires_at > c.now_ms AND l.owner <> $2
                  )
-                 SELECT false AS granted, fence, expires_in_ms, NULL::integer FROM live
+                 SELECT false AS granted, fence, expires_in_ms, NULL::integer,
+                        NULL::bigint, NULL::integer, NULL::bigint FROM live
                  UNION ALL
-                 SELECT g.granted, g.fence, g.expires_in_ms, g.held_as_semaphore
-                 FROM {acquire_fn}($1, $2, $3, $4) g
+                 SELECT g.granted, g.fence, g.expires_in_ms, g.held_as_semaphore,
+                        g.ticket, g.queue_position, g.cue
+                 FROM {acquire_fn}($1, $2, $3, $4, NULL, NULL, NULL, NULL) g
                  WHERE NOT EXISTS (SELECT 1 FROM live) AND EXISTS (SELECT 1 FROM durable_commit)"
             )),
             // A waiting acquire's statement: the acquire function alone. The
             // statement names no table, so it takes no table lock before the
             // function has bounded its lock waits by `$4` (a table locked by
             // DDL or `LOCK TABLE` would hold it, unbounded, at planning time).
-            // The same parameters as `acquire`.
+            // Every attempt of a waiting call runs it, to take or renew its
+            // ticket. The same parameters as `acquire`, then $5 the ticket
+            // (NULL: none yet), $6 the ticket's lease in ms (NULL: not
+            // queued), $7 the channel and $8 the store tag its leaving is
+            // told on.
             acquire_waiting: audited(format!(
                 "WITH {DURABLE_COMMIT_CTE}
-                 SELECT g.granted, g.fence, g.expires_in_ms, g.held_as_semaphore
-                 FROM {acquire_fn}($1, $2, $3, $4) g
+                 SELECT g.granted, g.fence, g.expires_in_ms, g.held_as_semaphore,
+                        g.ticket, g.queue_position, g.cue
+                 FROM {acquire_fn}($1, $2, $3, $4, $5, $6, $7, $8) g
                  WHERE EXISTS (SELECT 1 FROM durable_commit)"
             )),
             // One statement, as `acquire`: when the statement's snapshot
             // sees every permit live, of the count asked, none the owner's,
             // nothing is written and the answer is "held", with the soonest
-            // expiry; otherwise the permit function decides. $1 name, $2
-            // permits, $3 owner, $4 ttl ms, $5 the bound on lock waits in
-            // ms (NULL: none).
+            // expiry; otherwise the permit function decides. A `try_`
+            // call's. $1 name, $2 permits, $3 owner, $4 ttl ms, $5 the bound
+            // on lock waits in ms (NULL: none).
             acquire_permit: audited(format!(
                 "WITH {DURABLE_COMMIT_CTE},
                  clock AS (SELECT {NOW_MS} AS now_ms),
@@ -873,28 +1030,31 @@ END",
                      WHERE p.name = $1 AND p.expires_at > c.now_ms
                  ),
                  full_up AS (SELECT soonest FROM seen WHERE live >= $2 AND NOT decide)
-                 SELECT 'held'::text AS outcome, 0::bigint, 0, soonest, 0 FROM full_up
+                 SELECT 'held'::text AS outcome, 0::bigint, 0, soonest, 0,
+                        NULL::bigint, NULL::integer, NULL::bigint FROM full_up
                  UNION ALL
-                 SELECT g.outcome, g.fence, g.slot, g.expires_in_ms, g.live_permits
-                 FROM {acquire_permit_fn}($1, $2, $3, $4, $5) g
+                 SELECT g.outcome, g.fence, g.slot, g.expires_in_ms, g.live_permits,
+                        g.ticket, g.queue_position, g.cue
+                 FROM {acquire_permit_fn}($1, $2, $3, $4, $5, NULL, NULL, NULL, NULL) g
                  WHERE NOT EXISTS (SELECT 1 FROM full_up) AND EXISTS (SELECT 1 FROM durable_commit)"
             )),
             // A waiting permit acquire's statement: the function alone, for
-            // the reason `acquire_waiting` gives. The same parameters.
+            // the reason `acquire_waiting` gives. The same parameters, then
+            // $6 to $9 as `acquire_waiting`'s $5 to $8.
             acquire_permit_waiting: audited(format!(
                 "WITH {DURABLE_COMMIT_CTE}
-                 SELECT g.outcome, g.fence, g.slot, g.expires_in_ms, g.live_permits
-                 FROM {acquire_permit_fn}($1, $2, $3, $4, $5) g
+                 SELECT g.outcome, g.fence, g.slot, g.expires_in_ms, g.live_permits,
+                        g.ticket, g.queue_position, g.cue
+                 FROM {acquire_permit_fn}($1, $2, $3, $4, $5, $6, $7, $8, $9) g
                  WHERE EXISTS (SELECT 1 FROM durable_commit)"
             )),
             // A reader-writer acquire, one statement as `acquire`: when
             // the statement's snapshot sees what refuses the mode — a live
-            // writer or intent for a reader; a live reader, or another's
-            // live writer, for a writer with no intent to record ($5 NULL)
-            // — nothing is written and the answer is "held", with the
-            // soonest end, without queueing on the name's advisory lock;
-            // otherwise the function decides. $1 name, $2 write, $3 owner,
-            // $4 ttl ms, $5 intent ms (NULL: none), $6 the bound on lock
+            // writer for a reader; a live reader, or another's live writer,
+            // for a writer — nothing is written and the answer is "held",
+            // with the soonest end, without queueing on the name's advisory
+            // lock; otherwise the function decides. A `try_` call's. $1
+            // name, $2 write, $3 owner, $4 ttl ms, $5 the bound on lock
             // waits in ms (NULL: none).
             acquire_rw: audited(format!(
                 "WITH {DURABLE_COMMIT_CTE},
@@ -906,23 +1066,25 @@ END",
                        AND p.permits = {READ_WRITE_PERMITS}
                        AND CASE WHEN $2 THEN p.slot >= 0
                                              OR (p.slot = {WRITER_SLOT} AND p.owner <> $3)
-                                ELSE p.slot < 0 END
+                                ELSE p.slot = {WRITER_SLOT} END
                  ),
-                 refused AS (SELECT soonest FROM seen
-                             WHERE soonest IS NOT NULL AND $5::bigint IS NULL)
-                 SELECT 'held'::text AS outcome, 0::bigint, 0, soonest, 0 FROM refused
+                 refused AS (SELECT soonest FROM seen WHERE soonest IS NOT NULL)
+                 SELECT 'held'::text AS outcome, 0::bigint, 0, soonest, 0,
+                        NULL::bigint, NULL::integer, NULL::bigint FROM refused
                  UNION ALL
-                 SELECT g.outcome, g.fence, g.slot, g.expires_in_ms, g.semaphore_permits
-                 FROM {acquire_rw_fn}($1, $2, $3, $4, $5, $6) g
+                 SELECT g.outcome, g.fence, g.slot, g.expires_in_ms, g.semaphore_permits,
+                        g.ticket, g.queue_position, g.cue
+                 FROM {acquire_rw_fn}($1, $2, $3, $4, $5, NULL, NULL, NULL, NULL) g
                  WHERE NOT EXISTS (SELECT 1 FROM refused) AND EXISTS (SELECT 1 FROM durable_commit)"
             )),
             // A waiting reader-writer acquire's statement: the function
             // alone, for the reason `acquire_waiting` gives. The same
-            // parameters.
+            // parameters, then $6 to $9 as `acquire_waiting`'s $5 to $8.
             acquire_rw_waiting: audited(format!(
                 "WITH {DURABLE_COMMIT_CTE}
-                 SELECT g.outcome, g.fence, g.slot, g.expires_in_ms, g.semaphore_permits
-                 FROM {acquire_rw_fn}($1, $2, $3, $4, $5, $6) g
+                 SELECT g.outcome, g.fence, g.slot, g.expires_in_ms, g.semaphore_permits,
+                        g.ticket, g.queue_position, g.cue
+                 FROM {acquire_rw_fn}($1, $2, $3, $4, $5, $6, $7, $8, $9) g
                  WHERE EXISTS (SELECT 1 FROM durable_commit)"
             )),
             // $1 name, $2 owner, $3 fence, $4 ttl ms. A lease granted on
@@ -1084,6 +1246,32 @@ END",
                      WHERE expires_at <= {NOW_MS} AND EXISTS (SELECT 1 FROM async_commit)"
                 ))
             }),
+            // Lapsed tickets (waiters gone without leaving): no grant, so
+            // not counted.
+            purge_tickets: audited(format!(
+                "WITH {ASYNC_COMMIT_CTE}
+                 DELETE FROM {tickets}
+                 WHERE expires_at <= {NOW_MS} AND EXISTS (SELECT 1 FROM async_commit)"
+            )),
+            // A waiter that stops waiting ungranted: its live ticket
+            // deleted, and the waiter behind it, in any process, told by
+            // the ticket's number ("<store tag>#<ticket>:<name>"). A lost
+            // leave is harmless: the ticket lapses. $1 name, $2 ticket, $3
+            // channel, $4 store tag.
+            leave_queue: audited(format!(
+                "WITH {ASYNC_COMMIT_CTE},
+                 gone AS (
+                     DELETE FROM {tickets} WHERE name = $1 AND ticket = $2
+                       AND expires_at > {NOW_MS} AND EXISTS (SELECT 1 FROM async_commit)
+                     RETURNING ticket
+                 )
+                 SELECT count(pg_notify($3, $4 || '#' || gone.ticket || ':' || $1)::text) FROM gone"
+            )),
+            // $1 name: its live tickets, oldest first.
+            waiters: audited(format!(
+                "SELECT ticket, owner, kind, expires_at - {NOW_MS} FROM {tickets}
+                 WHERE name = $1 AND expires_at > {NOW_MS} ORDER BY ticket"
+            )),
         }
     }
 }
@@ -1099,19 +1287,29 @@ fn store_tag() -> String {
     format!("{}.{n}.{nanos}", std::process::id())
 }
 
-/// An acquire's statement and its bound on lock waits: a waiting acquire
-/// (`bound`) runs `waiting`, which bounds every lock wait, the table's
-/// included, by the wait left in ms — truncated, as every dialect's; the
-/// function bounds each lock wait by at least 1 ms (0 is still a bound;
-/// NULL is none) — and `try_` runs `plain`.
-fn by_bound(bound: Option<Instant>, plain: &SqlStr, waiting: &SqlStr) -> (SqlStr, Option<i32>) {
-    match bound {
-        Some(bound) => (
-            waiting.clone(),
-            Some(i32::try_from(lock_wait_ms(bound)).unwrap_or(i32::MAX)),
-        ),
-        None => (plain.clone(), None),
+/// An acquire's statement and its bound on lock waits: a waiting call (in
+/// the queue, or with a `bound`) runs `waiting`, which bounds every lock
+/// wait, the table's included, by the wait left in ms — truncated, as
+/// every dialect's; the function bounds each lock wait by at least 1 ms (0
+/// is still a bound; NULL, a wait with no end, is none) — and `try_` runs
+/// `plain`, which may refuse without calling the function.
+fn by_standing(
+    queue: Queue,
+    bound: Option<Instant>,
+    plain: &SqlStr,
+    waiting: &SqlStr,
+) -> (SqlStr, Option<i32>, bool) {
+    let wait_ms = bound.map(|bound| i32::try_from(lock_wait_ms(bound)).unwrap_or(i32::MAX));
+    match (queue, bound) {
+        (Queue::Never, None) => (plain.clone(), None, false),
+        _ => (waiting.clone(), wait_ms, true),
     }
+}
+
+/// A ticket as the `tickets` table stores it (drawn from a `bigint`
+/// sequence, so every ticket this engine hands out fits).
+fn ticket_to_sql(ticket: u64) -> i64 {
+    i64::try_from(ticket).unwrap_or(i64::MAX)
 }
 
 /// A grant's slot as the `permits` table stores it (`integer`): a permit's
@@ -1143,20 +1341,27 @@ impl alkstore_sqlx::Statements for Statements {
         }
     }
 
+    fn queues(&self) -> bool {
+        true
+    }
+
     fn acquire<'c>(
         &self,
         conn: &'c mut PgConnection,
         name: &str,
         owner: &str,
         ttl: LeaseMillis,
+        queue: Queue,
         bound: Option<Instant>,
     ) -> StatementFuture<'c, Option<AcquireRow>> {
-        let (statement, wait_ms) = by_bound(bound, &self.acquire, &self.acquire_waiting);
+        let (statement, wait_ms, waiting) =
+            by_standing(queue, bound, &self.acquire, &self.acquire_waiting);
         let call = Call::new(statement)
             .text(name)
             .text(owner)
             .int8(ttl.as_i64())
             .int4(wait_ms);
+        let call = self.standing(call, queue, waiting);
         self.fetch_optional(conn, call)
     }
 
@@ -1167,10 +1372,15 @@ impl alkstore_sqlx::Statements for Statements {
         permits: u32,
         owner: &str,
         ttl: LeaseMillis,
+        queue: Queue,
         bound: Option<Instant>,
     ) -> StatementFuture<'c, Option<PermitRow>> {
-        let (statement, wait_ms) =
-            by_bound(bound, &self.acquire_permit, &self.acquire_permit_waiting);
+        let (statement, wait_ms, waiting) = by_standing(
+            queue,
+            bound,
+            &self.acquire_permit,
+            &self.acquire_permit_waiting,
+        );
         let call = Call::new(statement)
             .text(name)
             // At most MAX_PERMITS (validated by the core), so it fits.
@@ -1178,6 +1388,7 @@ impl alkstore_sqlx::Statements for Statements {
             .text(owner)
             .int8(ttl.as_i64())
             .int4(wait_ms);
+        let call = self.standing(call, queue, waiting);
         self.fetch_optional(conn, call)
     }
 
@@ -1188,18 +1399,54 @@ impl alkstore_sqlx::Statements for Statements {
         mode: RwMode,
         owner: &str,
         ttl: LeaseMillis,
-        intent: Option<LeaseMillis>,
+        queue: Queue,
         bound: Option<Instant>,
     ) -> StatementFuture<'c, Option<RwRow>> {
-        let (statement, wait_ms) = by_bound(bound, &self.acquire_rw, &self.acquire_rw_waiting);
+        let (statement, wait_ms, waiting) =
+            by_standing(queue, bound, &self.acquire_rw, &self.acquire_rw_waiting);
         let call = Call::new(statement)
             .text(name)
             .boolean(mode == RwMode::Write)
             .text(owner)
             .int8(ttl.as_i64())
-            .int8(intent.map(LeaseMillis::as_i64))
             .int4(wait_ms);
+        let call = self.standing(call, queue, waiting);
         self.fetch_optional(conn, call)
+    }
+
+    fn leave_queue<'c>(
+        &self,
+        conn: &'c mut PgConnection,
+        name: &str,
+        ticket: i64,
+    ) -> StatementFuture<'c, u64> {
+        let call = Call::new(self.leave_queue.clone())
+            .text(name)
+            .int8(ticket)
+            .text(&self.channel)
+            .text(&self.tag);
+        let left = self.fetch_optional::<(i64,)>(conn, call);
+        Box::pin(async move {
+            let (count,) = left.await?.ok_or(sqlx::Error::RowNotFound)?;
+            Ok(count.unsigned_abs())
+        })
+    }
+
+    fn waiters<'c>(
+        &self,
+        conn: &'c mut PgConnection,
+        name: &str,
+    ) -> StatementFuture<'c, Vec<WaiterRow>> {
+        let call = Call::new(self.waiters.clone()).text(name);
+        let protocol = self.protocol;
+        Box::pin(async move {
+            protocol
+                .fetch_all(call, conn)
+                .await?
+                .into_iter()
+                .map(row_as)
+                .collect()
+        })
     }
 
     fn renew<'c>(
@@ -1299,15 +1546,17 @@ impl alkstore_sqlx::Statements for Statements {
         })
     }
 
-    /// Two statements on the one connection: `locks`, then `permits`.
+    /// Three statements on the one connection: `locks`, then `permits`
+    /// (counted), then lapsed tickets (not: no grant).
     fn purge<'c>(&self, conn: &'c mut PgConnection) -> StatementFuture<'c, u64> {
         let [locks, permits] = self.purge.clone().map(Call::new);
+        let tickets = Call::new(self.purge_tickets.clone());
         let protocol = self.protocol;
         Box::pin(async move {
-            Ok(
-                protocol.execute(locks, &mut *conn).await?
-                    + protocol.execute(permits, conn).await?,
-            )
+            let purged = protocol.execute(locks, &mut *conn).await?
+                + protocol.execute(permits, &mut *conn).await?;
+            protocol.execute(tickets, conn).await?;
+            Ok(purged)
         })
     }
 
@@ -1340,6 +1589,23 @@ impl alkstore_sqlx::Statements for Statements {
 }
 
 impl Statements {
+    /// A waiting statement's last binds: the attempt's ticket and its
+    /// lease (`NULL`: none yet; not queued), and where its leaving is told.
+    /// A `try_` statement takes none.
+    fn standing(&self, call: Call, queue: Queue, waiting: bool) -> Call {
+        if !waiting {
+            return call;
+        }
+        let ticket = match queue {
+            Queue::Waiting { ticket, .. } => ticket.map(ticket_to_sql),
+            Queue::Never => None,
+        };
+        call.int8(ticket)
+            .int8(queue.lease().map(LeaseMillis::as_i64))
+            .text(&self.channel)
+            .text(&self.tag)
+    }
+
     /// Runs `call` by the store's protocol; its first row read as `T`.
     fn fetch_optional<'c, T>(
         &self,

@@ -138,8 +138,9 @@ async fn a_role_with_only_dml_rights_uses_a_provisioned_schema() {
             "GRANT USAGE ON SCHEMA {s} TO \"{role}\";
          GRANT SELECT, INSERT, UPDATE, DELETE ON {s}.locks TO \"{role}\";
          GRANT SELECT, INSERT, UPDATE, DELETE ON {s}.permits TO \"{role}\";
+         GRANT SELECT, INSERT, UPDATE, DELETE ON {s}.tickets TO \"{role}\";
          GRANT SELECT ON {s}.meta TO \"{role}\";
-         GRANT USAGE ON SEQUENCE {s}.fences TO \"{role}\";"
+         GRANT USAGE ON SEQUENCE {s}.fences, {s}.ticket_numbers TO \"{role}\";"
         ),
     )
     .await;
@@ -168,6 +169,12 @@ async fn a_role_with_only_dml_rights_uses_a_provisioned_schema() {
         store.holder("job").await.unwrap().unwrap().owner,
         "worker-1"
     );
+    // A waiting call queues (its ticket written, read, and left).
+    let waited = store
+        .lock("job", "worker-2", TTL, Duration::from_millis(300))
+        .await
+        .unwrap();
+    assert!(waited.is_none(), "held by worker-1 for its whole wait");
     assert!(lock.release().await.unwrap());
     let permit = store
         .try_acquire_permit("pool", 2, "worker-1", TTL)
@@ -178,12 +185,15 @@ async fn a_role_with_only_dml_rights_uses_a_provisioned_schema() {
     assert_eq!(store.holders("pool").await.unwrap().len(), 1);
     assert!(permit.release().await.unwrap());
     assert_eq!(store.purge_expired().await.unwrap(), 0);
+    assert!(store.waiters("job").await.unwrap().is_empty());
     store.close().await.unwrap();
 
     // The function gone: the role may not create it, and says so.
     exec(
         &admin,
-        format!("DROP FUNCTION {s}.acquire(text, text, bigint, integer)"),
+        format!(
+            "DROP FUNCTION {s}.acquire(text, text, bigint, integer, bigint, bigint, text, text)"
+        ),
     )
     .await;
     let pool = PgPoolOptions::new()

@@ -610,6 +610,80 @@ async fn layout_6_is_upgraded_in_place_with_semaphores() {
     reopened.close().await.unwrap();
 }
 
+/// A store of layout 9 (no queues: no `tickets` table or `ticket_numbers`
+/// sequence, and acquire functions of other arguments) is upgraded in
+/// place when opened: the old functions dropped, not left beside the new
+/// ones as overloads, the queue's objects made, and a waiting call queued.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn layout_9_is_upgraded_in_place_with_queues() {
+    let Some((store, schema)) = common::store("upgrade9").await else {
+        return;
+    };
+    let s = common::quoted_schema(&store);
+    let held = store.try_lock("held", "a", TTL).await.unwrap().unwrap();
+    // Back to layout 9's objects: functions of its arguments (their
+    // bodies do not matter here), no queue.
+    sqlx::raw_sql(sqlx::AssertSqlSafe(format!(
+        "DROP FUNCTION {s}.acquire; DROP FUNCTION {s}.acquire_permit; DROP FUNCTION {s}.acquire_rw;
+         DROP TABLE {s}.tickets; DROP SEQUENCE {s}.ticket_numbers;
+         CREATE FUNCTION {s}.acquire(p_name text, p_owner text, p_ttl bigint, p_wait_ms integer)
+         RETURNS TABLE (granted boolean, fence bigint, expires_in_ms bigint,
+                        held_as_semaphore integer)
+         LANGUAGE sql AS 'SELECT false, 0::bigint, 0::bigint, NULL::integer';
+         CREATE FUNCTION {s}.acquire_permit(p_name text, p_permits integer, p_owner text,
+             p_ttl bigint, p_wait_ms integer)
+         RETURNS TABLE (outcome text, fence bigint, slot integer, expires_in_ms bigint,
+                        live_permits integer)
+         LANGUAGE sql AS 'SELECT ''held'', 0::bigint, 0, 0::bigint, 0';
+         CREATE FUNCTION {s}.acquire_rw(p_name text, p_write boolean, p_owner text,
+             p_ttl bigint, p_intent_ms bigint, p_wait_ms integer)
+         RETURNS TABLE (outcome text, fence bigint, slot integer, expires_in_ms bigint,
+                        semaphore_permits integer)
+         LANGUAGE sql AS 'SELECT ''held'', 0::bigint, 0, 0::bigint, 0';
+         UPDATE {s}.meta SET value = 9 WHERE key = 'schema_version'"
+    )))
+    .execute(store.pool())
+    .await
+    .unwrap();
+
+    let reopened = Arc::new(schema.reopened().await);
+    let (functions,): (i64,) = sqlx::query_as(sqlx::AssertSqlSafe(format!(
+        "SELECT count(*) FROM pg_proc
+         WHERE pronamespace = '{}'::regnamespace
+           AND proname IN ('acquire', 'acquire_permit', 'acquire_rw')",
+        s.replace('\'', "''")
+    )))
+    .fetch_one(reopened.pool())
+    .await
+    .unwrap();
+    assert_eq!(functions, 3, "one function of each, no overloads left");
+    let waiting = {
+        let store = reopened.clone();
+        tokio::spawn(async move { store.lock("held", "b", TTL, TTL).await })
+    };
+    let queued = tokio::time::timeout(Duration::from_secs(10), async {
+        loop {
+            let waiters = reopened.waiters("held").await.unwrap();
+            if let Some(waiter) = waiters.first() {
+                return waiter.clone();
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    })
+    .await
+    .expect("the waiting call shows in the queue");
+    assert_eq!((queued.owner.as_str(), queued.kind), ("b", "lock"));
+    let fence = held.fence();
+    assert!(held.release().await.unwrap());
+    let granted = waiting.await.unwrap().unwrap().expect("granted in turn");
+    assert!(granted.fence() > fence);
+    assert!(granted.release().await.unwrap());
+    assert!(reopened.waiters("held").await.unwrap().is_empty());
+    store.close().await.unwrap();
+    reopened.drop_schema().await.unwrap();
+    reopened.close().await.unwrap();
+}
+
 /// The function definition with layout 3's lock class (0x616c6b66, "alkf")
 /// in place of this layout's per-schema class.
 fn with_layout_3_lock_class(definition: &str) -> String {

@@ -15,8 +15,8 @@ use std::time::{Duration, Instant};
 
 use alkstore_core::{
     Access, Attempt, BoxError, Engine, GrantKey, HeldAs, Holder, LeaseMillis, Listed,
-    PermitAttempt, Queue, ReleaseBus, RwAttempt, RwMode, fence_from_sql, fence_to_sql,
-    holder_from_sql, lease_left, permits_row_kind,
+    PermitAttempt, Queue, Queued, ReleaseBus, RwAttempt, RwMode, TicketKind, Waiter,
+    fence_from_sql, fence_to_sql, holder_from_sql, lease_left, permits_row_kind,
 };
 use async_trait::async_trait;
 
@@ -34,23 +34,62 @@ pub type HolderRow = (String, i64, i64);
 pub type ListedRow = (String, String, i64, i64, Option<i32>, Option<i32>);
 
 /// An acquire's answer: granted, fence, lease left in milliseconds (of the
-/// grant, or of the live holder), and, when live permits of a semaphore
-/// hold the name, their permits (then nothing was granted or written).
-pub type AcquireRow = (bool, i64, i64, Option<i32>);
+/// grant, or of the live holder; `None` for a refusal in turn, with nobody
+/// holding), when live permits of a semaphore hold the name their permits
+/// (then nothing was granted or written), and the [`QueueColumns`].
+pub type AcquireRow = (
+    bool,
+    i64,
+    Option<i64>,
+    Option<i32>,
+    Option<i64>,
+    Option<i32>,
+    Option<i64>,
+);
+
+/// Where a refused waiting call stands, the last three columns of every
+/// acquire's answer: its ticket, its position, and the ticket ahead whose
+/// leaving is its cue ([`Queued`]). The first two are `None` when the call
+/// was not queued (a `try_` call, a grant, or a dialect that does not
+/// queue).
+pub type QueueColumns = (Option<i64>, Option<i32>, Option<i64>);
+
+/// A waiter's row, as [`Statements::waiters`] answers it: ticket, owner,
+/// kind ([`TicketKind::as_str`]), ticket lease left in milliseconds.
+pub type WaiterRow = (i64, String, String, i64);
 
 /// A permit acquire's answer: the outcome (one of [`PermitOutcome`]'s
 /// texts), fence, slot, lease left in milliseconds (of the grant, or of the
-/// live permit that ends first), and the live grants' permits (for a
-/// mismatch).
-pub type PermitRow = (String, i64, i32, i64, i32);
+/// live permit that ends first; `None` when none holds), the live grants'
+/// permits (for a mismatch), and the [`QueueColumns`].
+pub type PermitRow = (
+    String,
+    i64,
+    i32,
+    Option<i64>,
+    i32,
+    Option<i64>,
+    Option<i32>,
+    Option<i64>,
+);
 
 /// A reader-writer acquire's answer: the outcome (one of
 /// [`PermitOutcome`]'s texts: granted, held, lock or semaphore), fence,
 /// slot (the grant's row slot: a reader's, or
 /// [`WRITER_SLOT`](alkstore_core::WRITER_SLOT)), lease left in
-/// milliseconds (of the grant, or of what refused it that ends first), and
-/// a semaphore's permits (when one holds the name).
-pub type RwRow = (String, i64, i32, i64, i32);
+/// milliseconds (of the grant, or of what refused it that ends first;
+/// `None` when nothing holds), a semaphore's permits (when one holds the
+/// name), and the [`QueueColumns`].
+pub type RwRow = (
+    String,
+    i64,
+    i32,
+    Option<i64>,
+    i32,
+    Option<i64>,
+    Option<i32>,
+    Option<i64>,
+);
 
 /// The outcomes a permit or reader-writer acquire's statement answers, as
 /// text.
@@ -86,23 +125,35 @@ pub trait Statements: Debug + Send + Sync + 'static {
         None
     }
 
+    /// Whether the statements keep queues ([`Engine::queues`]): then every
+    /// acquire takes its [`Queue`] standing into account, and
+    /// [`Statements::leave_queue`] and [`Statements::waiters`] are
+    /// written. The default: no.
+    fn queues(&self) -> bool {
+        false
+    }
+
     /// Grants `name` to `owner` for `ttl` unless someone else's live lease
-    /// holds it; `bound`, for a waiting acquire, is when its lock waits
-    /// end. Answers an [`AcquireRow`]; no row is an error.
+    /// holds it (or, where the dialect queues, a waiter's turn comes
+    /// first); `queue` is the attempt's standing; `bound`, for a waiting
+    /// acquire, is when its lock waits end. Answers an [`AcquireRow`]; no
+    /// row is an error.
     fn acquire<'c>(
         &self,
         conn: &'c mut Conn<Self::Dialect>,
         name: &str,
         owner: &str,
         ttl: LeaseMillis,
+        queue: Queue,
         bound: Option<Instant>,
     ) -> StatementFuture<'c, Option<AcquireRow>>;
 
     /// A permit of the semaphore `name` of `permits` permits for `owner`,
-    /// by the rules of [`Engine::acquire_permit`]; `bound` as for
-    /// [`Statements::acquire`]. Answers a [`PermitRow`]; no row is an
+    /// by the rules of [`Engine::acquire_permit`]; `queue` and `bound` as
+    /// for [`Statements::acquire`]. Answers a [`PermitRow`]; no row is an
     /// error. The default: the dialect has no semaphores
     /// ([`PermitsUnsupported`](alkstore_core::PermitsUnsupported)).
+    #[allow(clippy::too_many_arguments)]
     fn acquire_permit<'c>(
         &self,
         conn: &'c mut Conn<Self::Dialect>,
@@ -110,9 +161,10 @@ pub trait Statements: Debug + Send + Sync + 'static {
         permits: u32,
         owner: &str,
         ttl: LeaseMillis,
+        queue: Queue,
         bound: Option<Instant>,
     ) -> StatementFuture<'c, Option<PermitRow>> {
-        let _ = (conn, name, permits, owner, ttl, bound);
+        let _ = (conn, name, permits, owner, ttl, queue, bound);
         Box::pin(async {
             Err(sqlx::Error::Configuration(
                 alkstore_core::PermitsUnsupported.into(),
@@ -121,11 +173,11 @@ pub trait Statements: Debug + Send + Sync + 'static {
     }
 
     /// A reader-writer lock's grant of `name` for `owner`, by the rules of
-    /// [`Engine::acquire_rw`] (with `intent`, a waiting writer's intent is
-    /// recorded on a refusal); `bound` as for [`Statements::acquire`].
-    /// Answers an [`RwRow`]; no row is an error. The default: the dialect
-    /// has no reader-writer locks
-    /// ([`RwUnsupported`](alkstore_core::RwUnsupported)).
+    /// [`Engine::acquire_rw`] (a dialect that does not queue records a
+    /// waiting writer's intent, [`Queue::lease`], on a refusal); `queue`
+    /// and `bound` as for [`Statements::acquire`]. Answers an [`RwRow`];
+    /// no row is an error. The default: the dialect has no reader-writer
+    /// locks ([`RwUnsupported`](alkstore_core::RwUnsupported)).
     #[allow(clippy::too_many_arguments)]
     fn acquire_rw<'c>(
         &self,
@@ -134,15 +186,39 @@ pub trait Statements: Debug + Send + Sync + 'static {
         mode: RwMode,
         owner: &str,
         ttl: LeaseMillis,
-        intent: Option<LeaseMillis>,
+        queue: Queue,
         bound: Option<Instant>,
     ) -> StatementFuture<'c, Option<RwRow>> {
-        let _ = (conn, name, mode, owner, ttl, intent, bound);
+        let _ = (conn, name, mode, owner, ttl, queue, bound);
         Box::pin(async {
             Err(sqlx::Error::Configuration(
                 alkstore_core::RwUnsupported.into(),
             ))
         })
+    }
+
+    /// Removes `ticket` from `name`'s queue, cueing the waiter behind it
+    /// where the database can tell other processes; answers the rows it
+    /// removed. The default (a dialect that does not queue): none.
+    fn leave_queue<'c>(
+        &self,
+        conn: &'c mut Conn<Self::Dialect>,
+        name: &str,
+        ticket: i64,
+    ) -> StatementFuture<'c, u64> {
+        let _ = (conn, name, ticket);
+        Box::pin(async { Ok(0) })
+    }
+
+    /// The live tickets of `name`, oldest first. The default (a dialect
+    /// that does not queue): none.
+    fn waiters<'c>(
+        &self,
+        conn: &'c mut Conn<Self::Dialect>,
+        name: &str,
+    ) -> StatementFuture<'c, Vec<WaiterRow>> {
+        let _ = (conn, name);
+        Box::pin(async { Ok(Vec::new()) })
     }
 
     /// Extends the live grant (a lock's, or one in the permits table:
@@ -335,6 +411,20 @@ fn permits_from_sql(value: i32) -> Result<u32, BoxError> {
     u32::try_from(value).map_err(|_| format!("a permit row holds {value}").into())
 }
 
+/// A refusal's [`QueueColumns`] as the core reads them: queued when the
+/// statement answered a ticket and a position.
+fn queued(columns: QueueColumns) -> Result<Option<Queued>, BoxError> {
+    let (Some(ticket), Some(position), cue) = columns else {
+        return Ok(None);
+    };
+    let number = |n: i64| u64::try_from(n).map_err(|_| format!("a queue answered ticket {n}"));
+    Ok(Some(Queued {
+        ticket: number(ticket)?,
+        position: u32::try_from(position).map_err(|_| format!("a queue answered {position}"))?,
+        ahead: cue.map(number).transpose()?,
+    }))
+}
+
 /// Names and owners as the database returned them.
 fn holders(row: HolderRow) -> Holder {
     let (owner, fence, left) = row;
@@ -348,32 +438,35 @@ impl<S: Statements> Engine for SqlxEngine<S> {
         name: &str,
         owner: &str,
         ttl: LeaseMillis,
-        _queue: Queue,
+        queue: Queue,
         deadline: Option<Instant>,
     ) -> Result<Attempt, BoxError> {
         let row = self
             .connections
-            // Run again, the same owner is granted its own grant back.
+            // Run again, the same owner is granted its own grant back (and
+            // its ticket, taken or renewed, is the same ticket).
             .run(OnLostConnection::RunAgain, deadline, |conn, attempt| {
                 self.statements
-                    .acquire(conn, name, owner, ttl, attempt.bound)
+                    .acquire(conn, name, owner, ttl, queue, attempt.bound)
             })
             .await;
-        Ok(match self.answered(row, deadline)? {
-            None => Attempt::Held { expires_in: None },
-            Some((_, _, _, Some(permits))) => {
-                match HeldAs::of_permits_column(permits_from_sql(permits)?) {
-                    HeldAs::Semaphore { permits } => Attempt::HeldAsSemaphore { permits },
-                    _ => Attempt::HeldAsReadWrite,
-                }
-            }
-            Some((true, fence, left, None)) => Attempt::Granted {
+        let Some((granted, fence, left, semaphore, ticket, position, cue)) =
+            self.answered(row, deadline)?
+        else {
+            return Ok(Attempt::Held { expires_in: None });
+        };
+        Ok(match (granted, semaphore) {
+            (_, Some(permits)) => match HeldAs::of_permits_column(permits_from_sql(permits)?) {
+                HeldAs::Semaphore { permits } => Attempt::HeldAsSemaphore { permits },
+                _ => Attempt::HeldAsReadWrite,
+            },
+            (true, None) => Attempt::Granted {
                 fence: fence_from_sql(fence),
-                expires_in: lease_left(left),
+                expires_in: lease_left(left.unwrap_or(0)),
             },
-            Some((false, _, left, None)) => Attempt::Held {
-                expires_in: Some(lease_left(left)),
-            },
+            (false, None) => {
+                Attempt::refused(left.map(lease_left), queued((ticket, position, cue))?)
+            }
         })
     }
 
@@ -383,29 +476,38 @@ impl<S: Statements> Engine for SqlxEngine<S> {
         permits: u32,
         owner: &str,
         ttl: LeaseMillis,
-        _queue: Queue,
+        queue: Queue,
         deadline: Option<Instant>,
     ) -> Result<PermitAttempt, BoxError> {
         let row = self
             .connections
             // Run again, the same owner is granted its own permit back.
             .run(OnLostConnection::RunAgain, deadline, |conn, attempt| {
-                self.statements
-                    .acquire_permit(conn, name, permits, owner, ttl, attempt.bound)
+                self.statements.acquire_permit(
+                    conn,
+                    name,
+                    permits,
+                    owner,
+                    ttl,
+                    queue,
+                    attempt.bound,
+                )
             })
             .await;
-        let Some((outcome, fence, slot, left, live)) = self.answered(row, deadline)? else {
+        let Some((outcome, fence, slot, left, live, ticket, position, cue)) =
+            self.answered(row, deadline)?
+        else {
             return Ok(PermitAttempt::Held { expires_in: None });
         };
         Ok(match outcome.as_str() {
             PermitOutcome::GRANTED => PermitAttempt::Granted {
                 fence: fence_from_sql(fence),
                 slot: permits_from_sql(slot)?,
-                expires_in: lease_left(left),
+                expires_in: lease_left(left.unwrap_or(0)),
             },
-            PermitOutcome::HELD => PermitAttempt::Held {
-                expires_in: Some(lease_left(left)),
-            },
+            PermitOutcome::HELD => {
+                PermitAttempt::refused(left.map(lease_left), queued((ticket, position, cue))?)
+            }
             PermitOutcome::MISMATCH => match HeldAs::of_permits_column(permits_from_sql(live)?) {
                 HeldAs::Semaphore { permits } => PermitAttempt::Mismatch { permits },
                 _ => PermitAttempt::HeldAsReadWrite,
@@ -424,18 +526,18 @@ impl<S: Statements> Engine for SqlxEngine<S> {
         queue: Queue,
         deadline: Option<Instant>,
     ) -> Result<RwAttempt, BoxError> {
-        // Not queued yet: a waiting writer's standing is its intent.
-        let intent = queue.lease();
         let row = self
             .connections
             // Run again, the same owner is granted its own grant back (and
-            // an intent recorded again is the same intent).
+            // a ticket or intent recorded again is the same one).
             .run(OnLostConnection::RunAgain, deadline, |conn, attempt| {
                 self.statements
-                    .acquire_rw(conn, name, mode, owner, ttl, intent, attempt.bound)
+                    .acquire_rw(conn, name, mode, owner, ttl, queue, attempt.bound)
             })
             .await;
-        let Some((outcome, fence, slot, left, permits)) = self.answered(row, deadline)? else {
+        let Some((outcome, fence, slot, left, permits, ticket, position, cue)) =
+            self.answered(row, deadline)?
+        else {
             return Ok(RwAttempt::Held { expires_in: None });
         };
         Ok(match outcome.as_str() {
@@ -443,17 +545,58 @@ impl<S: Statements> Engine for SqlxEngine<S> {
                 fence: fence_from_sql(fence),
                 access: Access::of_row_slot(i64::from(slot))
                     .ok_or_else(|| format!("a reader-writer grant answered slot {slot}"))?,
-                expires_in: lease_left(left),
+                expires_in: lease_left(left.unwrap_or(0)),
             },
-            PermitOutcome::HELD => RwAttempt::Held {
-                expires_in: Some(lease_left(left)),
-            },
+            PermitOutcome::HELD => {
+                RwAttempt::refused(left.map(lease_left), queued((ticket, position, cue))?)
+            }
             PermitOutcome::HELD_AS_LOCK => RwAttempt::HeldAsOther(HeldAs::Lock),
             PermitOutcome::HELD_AS_SEMAPHORE => RwAttempt::HeldAsOther(HeldAs::Semaphore {
                 permits: permits_from_sql(permits)?,
             }),
             other => return Err(format!("a reader-writer acquire answered {other:?}").into()),
         })
+    }
+
+    fn queues(&self) -> bool {
+        self.statements.queues()
+    }
+
+    async fn leave_queue(&self, name: &str, ticket: u64) -> Result<bool, BoxError> {
+        let Ok(ticket) = i64::try_from(ticket) else {
+            // Never drawn here: every ticket this engine hands out fits.
+            return Ok(false);
+        };
+        let left = self
+            .connections
+            // Run again: removing a ticket twice removes it once.
+            .run(OnLostConnection::RunAgain, None, |conn, _| {
+                self.statements.leave_queue(conn, name, ticket)
+            })
+            .await?;
+        Ok(left == 1)
+    }
+
+    async fn waiters(&self, name: &str) -> Result<Vec<Waiter>, BoxError> {
+        let rows = self
+            .connections
+            .run(OnLostConnection::RunAgain, None, |conn, _| {
+                self.statements.waiters(conn, name)
+            })
+            .await?;
+        rows.into_iter()
+            .map(|(ticket, owner, kind, left)| {
+                Ok(Waiter {
+                    owner,
+                    ticket: u64::try_from(ticket)
+                        .map_err(|_| format!("a waiter holds ticket {ticket}"))?,
+                    kind: TicketKind::parse(&kind)
+                        .ok_or_else(|| format!("a waiter waits for {kind:?}"))?
+                        .as_str(),
+                    expires_in: lease_left(left),
+                })
+            })
+            .collect()
     }
 
     async fn renew(&self, grant: &GrantKey, ttl: LeaseMillis) -> Result<bool, BoxError> {

@@ -107,6 +107,9 @@ pub enum Flaw {
     /// Grants writers whatever readers are queued: a stream of writers
     /// starves a waiting reader.
     StarvesWaitingReaders,
+    /// Owes no queued reader the turn when a writer is granted: a reader
+    /// that queued behind two waiting writers waits for both.
+    OwesNoReadersAfterAWriter,
     /// Grants whoever asks when the name is free, whatever tickets are
     /// older: the queue's order is not kept.
     ServesInAnyOrder,
@@ -135,7 +138,7 @@ macro_rules! cases {
 
 impl Flaw {
     /// Every flaw in the gallery.
-    pub const ALL: [Flaw; 42] = [
+    pub const ALL: [Flaw; 43] = [
         Flaw::GrantsOverALiveRow,
         Flaw::NeverExpires,
         Flaw::KeepsTheFenceOnTakeover,
@@ -173,6 +176,7 @@ impl Flaw {
         Flaw::StarvesWaitingWriters,
         Flaw::ReaderFenceBelowWriter,
         Flaw::StarvesWaitingReaders,
+        Flaw::OwesNoReadersAfterAWriter,
         Flaw::ServesInAnyOrder,
         Flaw::TryJumpsTheQueue,
         Flaw::KeepsADeadWaitersPlace,
@@ -226,6 +230,9 @@ impl Flaw {
             Flaw::StarvesWaitingWriters => "once a writer waits, new readers wait behind it",
             Flaw::ReaderFenceBelowWriter => "a reader's fence is above every earlier writer's",
             Flaw::StarvesWaitingReaders => "a waiting reader waits for at most one writer",
+            Flaw::OwesNoReadersAfterAWriter => {
+                "a writer's grant owes every queued reader the turn after it"
+            }
             Flaw::ServesInAnyOrder => "waiters are granted first come, first served",
             Flaw::TryJumpsTheQueue => "a try_ call never jumps the queue",
             Flaw::KeepsADeadWaitersPlace => {
@@ -470,6 +477,7 @@ impl Flaw {
                 rw_grants_are_listed_and_released_by_force_one_at_a_time
             ),
             Flaw::StarvesWaitingReaders => cases!(a_reader_waits_for_at_most_one_writer),
+            Flaw::OwesNoReadersAfterAWriter => cases!(a_reader_waits_for_at_most_one_writer),
             Flaw::ServesInAnyOrder => cases!(
                 a_dead_waiters_place_is_freed_within_the_ticket_lease,
                 a_waiting_writer_holds_new_readers_back,
@@ -850,7 +858,11 @@ impl Engine for Broken {
             }
             let before = rows.last_fence;
             let aside = self.set_aside(rows, name, queue, Some(mode));
+            let owed_before = rows.owed_tickets(name);
             let attempt = rows.acquire_rw(name, mode, owner, ttl, queue, now);
+            if self.flaw == Flaw::OwesNoReadersAfterAWriter {
+                rows.set_owed_tickets(name, &owed_before);
+            }
             put_back(rows, aside);
             match attempt {
                 RwAttempt::Granted {

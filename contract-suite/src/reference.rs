@@ -186,6 +186,26 @@ impl Rows {
         }
     }
 
+    /// The numbers of `name`'s tickets owed the next turn (for the
+    /// gallery).
+    pub fn owed_tickets(&self, name: &str) -> Vec<u64> {
+        let range = (name.to_owned(), 0)..=(name.to_owned(), u64::MAX);
+        self.tickets
+            .range(range)
+            .filter(|(_, ticket)| ticket.owed)
+            .map(|((_, number), _)| *number)
+            .collect()
+    }
+
+    /// Owes the turn to exactly `owed` of `name`'s tickets (for the
+    /// gallery).
+    pub fn set_owed_tickets(&mut self, name: &str, owed: &[u64]) {
+        let range = (name.to_owned(), 0)..=(name.to_owned(), u64::MAX);
+        for ((_, number), ticket) in self.tickets.range_mut(range) {
+            ticket.owed = owed.contains(number);
+        }
+    }
+
     /// Every row, of every kind, live or not.
     pub fn every_row_mut(&mut self) -> impl Iterator<Item = &mut Row> {
         let permits = self.permits.values_mut().map(|permit| &mut permit.row);

@@ -37,9 +37,6 @@ pub async fn fresh_at(url: &str) -> alkstore_contract_suite::Fresh {
     let (store, schema) = store_at(url, "contract").await;
     let (url, name) = (schema.url.clone(), schema.name.clone());
     alkstore_contract_suite::Fresh::new(std::sync::Arc::new(store))
-        .without_queues(
-            "its waiters do not queue yet: fair waiting is built engine by engine (issue 38)",
-        )
         .with_peers(move || {
             let (url, name) = (url.clone(), name.clone());
             async move {

@@ -231,9 +231,10 @@ pub async fn waiters_are_granted_in_arrival_order(stores: Stores) {
 /// writer for at most one phase of readers. A reader owed its turn keeps
 /// it against the writers queued before it even when it cannot take it
 /// at once (its store closed): the first of them is granted only once
-/// that reader's place lapsed.
+/// that reader's place lapsed — also a reader that queued behind two
+/// waiting writers, owed its turn by the first one's grant.
 pub async fn a_reader_waits_for_at_most_one_writer(stores: Stores) {
-    let peers = stores.open(5).await;
+    let peers = stores.open(6).await;
     let store = &stores.store;
     let seen: Seen = Arc::default();
     let w1 = granted(store.try_write_lock("phase", "w1", LONG).await);
@@ -267,6 +268,24 @@ pub async fn a_reader_waits_for_at_most_one_writer(stores: Stores) {
         "rule: a reader that asked while readers held and a writer waited goes after that one \
          writer, and before a writer queued after it"
     );
+
+    // Readers hold; two writers queue, then a reader, whose store then
+    // closes (so it attempts no more, and cannot be owed by asking while a
+    // writer holds): the first writer's grant owes that reader the turn
+    // after it, so the second writer waits until the reader's place lapsed.
+    let r1 = granted(store.try_read_lock("phase/d", "r1", LONG).await);
+    let w1 = queue_up(&peers[1], viewer, "phase/d", "w1", Ask::Write, 0, &seen).await;
+    let w2 = queue_up(&peers[2], viewer, "phase/d", "w2", Ask::Write, 1, &seen).await;
+    let owed = {
+        let peer = peers[5].clone();
+        let reading = tokio::spawn(async move { peer.read_lock("phase/d", "r", LONG, LONG).await });
+        until_queued(viewer, "phase/d", 3).await;
+        reading
+    };
+    peers[5].close().await.unwrap();
+    assert!(owed.await.unwrap().is_err());
+    behind_a_dead_waiter(store.as_ref(), "phase/d", "r", r1.release(), w2).await;
+    w1.await.unwrap();
 
     let seen: Seen = Arc::default();
     let w1 = granted(store.try_write_lock("phase/c", "w1", LONG).await);
