@@ -75,7 +75,8 @@ pub enum StoreCommand {
     },
 
     /// Show the live holder of one name, or each live permit of a
-    /// semaphore (exit 1 when it is free).
+    /// semaphore, and the calls waiting for it in turn (exit 1 when it is
+    /// free).
     Show {
         /// The lock name.
         name: String,

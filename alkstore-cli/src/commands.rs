@@ -161,11 +161,17 @@ pub async fn list(
 }
 
 /// `show`: the live grants of `name` — a lock's holder, or each live permit
-/// of a semaphore — as a table, or in JSON an object for a lock and an
-/// array for a semaphore; a free name says so (`null` in JSON) and is
-/// [`Outcome::Nothing`].
+/// of a semaphore — as a table, then its queue's waiters, first in line
+/// first; in JSON an object for a lock and an array for a semaphore (no
+/// waiters: the shape scripts read stays). A free name says so (`null` in
+/// JSON) and is [`Outcome::Nothing`].
 pub async fn show(store: &dyn Store, name: &str, json: bool) -> Result<Outcome, BoxError> {
     let grants = store.holders(name).await?;
+    let waiters = if json {
+        Vec::new()
+    } else {
+        store.waiters(name).await?
+    };
     let mut out = io::stdout().lock();
     match (grants.as_slice(), json) {
         ([], true) => output::write_json(&mut out, &serde_json::Value::Null)?,
@@ -178,6 +184,14 @@ pub async fn show(store: &dyn Store, name: &str, json: bool) -> Result<Outcome, 
             output::write_json(&mut out, &serde_json::Value::Array(entries))?
         }
         (grants, false) => output::table(&mut out, &grants.iter().collect::<Vec<_>>())?,
+    }
+    if !waiters.is_empty() {
+        writeln!(
+            out,
+            "\n{} waiting, first come, first served:",
+            waiters.len()
+        )?;
+        output::waiters_table(&mut out, &waiters)?;
     }
     out.flush()?;
     Ok(if grants.is_empty() {

@@ -5,7 +5,7 @@ use std::io::{self, Write};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use alkstore::doctor::Report;
-use alkstore::{Access, Holder, Listed};
+use alkstore::{Access, Holder, Listed, Waiter};
 use serde_json::{Value, json};
 
 /// The table's column headers.
@@ -46,28 +46,72 @@ pub fn table(out: &mut impl Write, rows: &[Row<'_>]) -> io::Result<()> {
             ]
         })
         .collect();
-    let mut widths = HEADERS.map(|header| header.chars().count());
-    for row in &cells {
+    aligned(out, HEADERS, &cells, [false, false, false, true, true])
+}
+
+/// The waiters table's column headers.
+const WAITER_HEADERS: [&str; 5] = ["PLACE", "OWNER", "WAITS FOR", "WAITING", "PLACE LASTS"];
+
+/// Writes a name's waiters, first in line first, under the headers PLACE
+/// (1 is next), OWNER, WAITS FOR (lock, permit, read, write), WAITING (how
+/// long it has waited) and PLACE LASTS (how long its place lasts unless
+/// its next attempt renews it).
+pub fn waiters_table(out: &mut impl Write, waiters: &[Waiter]) -> io::Result<()> {
+    let cells: Vec<[String; 5]> = waiters
+        .iter()
+        .enumerate()
+        .map(|(place, waiter)| {
+            [
+                (place + 1).to_string(),
+                printable(&waiter.owner),
+                waiter.kind.to_owned(),
+                duration(waiter.waited),
+                duration(waiter.expires_in),
+            ]
+        })
+        .collect();
+    aligned(
+        out,
+        WAITER_HEADERS,
+        &cells,
+        [true, false, false, true, true],
+    )
+}
+
+/// `rows` under `headers`, each column as wide as its widest cell, two
+/// spaces apart: aligned right where `right` says, left otherwise (no
+/// trailing spaces when the last column is right-aligned).
+fn aligned<const N: usize>(
+    out: &mut impl Write,
+    headers: [&str; N],
+    rows: &[[String; N]],
+    right: [bool; N],
+) -> io::Result<()> {
+    let mut widths = headers.map(|header| header.chars().count());
+    for row in rows {
         for (width, cell) in widths.iter_mut().zip(row) {
             *width = (*width).max(cell.chars().count());
         }
     }
-    write_row(out, HEADERS, widths)?;
-    for row in &cells {
-        write_row(out, row.each_ref().map(String::as_str), widths)?;
+    let line = |out: &mut dyn Write, cells: [&str; N]| -> io::Result<()> {
+        let mut text = String::new();
+        for (i, cell) in cells.iter().enumerate() {
+            if i > 0 {
+                text.push_str("  ");
+            }
+            let pad = " ".repeat(widths[i].saturating_sub(cell.chars().count()));
+            match right[i] {
+                true => text.extend([pad.as_str(), cell]),
+                false => text.extend([*cell, pad.as_str()]),
+            }
+        }
+        writeln!(out, "{}", text.trim_end())
+    };
+    line(out, headers)?;
+    for row in rows {
+        line(out, row.each_ref().map(String::as_str))?;
     }
     Ok(())
-}
-
-/// One line of a table (no trailing spaces: the last column is right-aligned).
-fn write_row(out: &mut impl Write, cells: [&str; 5], widths: [usize; 5]) -> io::Result<()> {
-    let [name, permit, owner, fence, expires] = cells;
-    let [w_name, w_permit, w_owner, w_fence, w_expires] = widths;
-    writeln!(
-        out,
-        "{name:<w_name$}  {permit:<w_permit$}  {owner:<w_owner$}  {fence:>w_fence$}  \
-         {expires:>w_expires$}"
-    )
 }
 
 /// Writes a `doctor` report: where, one line per promise (promise,

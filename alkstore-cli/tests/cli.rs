@@ -154,6 +154,7 @@ async fn list_show_release(url: &str) {
     let ran = run(url, &["show", "jobs/a", "--json"], None);
     let shown: Value = serde_json::from_str(&ran.stdout).unwrap();
     assert_eq!(grant(&shown), triple("jobs/a", "owner-a", a.fence()));
+    waiters_are_shown(url, store.as_ref()).await;
     let ran = run(url, &["show", "free-name"], None);
     assert_eq!(ran.code, 1, "{ran:?}");
     let ran = run(url, &["show", "free-name", "--json"], None);
@@ -216,6 +217,40 @@ async fn list_show_release(url: &str) {
     semaphores(url, store.as_ref()).await;
     reader_writer_locks(url, store.as_ref()).await;
     store.close().await.unwrap();
+}
+
+/// show lists a held name's waiters below its holder: a waiting call of
+/// another store, its owner and what it waits for (engines that queue;
+/// etcd does not yet). The waiting call is then dropped: it leaves.
+async fn waiters_are_shown(url: &str, store: &dyn Store) {
+    if url.starts_with("etcd") {
+        return;
+    }
+    let other = alkstore::open(url).await.unwrap();
+    let waiting =
+        tokio::spawn(async move { other.lock("jobs/a", "waiter-w", TTL, PATIENCE).await });
+    let deadline = Instant::now() + PATIENCE;
+    while store.waiters("jobs/a").await.unwrap().is_empty() {
+        assert!(Instant::now() < deadline, "the waiting call never queued");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    let ran = run(url, &["show", "jobs/a"], None);
+    assert_eq!(ran.code, 0, "{ran:?}");
+    for text in [
+        "owner-a",
+        "1 waiting",
+        "PLACE",
+        "WAITING",
+        "waiter-w",
+        "lock",
+    ] {
+        assert!(ran.stdout.contains(text), "{text} missing: {ran:?}");
+    }
+    waiting.abort();
+    while !store.waiters("jobs/a").await.unwrap().is_empty() {
+        assert!(Instant::now() < deadline, "the dropped waiter never left");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
 }
 
 /// list, show and release of a reader-writer lock's grants: its readers

@@ -417,6 +417,16 @@ pub trait Engine: Send + Sync + 'static {
     fn poll_ceiling(&self) -> Duration {
         Duration::from_millis(250)
     }
+
+    /// The longest the first waiter in a name's queue sleeps between
+    /// attempts: the one waiter whose turn is next. An engine that cannot
+    /// tell waiters in other processes of a release (it polls) sets it
+    /// below [`Engine::poll_ceiling`], so that a handoff across processes
+    /// waits for one quick poll, not for the slow polls of every waiter.
+    /// The default: [`Engine::poll_ceiling`].
+    fn turn_poll_ceiling(&self) -> Duration {
+        self.poll_ceiling()
+    }
 }
 
 /// The store holds a layout version this build can neither use nor

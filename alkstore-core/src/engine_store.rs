@@ -31,9 +31,18 @@ pub(crate) struct Shared<E> {
     closed: AtomicBool,
     /// The grants this store's live handles hold.
     pub(crate) grants: Grants,
+    /// Whether waiting calls take their turn in the engine's queue
+    /// ([`EngineStore::fair_waiting`]).
+    fair: AtomicBool,
 }
 
 impl<E: Engine> Shared<E> {
+    /// Whether this store's waiting calls queue: the engine keeps queues,
+    /// and the store was not told to wait unfairly.
+    pub(crate) fn queueing(&self) -> bool {
+        self.fair.load(Ordering::Relaxed) && self.engine.queues()
+    }
+
     /// Fails closed once [`Store::close`] ran.
     pub(crate) fn check_open(&self, operation: &'static str) -> Result<()> {
         if self.closed.load(Ordering::Acquire) {
@@ -66,8 +75,22 @@ impl<E: Engine> EngineStore<E> {
                 engine,
                 closed: AtomicBool::new(false),
                 grants: Grants::default(),
+                fair: AtomicBool::new(true),
             }),
         }
+    }
+
+    /// Whether this store's waiting calls wait in turn (the default:
+    /// `true`). With `false`, a waiting call takes no place in the name's
+    /// queue: it attempts as `try_` calls do and, woken by releases, wins
+    /// the name when its attempt lands first — faster handoffs under heavy
+    /// contention, with no order between waiters, and never ahead of a
+    /// store's waiters that do queue (docs/fair-waiting.md). No effect on
+    /// an engine that does not queue. A waiting call keeps the mode it
+    /// began with.
+    pub fn fair_waiting(self, fair: bool) -> Self {
+        self.shared.fair.store(fair, Ordering::Relaxed);
+        self
     }
 
     /// The engine underneath.
@@ -279,7 +302,7 @@ impl<E: Engine> EngineStore<E> {
                     Tried::Granted(granted) => {
                         place.granted(started);
                         waiting.granted();
-                        if engine.queues() && matches!(ask, Ask::Rw(RwMode::Read)) {
+                        if place.queueing && matches!(ask, Ask::Rw(RwMode::Read)) {
                             // Readers go in together: the release that let
                             // this one in is passed on to the next waiter.
                             engine.releases().released(name);
@@ -307,11 +330,14 @@ impl<E: Engine> EngineStore<E> {
                     Some(watch) => {
                         drop(released);
                         let cue = std::pin::pin!(watch.notify().notified());
-                        !waiting.after_refusal(cue, None, attempt_by).await
+                        !waiting.after_refusal(cue, None, attempt_by, false).await
                     }
                     None => {
+                        // Queued with nobody ahead: the next turn is this
+                        // waiter's, and it polls at the engine's turn pace.
+                        let first = queued.is_some();
                         !waiting
-                            .after_refusal(released.as_mut(), expires_in, attempt_by)
+                            .after_refusal(released.as_mut(), expires_in, attempt_by, first)
                             .await
                     }
                 };
@@ -480,6 +506,8 @@ impl Tried {
 struct Place<'a, E: Engine> {
     shared: &'a Arc<Shared<E>>,
     name: &'a str,
+    /// Whether the call waits in turn: fixed when it begins.
+    queueing: bool,
     ticket: Option<u64>,
     /// Where the call stood when it first queued.
     first_position: Option<u32>,
@@ -490,6 +518,7 @@ impl<'a, E: Engine> Place<'a, E> {
         Place {
             shared,
             name,
+            queueing: shared.queueing(),
             ticket: None,
             first_position: None,
         }
@@ -498,9 +527,10 @@ impl<'a, E: Engine> Place<'a, E> {
     /// The next attempt's standing: its ticket, to last [`ticket_lease`]
     /// from the attempt. On an engine that does not queue, a waiting
     /// writer's intent instead (its ttl, cut to the wait left and to
-    /// [`MAX_INTENT`]), and nothing for the others.
+    /// [`MAX_INTENT`]), and nothing for the others; on one that queues,
+    /// for a store told to wait unfairly, nothing.
     fn queue(&self, ask: Ask, ttl: LeaseMillis, wait_left: Option<Duration>) -> Queue {
-        if self.shared.engine.queues() {
+        if self.queueing {
             // A call with no wait left and no place yet (a zero wait) makes
             // its one attempt as a `try_` call does: a place it would
             // leave at once is not worth a write.
@@ -511,6 +541,10 @@ impl<'a, E: Engine> Place<'a, E> {
                 ticket: self.ticket,
                 lease: ticket_lease(wait_left),
             };
+        }
+        if self.shared.engine.queues() {
+            // Told to wait unfairly: every attempt as a `try_` call's.
+            return Queue::Never;
         }
         match (ask, writers_intent(ttl, wait_left)) {
             (Ask::Rw(RwMode::Write), Some(lease)) => Queue::Waiting {

@@ -86,6 +86,9 @@ pub struct Waiter {
     pub kind: &'static str,
     /// How long its ticket lasts unless renewed (its next attempt renews it).
     pub expires_in: Duration,
+    /// How long it has waited in the queue: since its ticket was taken, by
+    /// the engine's clock.
+    pub waited: Duration,
 }
 
 /// What a ticket waits for.

@@ -145,6 +145,16 @@ impl EtcdStore {
         })
     }
 
+    /// Whether this store's waiting calls wait in turn: `true` by default
+    /// (first come, first served; docs/fair-waiting.md). With `false` they
+    /// take no place in the queue and win the name when their attempt
+    /// lands first ([`EngineStore::fair_waiting`](alkstore_core::EngineStore::fair_waiting)).
+    pub fn fair_waiting(self, fair: bool) -> Self {
+        EtcdStore {
+            inner: self.inner.fair_waiting(fair),
+        }
+    }
+
     /// The shortest lease the cluster grants: a lease of one second asked
     /// for and ended at once (etcd raises a shorter TTL to 1.5 election
     /// timeouts, rounded up to a second: 2 s with its defaults).

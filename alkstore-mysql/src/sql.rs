@@ -213,7 +213,7 @@ SELECT EXISTS (SELECT 1 FROM held WHERE PRIVILEGE_TYPE = 'TRIGGER'),
 /// someone else's, which dropping the tables would drop along.
 pub(crate) const COUNT_TRIGGERS_ON_OURS: &str = "
 SELECT COUNT(*) FROM information_schema.TRIGGERS
-WHERE EVENT_OBJECT_SCHEMA = ? AND EVENT_OBJECT_TABLE IN ('locks', 'permits', 'meta')";
+WHERE EVENT_OBJECT_SCHEMA = ? AND EVENT_OBJECT_TABLE IN ('locks', 'permits', 'tickets', 'meta')";
 
 /// `alkstore doctor`: the durability and replication settings (`SHOW`
 /// needs no privilege; a variable the server lacks, such as MySQL's
@@ -344,6 +344,23 @@ impl Statements {
              WHERE name = p_name AND expires_at > now_ms AND (NOT q_mine OR ticket < p_ticket);
 "
         );
+        // A plain (non-locking) look at the queue, before any lock. A
+        // `try_` call refused by it (held, or anyone queued ahead) and a
+        // waiting call whose ticket is live and not due for renewal
+        // (`plain_enough`) are answered from plain reads, taking no lock
+        // and writing nothing: most polls of a queued waiter, and every
+        // `try_` call while a queue stands — which would otherwise take
+        // the name's row lock from the waiter whose turn it is (lock waits
+        // here are whole seconds: under one left, none at all). Anything
+        // else (a ticket to draw or renew, a name that looks free in the
+        // attempt's turn) goes on to the row lock, where the line is read
+        // again.
+        let read_the_line_plainly = format!(
+            "{read_the_line}            SET q_ticket = IF(p_ticket_ms IS NULL, NULL, p_ticket);
+"
+        );
+        let plain_enough = "(p_ticket_ms IS NULL
+                      OR (q_mine AND q_expires - now_ms > p_ticket_ms * 3 DIV 4))";
         // A refusal under the name's row lock, ending the transaction: a
         // waiting call's (`p_ticket_ms` given) ticket renewed, or — none
         // live — a new one drawn at the back (the name's lapsed tickets
@@ -356,13 +373,15 @@ impl Statements {
                     IF q_mine THEN
                         -- Renewed once a quarter of its lease has passed,
                         -- or when it becomes owed: polls in between write
-                        -- nothing. (A waiter attempts again within its
-                        -- poll ceiling, 50 ms, and at the latest half a
-                        -- lease after this attempt: a quarter of a lease
-                        -- or more to spare.)
-                        IF q_expires - now_ms <= p_ticket_ms * 3 DIV 4
+                        -- nothing. By the clock of this statement, after
+                        -- the row lock's wait (`now_ms` is the call's
+                        -- start). A waiter attempts again within its poll
+                        -- ceiling, 50 ms, and at the latest half a lease
+                        -- after this attempt began: a quarter of a lease
+                        -- or more to spare.
+                        IF q_expires - {NOW_MS} <= p_ticket_ms * 3 DIV 4
                            OR (({owed}) AND NOT q_owed) THEN
-                            UPDATE {tickets} SET expires_at = now_ms + p_ticket_ms,
+                            UPDATE {tickets} SET expires_at = {NOW_MS} + p_ticket_ms,
                                    owed = owed OR ({owed})
                              WHERE name = p_name AND ticket = p_ticket;
                         END IF;
@@ -370,9 +389,10 @@ impl Statements {
                     ELSE
                         DELETE FROM {tickets} WHERE name = p_name AND expires_at <= now_ms;
                         SET q_ticket = NEXTVAL({ticket_numbers});
-                        INSERT INTO {tickets} (name, ticket, owner, kind, owed, expires_at)
+                        INSERT INTO {tickets} (name, ticket, owner, kind, owed, expires_at,
+                                               since)
                         VALUES (p_name, q_ticket, p_owner, {kind}, ({owed}),
-                                now_ms + p_ticket_ms);
+                                {NOW_MS} + p_ticket_ms, {NOW_MS});
                         SET q_owed = ({owed});
                     END IF;
                 END IF;
@@ -399,6 +419,7 @@ impl Statements {
         // wait: its live ticket goes in the grant's transaction.
         let leave_the_line = format!(
             "IF q_mine THEN
+                    {BOUND_WAITS}
                     DELETE FROM {tickets} WHERE name = p_name AND ticket = p_ticket;
                 END IF;"
         );
@@ -524,12 +545,16 @@ impl Statements {
             SELECT COUNT(*), MAX(owner), MAX(fence), MAX(expires_at)
               INTO found, held_owner, held_fence, held_until
               FROM {locks} WHERE name = p_name;
-            -- A `try_` call (no ticket lease) is refused by this plain
-            -- read; a waiting call goes on to renew its ticket.
-            IF found = 1 AND held_until > now_ms AND held_owner <> p_owner
-               AND p_ticket_ms IS NULL THEN
+{read_the_line_plainly}            -- Refused by these plain reads: the name held, or free with a
+            -- waiter ahead.
+            IF found = 1 AND held_until > now_ms AND held_owner <> p_owner AND {plain_enough} THEN
                 {RESTORE_WAITS}
-                SELECT FALSE, held_fence, held_until - now_ms, NULL, NULL, NULL, NULL;
+                SELECT FALSE, held_fence, held_until - now_ms, NULL, {queued_lock};
+                LEAVE look;
+            END IF;
+            IF (found = 0 OR held_until <= now_ms) AND q_ahead > 0 AND {plain_enough} THEN
+                {RESTORE_WAITS}
+                SELECT FALSE, 0, NULL, NULL, {queued_lock};
                 LEAVE look;
             END IF;
             -- A semaphore's live permits refuse by the same plain read.
@@ -570,6 +595,10 @@ impl Statements {
                 INSERT INTO {locks} (name, owner, fence, expires_at)
                 VALUES (p_name, p_owner, 0, 0);
             END IF;
+            IF NOT duplicate AND found = 0 THEN
+                -- The name's row is in (and locked) only now: the queue as
+                -- it stands under it.
+{read_the_line}            END IF;
             IF duplicate THEN
                 ROLLBACK;
             ELSEIF q_ahead > 0 THEN
@@ -757,9 +786,10 @@ END"
                 SELECT 'mismatch', 0, 0, 0, other, NULL, NULL, NULL;
                 LEAVE look;
             END IF;
-            IF live >= p_permits AND mine = 0 AND p_ticket_ms IS NULL THEN
+{read_the_line_plainly}            IF mine = 0 AND {plain_enough}
+               AND (live >= p_permits OR p_permits - live <= q_ahead) THEN
                 {RESTORE_WAITS}
-                SELECT 'held', 0, 0, soonest - now_ms, 0, NULL, NULL, NULL;
+                SELECT 'held', 0, 0, soonest - now_ms, 0, {queued_permit};
                 LEAVE look;
             END IF;
 {take_the_gate}            SELECT COUNT(*), MIN(expires_at), MAX(IF(permits <> p_permits, permits, NULL)),
@@ -880,6 +910,12 @@ END"
         let queue_up_refused = queue_up(kind_rw, "NOT p_write AND writer_owner IS NOT NULL");
         let queue_up_out_of_turn = queue_up(kind_rw, "FALSE");
         let queued_rw = queued(kind_rw);
+        // Not the attempt's turn in the queue (phase-fair), by the line read.
+        let out_of_turn = format!(
+            "((p_write AND (q_ahead > 0 OR q_owed_readers))
+                 OR (NOT p_write AND NOT ((q_owed OR q_writer_ahead IS NULL)
+                                          AND {MAX_READERS} - readers > q_readers_ahead)))"
+        );
         let opening = procedure_opening("acquire_rw");
         let create_acquire_rw = format!(
             "CREATE OR REPLACE PROCEDURE {acquire_rw_proc}(p_name VARBINARY({TEXT_BYTES}),                  p_write BOOL, p_owner VARBINARY({TEXT_BYTES}), p_ttl BIGINT, p_wait_ms BIGINT, \
@@ -909,9 +945,17 @@ END"
                 SELECT 'semaphore', 0, 0, 0, other, NULL, NULL, NULL;
                 LEAVE look;
             END IF;
-            IF mine_fence IS NULL AND refused AND p_ticket_ms IS NULL THEN
+{read_the_line_plainly}            -- A waiting reader a writer holds the name from is answered
+            -- plainly only once its ticket says it is owed the turn.
+            IF mine_fence IS NULL AND refused AND {plain_enough}
+               AND (p_ticket_ms IS NULL OR p_write OR writer_owner IS NULL OR q_owed) THEN
                 {RESTORE_WAITS}
-                SELECT 'held', 0, 0, refused_ends - now_ms, 0, NULL, NULL, NULL;
+                SELECT 'held', 0, 0, refused_ends - now_ms, 0, {queued_rw};
+                LEAVE look;
+            END IF;
+            IF mine_fence IS NULL AND {plain_enough} AND {out_of_turn} THEN
+                {RESTORE_WAITS}
+                SELECT 'held', 0, 0, readers_end - now_ms, 0, {queued_rw};
                 LEAVE look;
             END IF;
 {take_the_gate}            {rows_of_the_name}
@@ -928,9 +972,7 @@ END"
                 SELECT 'held', 0, 0, refused_ends - now_ms, 0, {queued_rw};
                 LEAVE look;
             END IF;
-            IF (p_write AND (q_ahead > 0 OR q_owed_readers))
-               OR (NOT p_write AND NOT ((q_owed OR q_writer_ahead IS NULL)
-                                        AND {MAX_READERS} - readers > q_readers_ahead)) THEN
+            IF {out_of_turn} THEN
                 {queue_up_out_of_turn}
                 SELECT 'held', 0, 0, readers_end - now_ms, 0, {queued_rw};
                 LEAVE look;
@@ -975,8 +1017,9 @@ END"
                 ROLLBACK;
             ELSE
                 IF p_write THEN
+                    {BOUND_WAITS}
                     UPDATE {tickets} SET owed = TRUE
-                     WHERE name = p_name AND kind = 'read' AND NOT owed;
+                     WHERE name = p_name AND kind = 'read' AND NOT owed AND expires_at > now_ms;
                 END IF;
                 {leave_the_line}
                 COMMIT;
@@ -1053,6 +1096,7 @@ END"
                          kind       VARCHAR(8) CHARACTER SET ascii COLLATE ascii_bin NOT NULL,
                          owed       BOOL NOT NULL, -- a reader's: owed the next turn
                          expires_at BIGINT NOT NULL, -- Unix milliseconds, server clock
+                         since      BIGINT NOT NULL, -- when it was taken, server clock
                          PRIMARY KEY (name, ticket)
                      ) ENGINE = InnoDB"
                 )),
@@ -1222,7 +1266,7 @@ END"
             )),
             // name: its live tickets, oldest first.
             waiters: audited(format!(
-                "SELECT ticket, owner, kind, expires_at - {NOW_MS} FROM {tickets}
+                "SELECT ticket, owner, kind, expires_at - {NOW_MS}, {NOW_MS} - since FROM {tickets}
                  WHERE name = ? AND expires_at > {NOW_MS} ORDER BY ticket"
             )),
             next_fence: audited(format!("SELECT NEXTVAL({fences})")),
@@ -1408,8 +1452,9 @@ impl alkstore_sqlx::Statements for Statements {
             sqlx::query(self.waiters.clone())
                 .bind(name.as_bytes())
                 .try_map(|row| {
-                    let (ticket, owner, kind, left): (i64, Vec<u8>, Vec<u8>, i64) = row_as(row)?;
-                    Ok((ticket, text(owner)?, text(kind)?, left))
+                    let (ticket, owner, kind, left, waited): (i64, Vec<u8>, Vec<u8>, i64, i64) =
+                        row_as(row)?;
+                    Ok((ticket, text(owner)?, text(kind)?, left, waited))
                 })
                 .fetch_all(conn),
         )

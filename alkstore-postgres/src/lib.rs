@@ -127,6 +127,16 @@ impl PgStore {
         })
     }
 
+    /// Whether this store's waiting calls wait in turn: `true` by default
+    /// (first come, first served; docs/fair-waiting.md). With `false` they
+    /// take no place in the queue and win the name when their attempt
+    /// lands first ([`EngineStore::fair_waiting`](alkstore_core::EngineStore::fair_waiting)).
+    pub fn fair_waiting(self, fair: bool) -> Self {
+        PgStore {
+            inner: self.inner.fair_waiting(fair),
+        }
+    }
+
     /// The schema this store lives in.
     pub fn schema(&self) -> &str {
         &self.inner.engine().namespace().name

@@ -148,6 +148,10 @@ pub(crate) const CREATED_SCHEMA_KEY: &str = "created_schema";
 /// sees one instant, and that instant is no earlier than the request's arrival.
 const NOW_MS: &str = "floor(extract(epoch FROM now()) * 1000)::bigint";
 
+/// The server's clock as it reads now, in whole Unix milliseconds: unlike
+/// [`NOW_MS`], past waits inside the transaction.
+const CLOCK_MS: &str = "floor(extract(epoch FROM clock_timestamp()) * 1000)::bigint";
+
 /// Quotes an identifier for PostgreSQL: wrapped in double quotes, inner
 /// double quotes doubled. Safe for any text without NUL (validated before).
 pub(crate) fn quote_ident(ident: &str) -> String {
@@ -344,6 +348,7 @@ impl Statements {
     q_last bigint;
     q_ticket bigint;
     q_expires bigint;
+    ticket_now bigint;
     fenced boolean := false;
 ";
         // A refusal of a waiting call (`p_ticket_ms` given): its ticket
@@ -356,24 +361,35 @@ impl Statements {
             format!(
                 "IF p_ticket_ms IS NOT NULL THEN
             {BOUND_LOCK_WAIT}
+            ticket_now := {CLOCK_MS};
             IF q_mine THEN
                 -- Renewed once a quarter of its lease has passed, or when
-                -- it becomes owed: polls in between write nothing. (A
-                -- waiter attempts again within its poll ceiling, 250 ms,
-                -- and at the latest half a lease after this attempt: a
-                -- quarter of a lease or more to spare.)
-                IF q_expires - now_ms <= p_ticket_ms * 3 / 4 OR ({owed} AND NOT q_owed) THEN
+                -- it becomes owed: polls in between write nothing. By the
+                -- clock after the advisory lock's wait (`now_ms` is the
+                -- transaction's start). A waiter attempts again within its
+                -- poll ceiling, 250 ms, and at the latest half a lease
+                -- after this attempt began: a quarter of a lease or more
+                -- to spare.
+                IF q_expires - ticket_now <= p_ticket_ms * 3 / 4 OR ({owed} AND NOT q_owed) THEN
                     UPDATE {tickets} t
-                       SET expires_at = now_ms + p_ticket_ms, owed = t.owed OR {owed}
+                       SET expires_at = ticket_now + p_ticket_ms, owed = t.owed OR {owed}
                      WHERE t.name = p_name AND t.ticket = p_ticket;
                 END IF;
                 q_ticket := p_ticket;
                 q_owed := q_owed OR {owed};
             ELSE
-                DELETE FROM {tickets} t WHERE t.name = p_name AND t.expires_at <= now_ms;
+                -- Lapsed tickets whose rows nobody else holds (a purge
+                -- may): skipped, not waited for, so that the two never
+                -- wait for each other.
+                DELETE FROM {tickets} t
+                 USING (SELECT l.name, l.ticket FROM {tickets} l
+                         WHERE l.name = p_name AND l.expires_at <= now_ms
+                         FOR UPDATE SKIP LOCKED) lapsed
+                 WHERE t.name = lapsed.name AND t.ticket = lapsed.ticket;
                 q_ticket := nextval({tickets_regclass}::regclass);
-                INSERT INTO {tickets} (name, ticket, owner, kind, owed, expires_at)
-                VALUES (p_name, q_ticket, p_owner, {kind}, {owed}, now_ms + p_ticket_ms);
+                INSERT INTO {tickets} (name, ticket, owner, kind, owed, expires_at, since)
+                VALUES (p_name, q_ticket, p_owner, {kind}, {owed}, ticket_now + p_ticket_ms,
+                        ticket_now);
                 q_owed := {owed};
             END IF;
             IF NOT fenced THEN
@@ -399,6 +415,7 @@ impl Statements {
         // any process, is told (at commit) by the ticket's number.
         let leave_the_line = format!(
             "IF q_mine THEN
+                {BOUND_LOCK_WAIT}
                 DELETE FROM {tickets} t WHERE t.name = p_name AND t.ticket = p_ticket;
                 PERFORM pg_notify(p_channel, p_tag || '#' || p_ticket || ':' || p_name);
             END IF;"
@@ -836,8 +853,10 @@ DECLARE
         END IF;
 {take_the_rw_slot}        IF drawn IS NOT NULL THEN
             IF p_write THEN
+                {BOUND_LOCK_WAIT}
                 UPDATE {tickets} t SET owed = true
-                 WHERE t.name = p_name AND t.kind = 'read' AND NOT t.owed;
+                 WHERE t.name = p_name AND t.kind = 'read' AND NOT t.owed
+                   AND t.expires_at > now_ms;
             END IF;
             {leave_the_line}
             RETURN QUERY SELECT 'granted'::text, drawn, grant_slot, p_ttl, 0,
@@ -909,6 +928,7 @@ END",
                      kind       text    NOT NULL, -- lock, permit, read or write
                      owed       boolean NOT NULL, -- a reader's: owed the next turn
                      expires_at bigint  NOT NULL, -- Unix milliseconds, server clock
+                     since      bigint  NOT NULL, -- when it was taken, server clock
                      CONSTRAINT tickets_pkey PRIMARY KEY (name, ticket)
                  );
                  CREATE SEQUENCE IF NOT EXISTS {ticket_numbers} AS bigint;
@@ -1248,10 +1268,17 @@ END",
             }),
             // Lapsed tickets (waiters gone without leaving): no grant, so
             // not counted.
+            // Rows an acquire holds are skipped, not waited for (it may
+            // hold several of one name, in another order).
             purge_tickets: audited(format!(
-                "WITH {ASYNC_COMMIT_CTE}
-                 DELETE FROM {tickets}
-                 WHERE expires_at <= {NOW_MS} AND EXISTS (SELECT 1 FROM async_commit)"
+                "WITH {ASYNC_COMMIT_CTE},
+                 lapsed AS (
+                     SELECT name, ticket FROM {tickets}
+                     WHERE expires_at <= {NOW_MS} AND EXISTS (SELECT 1 FROM async_commit)
+                     FOR UPDATE SKIP LOCKED
+                 )
+                 DELETE FROM {tickets} t USING lapsed
+                 WHERE t.name = lapsed.name AND t.ticket = lapsed.ticket"
             )),
             // A waiter that stops waiting ungranted: its live ticket
             // deleted, and the waiter behind it, in any process, told by
@@ -1269,7 +1296,7 @@ END",
             )),
             // $1 name: its live tickets, oldest first.
             waiters: audited(format!(
-                "SELECT ticket, owner, kind, expires_at - {NOW_MS} FROM {tickets}
+                "SELECT ticket, owner, kind, expires_at - {NOW_MS}, {NOW_MS} - since FROM {tickets}
                  WHERE name = $1 AND expires_at > {NOW_MS} ORDER BY ticket"
             )),
         }

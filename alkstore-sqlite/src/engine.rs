@@ -261,7 +261,8 @@ fn in_turn<A, G>(
                                 owner,
                                 kind.as_str(),
                                 owed,
-                                until
+                                until,
+                                now
                             ])?;
                             (u64::try_from(number).unwrap_or(0), owed)
                         }
@@ -810,6 +811,7 @@ impl Engine for SqliteEngine {
                             owner: r.get(1)?,
                             kind: TicketKind::parse(&kind).map_or("unknown", TicketKind::as_str),
                             expires_in: lease_left(r.get(3)?),
+                            waited: lease_left(r.get(4)?),
                         })
                     })?
                     .collect()

@@ -140,6 +140,16 @@ impl SqliteStore {
         }))
     }
 
+    /// Whether this store's waiting calls wait in turn: `true` by default
+    /// (first come, first served; docs/fair-waiting.md). With `false` they
+    /// take no place in the queue and win the name when their attempt
+    /// lands first ([`EngineStore::fair_waiting`](alkstore_core::EngineStore::fair_waiting)).
+    pub fn fair_waiting(self, fair: bool) -> Self {
+        SqliteStore {
+            inner: self.inner.fair_waiting(fair),
+        }
+    }
+
     fn from_engine(engine: SqliteEngine) -> Self {
         SqliteStore {
             inner: EngineStore::new(engine),

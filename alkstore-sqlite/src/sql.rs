@@ -60,6 +60,7 @@ CREATE TABLE IF NOT EXISTS alkstore_tickets (
     kind       TEXT NOT NULL,    -- lock, permit, read or write
     owed       INTEGER NOT NULL DEFAULT 0, -- a reader's: owed the next turn
     expires_at INTEGER NOT NULL, -- Unix milliseconds, host clock
+    since      INTEGER NOT NULL, -- when it was taken: Unix milliseconds, host clock
     PRIMARY KEY (name, ticket)
 ) WITHOUT ROWID;
 INSERT OR IGNORE INTO alkstore_meta (key, value)
@@ -220,17 +221,17 @@ WHERE name = ?1 AND expires_at > ?2 ORDER BY ticket";
 
 /// ?1 the name, ?2 now: its live tickets as an operator sees them.
 pub(crate) const WAITERS: &str = "
-SELECT ticket, owner, kind, expires_at - ?2 FROM alkstore_tickets
+SELECT ticket, owner, kind, expires_at - ?2, ?2 - since FROM alkstore_tickets
 WHERE name = ?1 AND expires_at > ?2 ORDER BY ticket";
 
 /// The next ticket number: one counter for the file.
 pub(crate) const NEXT_TICKET: &str =
     "UPDATE alkstore_meta SET value = value + 1 WHERE key = 'last_ticket' RETURNING value";
 
-/// ?1 name, ?2 ticket, ?3 owner, ?4 kind, ?5 owed, ?6 expiry.
+/// ?1 name, ?2 ticket, ?3 owner, ?4 kind, ?5 owed, ?6 expiry, ?7 now.
 pub(crate) const TAKE_TICKET: &str = "
-INSERT INTO alkstore_tickets (name, ticket, owner, kind, owed, expires_at)
-VALUES (?1, ?2, ?3, ?4, ?5, ?6)";
+INSERT INTO alkstore_tickets (name, ticket, owner, kind, owed, expires_at, since)
+VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)";
 
 /// ?1 name, ?2 ticket, ?3 expiry, ?4 owed from now on (a ticket once owed
 /// stays owed).

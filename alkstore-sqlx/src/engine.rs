@@ -55,8 +55,9 @@ pub type AcquireRow = (
 pub type QueueColumns = (Option<i64>, Option<i32>, Option<i64>);
 
 /// A waiter's row, as [`Statements::waiters`] answers it: ticket, owner,
-/// kind ([`TicketKind::as_str`]), ticket lease left in milliseconds.
-pub type WaiterRow = (i64, String, String, i64);
+/// kind ([`TicketKind::as_str`]), ticket lease left in milliseconds, and
+/// how long it has waited in milliseconds.
+pub type WaiterRow = (i64, String, String, i64, i64);
 
 /// A permit acquire's answer: the outcome (one of [`PermitOutcome`]'s
 /// texts), fence, slot, lease left in milliseconds (of the grant, or of the
@@ -286,6 +287,12 @@ pub trait Wakeups: Debug + Send + Sync + 'static {
     /// The longest a waiter sleeps between attempts when no wake-up comes.
     fn poll_ceiling(&self) -> Duration;
 
+    /// The longest the first in a name's queue sleeps between attempts
+    /// ([`Engine::turn_poll_ceiling`]). The default: the poll ceiling.
+    fn turn_poll_ceiling(&self) -> Duration {
+        self.poll_ceiling()
+    }
+
     /// Starts carrying other processes' releases to `bus`, once, before the
     /// first wait (PostgreSQL's LISTEN). The default: nothing to start.
     async fn prepare(&self, bus: &Arc<ReleaseBus>) -> Result<(), BoxError> {
@@ -298,14 +305,23 @@ pub trait Wakeups: Debug + Send + Sync + 'static {
 }
 
 /// A database that cannot tell other processes of a release: their waiters
-/// poll, every this long at most (releases in this process wake at once).
+/// poll, every this long at most (releases in this process wake at once);
+/// the first in a name's queue every [`TURN_POLL_CEILING`] at most.
 #[derive(Debug, Clone, Copy)]
 pub struct Polling(pub Duration);
+
+/// How often the first waiter in a name's queue polls at least, where no
+/// release is heard across processes: 10 ms, one waiter per name.
+pub const TURN_POLL_CEILING: Duration = Duration::from_millis(10);
 
 #[async_trait]
 impl Wakeups for Polling {
     fn poll_ceiling(&self) -> Duration {
         self.0
+    }
+
+    fn turn_poll_ceiling(&self) -> Duration {
+        TURN_POLL_CEILING.min(self.0)
     }
 }
 
@@ -444,7 +460,9 @@ impl<S: Statements> Engine for SqlxEngine<S> {
         let row = self
             .connections
             // Run again, the same owner is granted its own grant back (and
-            // its ticket, taken or renewed, is the same ticket).
+            // its ticket is renewed again; a first attempt whose answer was
+            // lost drew a ticket it never learns, which lapses with its
+            // lease).
             .run(OnLostConnection::RunAgain, deadline, |conn, attempt| {
                 self.statements
                     .acquire(conn, name, owner, ttl, queue, attempt.bound)
@@ -585,7 +603,7 @@ impl<S: Statements> Engine for SqlxEngine<S> {
             })
             .await?;
         rows.into_iter()
-            .map(|(ticket, owner, kind, left)| {
+            .map(|(ticket, owner, kind, left, waited)| {
                 Ok(Waiter {
                     owner,
                     ticket: u64::try_from(ticket)
@@ -594,6 +612,7 @@ impl<S: Statements> Engine for SqlxEngine<S> {
                         .ok_or_else(|| format!("a waiter waits for {kind:?}"))?
                         .as_str(),
                     expires_in: lease_left(left),
+                    waited: lease_left(waited),
                 })
             })
             .collect()
@@ -737,5 +756,9 @@ impl<S: Statements> Engine for SqlxEngine<S> {
 
     fn poll_ceiling(&self) -> Duration {
         self.wakeups.poll_ceiling()
+    }
+
+    fn turn_poll_ceiling(&self) -> Duration {
+        self.wakeups.turn_poll_ceiling()
     }
 }

@@ -35,8 +35,8 @@ pub use alkstore_core::{
     KeepAlive, KeepAliveOptions, KeepAliveOptionsError, LeaseStatus, Listed, Lock, LostReason,
     MAX_FENCE, MAX_FENCE_RAISE, MAX_LEASE_MILLIS, MAX_LIST_LIMIT, MAX_NAME_BYTES, MAX_PERMITS,
     MAX_READERS, MIN_FENCE_RAISE, NameProblem, PermitSlot, PermitsUnsupported, RESERVED_PREFIX,
-    Result, RwUnsupported, Store, UrlError, doctor, schedule, unique_owner, validate_listing,
-    validate_name, validate_owner, validate_permits,
+    Result, RwUnsupported, Store, UrlError, Waiter, doctor, schedule, unique_owner,
+    validate_listing, validate_name, validate_owner, validate_permits,
 };
 
 /// For engine authors: what an engine implements and what the core gives

@@ -24,6 +24,17 @@ pub async fn one_name(
     tasks: usize,
     length: Duration,
 ) -> Contended {
+    on_stores(&[store], name, tasks, length).await
+}
+
+/// [`one_name`] with the tasks spread over `stores` (task `t` on store
+/// `t % stores.len()`): independent stores, as processes would be.
+pub async fn on_stores(
+    stores: &[Arc<dyn Store>],
+    name: &str,
+    tasks: usize,
+    length: Duration,
+) -> Contended {
     let stop = Arc::new(AtomicBool::new(false));
     let grants = Arc::new(AtomicU64::new(0));
     let last_release: Arc<Mutex<Option<Instant>>> = Arc::default();
@@ -31,7 +42,7 @@ pub async fn one_name(
     let workers: Vec<_> = (0..tasks)
         .map(|t| {
             let (store, stop, grants, last_release, handoffs, name) = (
-                store.clone(),
+                stores[t % stores.len()].clone(),
                 stop.clone(),
                 grants.clone(),
                 last_release.clone(),

@@ -71,16 +71,27 @@ async fn main() {
             .unwrap_or_else(|| "target/bench".into()),
     );
     std::fs::create_dir_all(&out).unwrap();
-    // Engines to measure: those named after the output directory, or all.
+    // Engines to measure: those named after the output directory, or all;
+    // `fairness` among them measures fair waiting alone.
     const ENGINES: [&str; 4] = ["sqlite", "postgres", "mysql", "etcd"];
-    if let Some(unknown) = args.iter().skip(1).find(|a| !ENGINES.contains(&a.as_str())) {
+    const FAIRNESS: &str = "fairness";
+    let named: Vec<&String> = args.iter().skip(1).filter(|a| *a != FAIRNESS).collect();
+    if let Some(unknown) = named.iter().find(|a| !ENGINES.contains(&a.as_str())) {
         eprintln!("bench: no engine named {unknown:?}; the engines are {ENGINES:?}");
         std::process::exit(2);
     }
-    let wanted = |engine: &str| args.len() < 2 || args[1..].iter().any(|a| a == engine);
+    let fairness_only = args.iter().skip(1).any(|a| a == FAIRNESS);
+    let wanted = |engine: &str| named.is_empty() || named.iter().any(|a| a.as_str() == engine);
     let mut collected = Collected::default();
     let dir = tempfile::tempdir().unwrap();
     let mut curves = Vec::new();
+    if fairness_only {
+        fair(&wanted, dir.path(), &mut collected.rows).await;
+        report::print_table(&collected.rows);
+        report::write_json(&out.join("fairness.json"), &collected.rows, &[]).unwrap();
+        println!("\nwrote {}/fairness.json", out.display());
+        return;
+    }
     if wanted("sqlite") {
         let sqlite_curve = sqlite::run(dir.path(), &mut collected).await;
         curves.push(("sqlite", sqlite_curve));
@@ -142,15 +153,18 @@ async fn main() {
     );
 }
 
-/// Issue 38's "before": how fair waiting is on each engine wanted.
+/// Issue 38: how fair waiting is on each engine wanted, and its cost next
+/// to unfair waiting.
 async fn fair(wanted: &dyn Fn(&str) -> bool, dir: &std::path::Path, rows: &mut Vec<report::Row>) {
     use alkstore_core::Store;
     use std::sync::Arc;
     let tag = format!("fair_{}", std::process::id());
     if wanted("sqlite") {
         let path = dir.join("fair.db");
-        let open = || async {
-            Arc::new(alkstore_sqlite::SqliteStore::open(&path).await.unwrap()) as Arc<dyn Store>
+        let path = &path;
+        let open = |fair| async move {
+            let store = alkstore_sqlite::SqliteStore::open(path).await.unwrap();
+            Arc::new(store.fair_waiting(fair)) as Arc<dyn Store>
         };
         rows.extend(fairness::run("sqlite", open).await);
     }
@@ -158,12 +172,10 @@ async fn fair(wanted: &dyn Fn(&str) -> bool, dir: &std::path::Path, rows: &mut V
         .then(alkstore_testkit::pg::server)
         .flatten()
     {
-        let open = || async {
-            Arc::new(
-                alkstore_postgres::PgStore::connect(&server.url, &tag)
-                    .await
-                    .unwrap(),
-            ) as Arc<dyn Store>
+        let (url, tag) = (&server.url, &tag);
+        let open = |fair| async move {
+            let store = alkstore_postgres::PgStore::connect(url, tag).await.unwrap();
+            Arc::new(store.fair_waiting(fair)) as Arc<dyn Store>
         };
         rows.extend(fairness::run("postgres", open).await);
     }
@@ -171,12 +183,10 @@ async fn fair(wanted: &dyn Fn(&str) -> bool, dir: &std::path::Path, rows: &mut V
         .then(alkstore_testkit::mysql::server)
         .flatten()
     {
-        let open = || async {
-            Arc::new(
-                alkstore_mysql::MySqlStore::connect(&server.url, &tag)
-                    .await
-                    .unwrap(),
-            ) as Arc<dyn Store>
+        let (url, tag) = (&server.url, &tag);
+        let open = |fair| async move {
+            let store = alkstore_mysql::MySqlStore::connect(url, tag).await.unwrap();
+            Arc::new(store.fair_waiting(fair)) as Arc<dyn Store>
         };
         rows.extend(fairness::run("mysql", open).await);
     }
@@ -184,9 +194,10 @@ async fn fair(wanted: &dyn Fn(&str) -> bool, dir: &std::path::Path, rows: &mut V
         .then(alkstore_testkit::etcd::server)
         .flatten()
     {
-        let url = format!("{}/{tag}", server.url);
-        let open = || async {
-            Arc::new(alkstore_etcd::EtcdStore::connect(&url).await.unwrap()) as Arc<dyn Store>
+        let url = &format!("{}/{tag}", server.url);
+        let open = |fair| async move {
+            let store = alkstore_etcd::EtcdStore::connect(url).await.unwrap();
+            Arc::new(store.fair_waiting(fair)) as Arc<dyn Store>
         };
         rows.extend(fairness::run("etcd", open).await);
     }

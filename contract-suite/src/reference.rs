@@ -49,6 +49,8 @@ pub struct TicketRow {
     pub expires_at: Instant,
     /// A reader's: owed the next turn (`alkstore_core::queue`).
     pub owed: bool,
+    /// When the ticket was taken.
+    pub since: Instant,
 }
 
 /// The rows of one "database", and the last fence handed out.
@@ -162,6 +164,7 @@ impl Rows {
                 kind,
                 expires_at,
                 owed,
+                since: now,
             });
         entry.expires_at = expires_at;
         entry.owed |= owed;
@@ -714,6 +717,7 @@ impl Engine for MemoryEngine {
                     ticket,
                     kind: t.kind.as_str(),
                     expires_in: t.expires_at - now,
+                    waited: now.saturating_duration_since(t.since),
                 })
                 .collect()
         }))
