@@ -167,10 +167,17 @@ pub async fn list(
 /// JSON) and is [`Outcome::Nothing`].
 pub async fn show(store: &dyn Store, name: &str, json: bool) -> Result<Outcome, BoxError> {
     let grants = store.holders(name).await?;
-    let waiters = if json {
-        Vec::new()
-    } else {
-        store.waiters(name).await?
+    // The queue is the second part of the answer: when it cannot be read
+    // (a role without rights on it), the grants are still shown.
+    let waiters = match json {
+        true => Vec::new(),
+        false => store.waiters(name).await.unwrap_or_else(|error| {
+            note(&format!(
+                "the queue of {} could not be read: {error}",
+                printable(name)
+            ));
+            Vec::new()
+        }),
     };
     let mut out = io::stdout().lock();
     match (grants.as_slice(), json) {

@@ -418,12 +418,13 @@ pub trait Engine: Send + Sync + 'static {
         Duration::from_millis(250)
     }
 
-    /// The longest the first waiter in a name's queue sleeps between
-    /// attempts: the one waiter whose turn is next. An engine that cannot
-    /// tell waiters in other processes of a release (it polls) sets it
-    /// below [`Engine::poll_ceiling`], so that a handoff across processes
-    /// waits for one quick poll, not for the slow polls of every waiter.
-    /// The default: [`Engine::poll_ceiling`].
+    /// The longest the first two waiters in a name's queue sleep between
+    /// attempts: the one whose turn is next, and the one behind it. An
+    /// engine that cannot tell waiters in other processes of a release or
+    /// of a waiter's leaving (it polls) sets it below
+    /// [`Engine::poll_ceiling`], so that a handoff across processes waits
+    /// for one quick poll, not for the slow polls of every waiter. The
+    /// default: [`Engine::poll_ceiling`].
     fn turn_poll_ceiling(&self) -> Duration {
         self.poll_ceiling()
     }

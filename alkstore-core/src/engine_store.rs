@@ -326,18 +326,17 @@ impl<E: Engine> EngineStore<E> {
                 // dropped).
                 let ahead = queued.and_then(|queued| queued.ahead);
                 let watch = ahead.map(|ticket| engine.releases().watch_ticket(name, ticket));
+                // Next in line: polls at the engine's turn pace.
+                let next = queued.is_some_and(|queued| queued.position <= NEXT_IN_LINE);
                 let over = match &watch {
                     Some(watch) => {
                         drop(released);
                         let cue = std::pin::pin!(watch.notify().notified());
-                        !waiting.after_refusal(cue, None, attempt_by, false).await
+                        !waiting.after_refusal(cue, None, attempt_by, next).await
                     }
                     None => {
-                        // Queued with nobody ahead: the next turn is this
-                        // waiter's, and it polls at the engine's turn pace.
-                        let first = queued.is_some();
                         !waiting
-                            .after_refusal(released.as_mut(), expires_in, attempt_by, first)
+                            .after_refusal(released.as_mut(), expires_in, attempt_by, next)
                             .await
                     }
                 };
@@ -499,6 +498,13 @@ impl Tried {
         }
     }
 }
+
+/// The places, counted from 0, that poll at the engine's turn pace
+/// ([`Engine::turn_poll_ceiling`]): the first in line, whose turn is next,
+/// and the one behind it, which becomes first when the first is granted —
+/// and must see the name free soon after, where no release reaches it
+/// across processes.
+const NEXT_IN_LINE: u32 = 1;
 
 /// A waiting call's place in its name's queue (on an engine that queues):
 /// the ticket its attempts renew, left when the call ends ungranted — its

@@ -126,7 +126,7 @@ impl<'e, E: Engine> Waiting<'e, E> {
         released: Pin<&mut Notified<'_>>,
         holder_expires_in: Option<Duration>,
         attempt_by: Option<Instant>,
-        first_in_line: bool,
+        next_in_line: bool,
     ) -> bool {
         let until_due = || attempt_by.map(|by| by.saturating_duration_since(Instant::now()));
         let mut left = self.left();
@@ -144,7 +144,7 @@ impl<'e, E: Engine> Waiting<'e, E> {
             Left::Unbounded => None,
         };
         let mut nap = self.backoff.next_nap(holder_expires_in, wait_left);
-        if first_in_line {
+        if next_in_line {
             nap = nap.min(self.engine.turn_poll_ceiling());
         }
         if let Some(due) = until_due() {

@@ -145,10 +145,10 @@ impl EtcdStore {
         })
     }
 
-    /// Whether this store's waiting calls wait in turn: `true` by default
-    /// (first come, first served; docs/fair-waiting.md). With `false` they
-    /// take no place in the queue and win the name when their attempt
-    /// lands first ([`EngineStore::fair_waiting`](alkstore_core::EngineStore::fair_waiting)).
+    /// Whether this store's waiting calls wait in turn, once etcd keeps
+    /// queues (docs/fair-waiting.md): today it does not, and every waiting
+    /// call wins the name when its attempt lands first, whatever this says
+    /// ([`EngineStore::fair_waiting`](alkstore_core::EngineStore::fair_waiting)).
     pub fn fair_waiting(self, fair: bool) -> Self {
         EtcdStore {
             inner: self.inner.fair_waiting(fair),

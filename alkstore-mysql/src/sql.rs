@@ -552,17 +552,19 @@ impl Statements {
                 SELECT FALSE, held_fence, held_until - now_ms, NULL, {queued_lock};
                 LEAVE look;
             END IF;
-            IF (found = 0 OR held_until <= now_ms) AND q_ahead > 0 AND {plain_enough} THEN
-                {RESTORE_WAITS}
-                SELECT FALSE, 0, NULL, NULL, {queued_lock};
-                LEAVE look;
-            END IF;
-            -- A semaphore's live permits refuse by the same plain read.
+            -- A semaphore's (or reader-writer lock's) live grants refuse
+            -- by a plain read too, before the queue does: the other kind's
+            -- answer is an error, whoever waits.
             SELECT MAX(permits) INTO semaphore FROM {permits}
              WHERE name = p_name AND expires_at > now_ms;
             IF semaphore IS NOT NULL THEN
                 {RESTORE_WAITS}
                 SELECT FALSE, 0, 0, semaphore, NULL, NULL, NULL;
+                LEAVE look;
+            END IF;
+            IF (found = 0 OR held_until <= now_ms) AND q_ahead > 0 AND {plain_enough} THEN
+                {RESTORE_WAITS}
+                SELECT FALSE, 0, NULL, NULL, {queued_lock};
                 LEAVE look;
             END IF;
             SET TRANSACTION ISOLATION LEVEL READ COMMITTED;
@@ -953,7 +955,8 @@ END"
                 SELECT 'held', 0, 0, refused_ends - now_ms, 0, {queued_rw};
                 LEAVE look;
             END IF;
-            IF mine_fence IS NULL AND {plain_enough} AND {out_of_turn} THEN
+            IF mine_fence IS NULL AND {plain_enough} AND {out_of_turn}
+               AND (p_ticket_ms IS NULL OR p_write OR writer_owner IS NULL OR q_owed) THEN
                 {RESTORE_WAITS}
                 SELECT 'held', 0, 0, readers_end - now_ms, 0, {queued_rw};
                 LEAVE look;

@@ -287,7 +287,7 @@ pub trait Wakeups: Debug + Send + Sync + 'static {
     /// The longest a waiter sleeps between attempts when no wake-up comes.
     fn poll_ceiling(&self) -> Duration;
 
-    /// The longest the first in a name's queue sleeps between attempts
+    /// The longest the first two in a name's queue sleep between attempts
     /// ([`Engine::turn_poll_ceiling`]). The default: the poll ceiling.
     fn turn_poll_ceiling(&self) -> Duration {
         self.poll_ceiling()
@@ -306,12 +306,12 @@ pub trait Wakeups: Debug + Send + Sync + 'static {
 
 /// A database that cannot tell other processes of a release: their waiters
 /// poll, every this long at most (releases in this process wake at once);
-/// the first in a name's queue every [`TURN_POLL_CEILING`] at most.
+/// the first two in a name's queue every [`TURN_POLL_CEILING`] at most.
 #[derive(Debug, Clone, Copy)]
 pub struct Polling(pub Duration);
 
-/// How often the first waiter in a name's queue polls at least, where no
-/// release is heard across processes: 10 ms, one waiter per name.
+/// How often the first two waiters in a name's queue poll at least, where
+/// no release is heard across processes: 10 ms, two waiters per name.
 pub const TURN_POLL_CEILING: Duration = Duration::from_millis(10);
 
 #[async_trait]

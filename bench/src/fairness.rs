@@ -18,7 +18,6 @@ use std::time::{Duration, Instant};
 use alkstore_core::Store;
 
 use crate::contention::{self, Contended};
-use crate::measure::order;
 use crate::report::Row;
 
 const TTL: Duration = Duration::from_secs(60);
@@ -97,7 +96,9 @@ where
 {
     let mut runs: [Vec<Contended>; 2] = Default::default();
     for round in 0..=COST_ROUNDS {
-        for at in order(round, 2) {
+        // Fair first in even rounds, unfair first in odd ones.
+        let turns = if round % 2 == 0 { [0, 1] } else { [1, 0] };
+        for at in turns {
             let fair = at == 0;
             let stores = open_stores(open, fair).await;
             let name = format!("cost-{contenders}-{round}-{}", mode(fair));

@@ -1103,6 +1103,10 @@ impl Engine for Broken {
         self.inner.releases()
     }
 
+    fn turn_poll_ceiling(&self) -> Duration {
+        self.inner.turn_poll_ceiling()
+    }
+
     fn poll_ceiling(&self) -> Duration {
         self.inner.poll_ceiling()
     }

@@ -362,7 +362,8 @@ pub async fn permit_count_mismatch_is_refused(store: Arc<dyn Store>) {
 
 /// A name is a lock or a semaphore, never both at once: a permit of a
 /// locked name and a lock of a semaphore's name are refused with an error
-/// saying what holds it, writing nothing.
+/// saying what holds it, writing nothing — also while waiters queue for
+/// the semaphore.
 pub async fn lock_and_semaphore_names_never_mix(store: Arc<dyn Store>) {
     let lock = granted(store.try_lock("kind", "a", LONG).await);
     for result in [
@@ -415,6 +416,40 @@ pub async fn lock_and_semaphore_names_never_mix(store: Arc<dyn Store>) {
     assert!(permit.release().await.unwrap());
     let lock = granted(store.try_lock("kind", "c", LONG).await);
     assert!(lock.release().await.unwrap());
+
+    // With a permit waiter queued (where the engine queues), a lock of the
+    // semaphore's name is still the other kind's error, not a turn to wait.
+    let permit = granted(store.try_acquire_permit("kind/q", 1, "b", LONG).await);
+    let waiting = {
+        let store = store.clone();
+        tokio::spawn(async move { store.acquire_permit("kind/q", 1, "w", LONG, LONG).await })
+    };
+    let looked = std::time::Instant::now();
+    while store.waiters("kind/q").await.unwrap().is_empty()
+        && looked.elapsed() < Duration::from_secs(1)
+    {
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    for result in [
+        store.try_lock("kind/q", "c", LONG).await,
+        store
+            .lock("kind/q", "c", LONG, Duration::from_millis(300))
+            .await,
+    ] {
+        match result {
+            Err(Error::HeldAsOtherKind {
+                held_as: HeldAs::Semaphore { permits: 1 },
+                ..
+            }) => {}
+            other => panic!(
+                "rule: a lock of a semaphore's name is refused with HeldAsOtherKind(Semaphore \
+                 of 1), also while permit waiters queue; saw {other:?}"
+            ),
+        }
+    }
+    assert!(permit.release().await.unwrap());
+    let next = waiting.await.unwrap().unwrap().expect("the waiter's turn");
+    assert!(next.release().await.unwrap());
 }
 
 /// Bad input to the permit calls is refused before storage, writing
