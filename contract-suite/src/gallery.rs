@@ -426,6 +426,7 @@ impl Flaw {
                 acquire_permit_woken_by_release,
                 dropping_a_handle_leaves_its_grant,
                 keepalive_holds_a_permit_past_its_ttl,
+                lock_and_semaphore_names_never_mix,
                 permit_expiry_lets_another_owner_in,
                 semaphore_admits_at_most_its_permits,
                 waiters_are_granted_in_arrival_order
