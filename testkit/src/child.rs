@@ -52,3 +52,66 @@ pub async fn report_held_and_hang(fence: u64) -> ! {
     std::future::pending::<()>().await;
     unreachable!("pending never completes")
 }
+
+/// The line a waiting child prints once its waiting call is granted.
+const GRANTED: &str = "GRANTED ";
+
+/// A child process running one of this test binary's ignored tests (a
+/// waiter in another process): [`spawn`], then [`Child::granted`] or
+/// [`Child::kill`].
+#[derive(Debug)]
+pub struct Child {
+    child: std::process::Child,
+}
+
+/// Runs this test binary's ignored test `test` in a child process with
+/// `env` added; the child reports its grant with [`report_granted`].
+///
+/// # Panics
+/// When the child cannot be started.
+pub fn spawn(test: &str, env: &[(&str, &str)]) -> Child {
+    let child = Command::new(std::env::current_exe().unwrap())
+        .args(["--exact", test, "--ignored", "--nocapture", "--quiet"])
+        .envs(env.iter().copied())
+        .stdout(Stdio::piped())
+        .spawn()
+        .expect("start the child test");
+    Child { child }
+}
+
+impl Child {
+    /// Waits for the child to report its grant and to end; the grant's
+    /// fence. Blocking: call it off the async runtime's threads.
+    ///
+    /// # Panics
+    /// When the child ends without reporting a grant, or fails.
+    pub fn granted(mut self) -> u64 {
+        let stdout = self.child.stdout.take().unwrap();
+        // Read to the end: a pipe closed early would fail the child's
+        // later prints.
+        let lines: Vec<String> = BufReader::new(stdout)
+            .lines()
+            .map_while(Result::ok)
+            .collect();
+        let fence = lines.iter().find_map(|line| {
+            line.strip_prefix(GRANTED)
+                .map(|f| f.trim().parse::<u64>().unwrap())
+        });
+        let status = self.child.wait().expect("reap the child");
+        assert!(status.success(), "the child failed: {status}");
+        fence.expect("the child reports its grant before it ends")
+    }
+
+    /// Kills the child with SIGKILL and reaps it.
+    pub fn kill(mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// The waiting child's side: says it was granted with `fence`.
+pub fn report_granted(fence: u64) {
+    let mut stdout = std::io::stdout();
+    let _ = writeln!(stdout, "{GRANTED}{fence}");
+    let _ = stdout.flush();
+}
