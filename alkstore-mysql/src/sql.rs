@@ -386,6 +386,13 @@ impl Statements {
                              WHERE name = p_name AND ticket = p_ticket;
                         END IF;
                         SET q_ticket = p_ticket, q_owed = q_owed OR ({owed});
+                    ELSEIF p_ticket IS NOT NULL AND EXISTS (
+                        SELECT 1 FROM {tickets}
+                         WHERE name = p_name AND ticket = p_ticket AND expires_at = 0) THEN
+                        -- Its call left the queue (`leave_queue` marks the
+                        -- ticket so) while this attempt was on its way: no
+                        -- new place for a call that is gone.
+                        SET q_ticket = NULL;
                     ELSE
                         DELETE FROM {tickets} WHERE name = p_name AND expires_at <= now_ms;
                         SET q_ticket = NEXTVAL({ticket_numbers});
@@ -1263,9 +1270,13 @@ END"
             purge_tickets: audited(format!(
                 "DELETE FROM {tickets} WHERE expires_at <= {NOW_MS}"
             )),
-            // name, ticket: a waiter that stops waiting ungranted.
+            // name, ticket: a waiter that stops waiting ungranted. Its live
+            // ticket lapsed at once (expiry 0, which no renewal gives: an
+            // attempt of the call still on its way then draws no new
+            // ticket; a later draw or purge deletes it).
             leave_queue: audited(format!(
-                "DELETE FROM {tickets} WHERE name = ? AND ticket = ? AND expires_at > {NOW_MS}"
+                "UPDATE {tickets} SET expires_at = 0
+                 WHERE name = ? AND ticket = ? AND expires_at > {NOW_MS}"
             )),
             // name: its live tickets, oldest first.
             waiters: audited(format!(

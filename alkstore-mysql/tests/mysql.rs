@@ -10,7 +10,7 @@ use std::time::Duration;
 use alkstore_contract_suite::support::{
     assert_refused_within_wait, permit_round_trips, rw_round_trips,
 };
-use alkstore_contract_suite::{faults, opening};
+use alkstore_contract_suite::{faults, opening, support};
 use alkstore_core::{Error, Field, Store};
 use alkstore_mysql::MySqlStore;
 use alkstore_testkit::mysql;
@@ -802,27 +802,7 @@ async fn layout_7_is_upgraded_in_place_with_queues() {
     )
     .await;
     let reopened = Arc::new(db.reopened().await);
-    let waiting = {
-        let store = reopened.clone();
-        tokio::spawn(async move { store.lock("held", "b", TTL, TTL).await })
-    };
-    let queued = tokio::time::timeout(Duration::from_secs(10), async {
-        loop {
-            if let Some(waiter) = reopened.waiters("held").await.unwrap().first() {
-                return waiter.clone();
-            }
-            tokio::time::sleep(Duration::from_millis(10)).await;
-        }
-    })
-    .await
-    .expect("the waiting call shows in the queue");
-    assert_eq!((queued.owner.as_str(), queued.kind), ("b", "lock"));
-    let fence = held.fence();
-    assert!(held.release().await.unwrap());
-    let granted = waiting.await.unwrap().unwrap().expect("granted in turn");
-    assert!(granted.fence() > fence);
-    assert!(granted.release().await.unwrap());
-    assert!(reopened.waiters("held").await.unwrap().is_empty());
+    support::queues_and_grants_in_turn(reopened.clone(), "held", held).await;
     store.close().await.unwrap();
     reopened.drop_database().await.unwrap();
     reopened.close().await.unwrap();

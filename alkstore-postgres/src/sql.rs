@@ -377,6 +377,13 @@ impl Statements {
                 END IF;
                 q_ticket := p_ticket;
                 q_owed := q_owed OR {owed};
+            ELSIF p_ticket IS NOT NULL AND EXISTS (
+                SELECT 1 FROM {tickets} t
+                 WHERE t.name = p_name AND t.ticket = p_ticket AND t.expires_at = 0) THEN
+                -- Its call left the queue (`leave_queue` marks the ticket
+                -- so) while this attempt was on its way: no new place for
+                -- a call that is gone.
+                NULL;
             ELSE
                 -- Lapsed tickets whose rows nobody else holds (a purge
                 -- may): skipped, not waited for, so that the two never
@@ -1281,14 +1288,16 @@ END",
                  WHERE t.name = lapsed.name AND t.ticket = lapsed.ticket"
             )),
             // A waiter that stops waiting ungranted: its live ticket
-            // deleted, and the waiter behind it, in any process, told by
-            // the ticket's number ("<store tag>#<ticket>:<name>"). A lost
-            // leave is harmless: the ticket lapses. $1 name, $2 ticket, $3
-            // channel, $4 store tag.
+            // lapsed at once (expiry 0, which no renewal gives: an attempt
+            // of the call still on its way then draws no new ticket; a
+            // later draw or purge deletes it), and the waiter behind it, in
+            // any process, told by the ticket's number ("<store
+            // tag>#<ticket>:<name>"). A lost leave is harmless: the ticket
+            // lapses. $1 name, $2 ticket, $3 channel, $4 store tag.
             leave_queue: audited(format!(
                 "WITH {ASYNC_COMMIT_CTE},
                  gone AS (
-                     DELETE FROM {tickets} WHERE name = $1 AND ticket = $2
+                     UPDATE {tickets} SET expires_at = 0 WHERE name = $1 AND ticket = $2
                        AND expires_at > {NOW_MS} AND EXISTS (SELECT 1 FROM async_commit)
                      RETURNING ticket
                  )
@@ -1452,11 +1461,7 @@ impl alkstore_sqlx::Statements for Statements {
             .int8(ticket)
             .text(&self.channel)
             .text(&self.tag);
-        let left = self.fetch_optional::<(i64,)>(conn, call);
-        Box::pin(async move {
-            let (count,) = left.await?.ok_or(sqlx::Error::RowNotFound)?;
-            Ok(count.unsigned_abs())
-        })
+        self.fetch_count(conn, call)
     }
 
     fn waiters<'c>(
@@ -1464,16 +1469,7 @@ impl alkstore_sqlx::Statements for Statements {
         conn: &'c mut PgConnection,
         name: &str,
     ) -> StatementFuture<'c, Vec<WaiterRow>> {
-        let call = Call::new(self.waiters.clone()).text(name);
-        let protocol = self.protocol;
-        Box::pin(async move {
-            protocol
-                .fetch_all(call, conn)
-                .await?
-                .into_iter()
-                .map(row_as)
-                .collect()
-        })
+        self.fetch_all(conn, Call::new(self.waiters.clone()).text(name))
     }
 
     fn renew<'c>(
@@ -1516,11 +1512,7 @@ impl alkstore_sqlx::Statements for Statements {
         }
         .text(&self.channel)
         .text(&self.tag);
-        let released = self.fetch_optional::<(i64,)>(conn, call);
-        Box::pin(async move {
-            let (count,) = released.await?.ok_or(sqlx::Error::RowNotFound)?;
-            Ok(count.unsigned_abs())
-        })
+        self.fetch_count(conn, call)
     }
 
     fn holder<'c>(
@@ -1542,15 +1534,7 @@ impl alkstore_sqlx::Statements for Statements {
             .text(prefix)
             .text(after)
             .int8(limit);
-        let protocol = self.protocol;
-        Box::pin(async move {
-            protocol
-                .fetch_all(call, conn)
-                .await?
-                .into_iter()
-                .map(row_as)
-                .collect()
-        })
+        self.fetch_all(conn, call)
     }
 
     fn force_release<'c>(
@@ -1649,6 +1633,36 @@ impl Statements {
                 .await?
                 .map(row_as)
                 .transpose()
+        })
+    }
+
+    /// Runs `call` by the store's protocol; every row read as `T`.
+    fn fetch_all<'c, T>(
+        &self,
+        conn: &'c mut PgConnection,
+        call: Call,
+    ) -> StatementFuture<'c, Vec<T>>
+    where
+        T: for<'r> sqlx::FromRow<'r, sqlx::postgres::PgRow> + Send + 'c,
+    {
+        let protocol = self.protocol;
+        Box::pin(async move {
+            protocol
+                .fetch_all(call, conn)
+                .await?
+                .into_iter()
+                .map(row_as)
+                .collect()
+        })
+    }
+
+    /// Runs `call`, a statement answering one count (of the rows it
+    /// removed, notifying for each), by the store's protocol.
+    fn fetch_count<'c>(&self, conn: &'c mut PgConnection, call: Call) -> StatementFuture<'c, u64> {
+        let counted = self.fetch_optional::<(i64,)>(conn, call);
+        Box::pin(async move {
+            let (count,) = counted.await?.ok_or(sqlx::Error::RowNotFound)?;
+            Ok(count.unsigned_abs())
         })
     }
 }

@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 use alkstore_contract_suite::support::{
     assert_waits_out_a_table_lock, error_chain, permit_round_trips, rw_round_trips,
 };
-use alkstore_contract_suite::{faults, opening};
+use alkstore_contract_suite::{faults, opening, support};
 use alkstore_core::{Error, Field, Store};
 use alkstore_postgres::PgStore;
 use sqlx::Row;
@@ -657,28 +657,7 @@ async fn layout_9_is_upgraded_in_place_with_queues() {
     .await
     .unwrap();
     assert_eq!(functions, 3, "one function of each, no overloads left");
-    let waiting = {
-        let store = reopened.clone();
-        tokio::spawn(async move { store.lock("held", "b", TTL, TTL).await })
-    };
-    let queued = tokio::time::timeout(Duration::from_secs(10), async {
-        loop {
-            let waiters = reopened.waiters("held").await.unwrap();
-            if let Some(waiter) = waiters.first() {
-                return waiter.clone();
-            }
-            tokio::time::sleep(Duration::from_millis(10)).await;
-        }
-    })
-    .await
-    .expect("the waiting call shows in the queue");
-    assert_eq!((queued.owner.as_str(), queued.kind), ("b", "lock"));
-    let fence = held.fence();
-    assert!(held.release().await.unwrap());
-    let granted = waiting.await.unwrap().unwrap().expect("granted in turn");
-    assert!(granted.fence() > fence);
-    assert!(granted.release().await.unwrap());
-    assert!(reopened.waiters("held").await.unwrap().is_empty());
+    support::queues_and_grants_in_turn(reopened.clone(), "held", held).await;
     store.close().await.unwrap();
     reopened.drop_schema().await.unwrap();
     reopened.close().await.unwrap();

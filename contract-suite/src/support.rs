@@ -303,3 +303,36 @@ pub fn before_letting_go(round: usize) -> Duration {
     const OFFSETS_MS: [u64; 5] = [13, 50, 87, 24, 61];
     Duration::from_millis(600 + OFFSETS_MS[round % OFFSETS_MS.len()])
 }
+
+/// On `store`, where `held` holds `name`: a waiting call of owner "b" (in a
+/// task of its own) shows in the queue as a lock's waiter, and is granted in
+/// turn, with a higher fence, once `held` is released; the queue is empty
+/// after. An upgrade test's check that the upgraded store queues.
+pub async fn queues_and_grants_in_turn(
+    store: std::sync::Arc<dyn Store>,
+    name: &str,
+    held: Box<dyn Lock>,
+) {
+    let ttl = Duration::from_secs(30);
+    let waiting = {
+        let (store, name) = (store.clone(), name.to_owned());
+        tokio::spawn(async move { store.lock(&name, "b", ttl, ttl).await })
+    };
+    let queued = tokio::time::timeout(Duration::from_secs(10), async {
+        loop {
+            if let Some(waiter) = store.waiters(name).await.unwrap().first() {
+                return waiter.clone();
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    })
+    .await
+    .expect("the waiting call shows in the queue");
+    assert_eq!((queued.owner.as_str(), queued.kind), ("b", "lock"));
+    let fence = held.fence();
+    assert!(held.release().await.unwrap());
+    let granted = waiting.await.unwrap().unwrap().expect("granted in turn");
+    assert!(granted.fence() > fence);
+    assert!(granted.release().await.unwrap());
+    assert!(store.waiters(name).await.unwrap().is_empty());
+}
