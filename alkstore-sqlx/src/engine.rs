@@ -80,17 +80,8 @@ pub type PermitRow = (
 /// [`WRITER_SLOT`](alkstore_core::WRITER_SLOT)), lease left in
 /// milliseconds (of the grant, or of what refused it that ends first;
 /// `None` when nothing holds), a semaphore's permits (when one holds the
-/// name), and the [`QueueColumns`].
-pub type RwRow = (
-    String,
-    i64,
-    i32,
-    Option<i64>,
-    i32,
-    Option<i64>,
-    Option<i32>,
-    Option<i64>,
-);
+/// name), and the [`QueueColumns`]: a [`PermitRow`]'s columns.
+pub type RwRow = PermitRow;
 
 /// The outcomes a permit or reader-writer acquire's statement answers, as
 /// text.
