@@ -69,7 +69,7 @@ pub use connections::{
 pub use dialect::{Conn, Dialect, Options, lock_wait_ms, no_fence_left, ran_out_of_time};
 pub use engine::{
     AcquireRow, HolderRow, ListedRow, PermitOutcome, PermitRow, Polling, QueueColumns, RwRow,
-    SqlxEngine, Statements, WaiterRow, Wakeups,
+    SqlxEngine, Statements, TURN_POLL_CEILING, WaiterRow, Wakeups,
 };
 pub use namespace::{
     ForeignObjectsError, Layout, LostFencesError, MARKER_KEY, Meta, Namespace, Objects,
