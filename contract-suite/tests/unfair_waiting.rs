@@ -20,20 +20,46 @@ async fn until_queued(store: &dyn Store, name: &str, count: usize) {
     }
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+// One thread: a spawned task runs when the test yields, so the order of
+// the waiters' first attempts is the order below, not a hope.
+#[tokio::test(flavor = "current_thread")]
 async fn an_unfair_waiter_takes_no_place_and_goes_after_the_queue() {
     let engine = MemoryEngine::default();
     let fair = Arc::new(EngineStore::new(engine.clone()));
     let unfair = Arc::new(EngineStore::new(engine.clone()).fair_waiting(false));
     let holder = fair.try_lock("n", "holder", TTL).await.unwrap().unwrap();
 
+    // A whole unfair wait, the queue read all along (its first attempt
+    // runs before the first read): never a place.
+    let short = unfair.lock("n", "short", TTL, Duration::from_millis(300));
+    let watching = async {
+        let mut reads = 0;
+        loop {
+            let waiters = fair.waiters("n").await.unwrap();
+            assert!(
+                waiters.is_empty(),
+                "an unfair waiter took a place: {waiters:?}"
+            );
+            reads += 1;
+            tokio::time::sleep(Duration::from_millis(5)).await;
+            if reads >= 40 {
+                return reads;
+            }
+        }
+    };
+    let (refused, reads) = tokio::join!(short, watching);
+    assert!(refused.unwrap().is_none(), "held for the whole wait");
+    assert!(reads >= 40);
+
     let barging = {
         let unfair = unfair.clone();
         tokio::spawn(async move { unfair.lock("n", "unfair", TTL, WAIT).await })
     };
-    // The unfair waiter is waiting (its attempts refused) with no ticket:
-    // a fair waiter that comes later is first in the queue.
-    tokio::time::sleep(Duration::from_millis(100)).await;
+    // The unfair waiter's first attempt runs (refused, no ticket) before a
+    // fair waiter comes: that one is still first in the queue.
+    for _ in 0..10 {
+        tokio::task::yield_now().await;
+    }
     assert!(fair.waiters("n").await.unwrap().is_empty());
     let queued = {
         let fair = fair.clone();

@@ -136,6 +136,27 @@ async fn behind_a_dead_waiter(
     released.elapsed()
 }
 
+/// A waiting reader "r" of `peer` queues for `name` at `position` (as
+/// `viewer` sees the queue), then dies there: its store closes, so its
+/// place stays until its ticket lapses and nothing renews it.
+async fn reader_dies_in_the_queue(
+    peer: &Arc<dyn Store>,
+    viewer: &dyn Store,
+    name: &str,
+    position: usize,
+) {
+    let reading = {
+        let (peer, name) = (peer.clone(), name.to_owned());
+        tokio::spawn(async move { peer.read_lock(&name, "r", LONG, LONG).await })
+    };
+    until_queued(viewer, name, position + 1).await;
+    peer.close().await.unwrap();
+    assert!(
+        reading.await.unwrap().is_err(),
+        "a waiting call of a store closed under it fails closed"
+    );
+}
+
 /// Eight independent stores queue for a held lock, each once the one
 /// before shows in the queue; then for a held semaphore's one free permit
 /// at a time. They are granted in the order they queued, with fences
@@ -276,28 +297,14 @@ pub async fn a_reader_waits_for_at_most_one_writer(stores: Stores) {
     let r1 = granted(store.try_read_lock("phase/d", "r1", LONG).await);
     let w1 = queue_up(&peers[1], viewer, "phase/d", "w1", Ask::Write, 0, &seen).await;
     let w2 = queue_up(&peers[2], viewer, "phase/d", "w2", Ask::Write, 1, &seen).await;
-    let owed = {
-        let peer = peers[5].clone();
-        let reading = tokio::spawn(async move { peer.read_lock("phase/d", "r", LONG, LONG).await });
-        until_queued(viewer, "phase/d", 3).await;
-        reading
-    };
-    peers[5].close().await.unwrap();
-    assert!(owed.await.unwrap().is_err());
+    reader_dies_in_the_queue(&peers[5], viewer, "phase/d", 2).await;
     behind_a_dead_waiter(store.as_ref(), "phase/d", "r", r1.release(), w2).await;
     w1.await.unwrap();
 
     let seen: Seen = Arc::default();
     let w1 = granted(store.try_write_lock("phase/c", "w1", LONG).await);
     let w2 = queue_up(&peers[1], viewer, "phase/c", "w2", Ask::Write, 0, &seen).await;
-    let owed = {
-        let peer = peers[4].clone();
-        let reading = tokio::spawn(async move { peer.read_lock("phase/c", "r", LONG, LONG).await });
-        until_queued(viewer, "phase/c", 2).await;
-        reading
-    };
-    peers[4].close().await.unwrap();
-    assert!(owed.await.unwrap().is_err());
+    reader_dies_in_the_queue(&peers[4], viewer, "phase/c", 1).await;
     let released = w1.release();
     behind_a_dead_waiter(store.as_ref(), "phase/c", "r", released, w2).await;
 }
