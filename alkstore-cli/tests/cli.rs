@@ -220,12 +220,9 @@ async fn list_show_release(url: &str) {
 }
 
 /// show lists a held name's waiters below its holder: a waiting call of
-/// another store, its owner and what it waits for (engines that queue;
-/// etcd does not yet). The waiting call is then dropped: it leaves.
+/// another store, its owner and what it waits for. The waiting call is
+/// then dropped: it leaves.
 async fn waiters_are_shown(url: &str, store: &dyn Store) {
-    if url.starts_with("etcd") {
-        return;
-    }
     let other = alkstore::open(url).await.unwrap();
     let waiting =
         tokio::spawn(async move { other.lock("jobs/a", "waiter-w", TTL, PATIENCE).await });

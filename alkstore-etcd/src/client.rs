@@ -684,6 +684,21 @@ impl Txn {
         self
     }
 
+    /// Then: put `value` at `key`, on the lease the key is on (it must
+    /// exist: compare its create revision first, or the put fails the
+    /// transaction with an error).
+    pub(crate) fn put_keeping_lease(mut self, key: Vec<u8>, value: Vec<u8>) -> Txn {
+        self.success.push(RequestOp {
+            request: Some(Op::RequestPut(PutRequest {
+                key,
+                value,
+                ignore_lease: true,
+                ..Default::default()
+            })),
+        });
+        self
+    }
+
     /// Then: delete `key`.
     pub(crate) fn delete(self, key: Vec<u8>) -> Txn {
         self.delete_range(key, Vec::new())

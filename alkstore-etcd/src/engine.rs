@@ -13,17 +13,22 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use alkstore_core::{
-    Access, Attempt, BoxError, Engine, GrantKey, HeldAs, Holder, LeaseMillis, Listed, MAX_READERS,
-    PermitAttempt, PermitSlot, Queue, ReleaseBus, RwAttempt, RwMode,
+    Access, Attempt, BoxError, Engine, GrantKey, HeldAs, Holder, LeaseMillis, Line, Listed,
+    MAX_READERS, PermitAttempt, PermitSlot, Queue, Queued, ReleaseBus, RwAttempt, RwMode,
+    TicketKind, Waiter,
 };
 use async_trait::async_trait;
 use futures::StreamExt;
 
 use crate::client::{self, Client, Is, Target, Txn};
 use crate::fence::{self, Base};
-use crate::keys::{FenceRevision, GrantValue, Layout, Slot};
+use crate::keys::{FenceRevision, GrantValue, Layout, Slot, TicketValue};
 use crate::proto::mvccpb::KeyValue;
 use crate::watcher::Watcher;
+
+mod queue;
+
+use queue::{Drawn, FoundTicket, InTurn, Standing};
 
 /// How many times an acquire reads again after losing a race before it
 /// answers that the name is held.
@@ -104,7 +109,10 @@ impl Found {
 /// A name's keys, as one read saw them.
 #[derive(Debug)]
 struct NameState {
+    /// Its grants (and an older build's waiting writer's intent).
     found: Vec<Found>,
+    /// Its queue, oldest ticket first.
+    tickets: Vec<FoundTicket>,
     /// The revision of the read.
     revision: i64,
     base: Base,
@@ -113,6 +121,16 @@ struct NameState {
 impl NameState {
     fn of(&self, slot: Slot) -> Option<&Found> {
         self.found.iter().find(|f| f.slot == slot)
+    }
+
+    /// Ticket `number` of the queue, if live.
+    fn ticket(&self, number: u64) -> Option<&FoundTicket> {
+        self.tickets.iter().find(|t| t.number() == number)
+    }
+
+    /// The line of an attempt standing as `queue`.
+    fn line(&self, queue: Queue) -> Line {
+        queue::line(&self.tickets, queue)
     }
 
     /// What other kind of grant holds the name, for a request of `kind`.
@@ -154,6 +172,18 @@ impl Kind {
     }
 }
 
+/// Why one decision on a name's state refused.
+#[derive(Debug)]
+enum Refused<T> {
+    /// For a cause that is not the name's turn (another kind of grant
+    /// holds it, another count of permits): answered as it is, with no
+    /// place kept.
+    Answer(T),
+    /// Not this attempt's turn: a waiting call keeps its place, `owed` the
+    /// next turn if a reader held back by a writer that holds.
+    Turn { owed: bool },
+}
+
 /// What one decision on a name's state asks to be written.
 #[derive(Debug)]
 enum Write {
@@ -188,6 +218,18 @@ pub struct LeaseTooLong {
     pub asked: i64,
 }
 
+/// An acquire attempt, as the engine was asked it.
+#[derive(Debug, Clone, Copy)]
+struct Ask<'a> {
+    name: &'a str,
+    owner: &'a str,
+    ttl: LeaseMillis,
+    queue: Queue,
+    deadline: Option<Instant>,
+    /// What its ticket waits for, if it queues.
+    kind: TicketKind,
+}
+
 /// A grant written: its fence and key.
 #[derive(Debug)]
 struct Granted {
@@ -203,6 +245,8 @@ pub(crate) struct EtcdEngine {
     pub(crate) layout: Layout,
     pub(crate) bus: Arc<ReleaseBus>,
     leased: Mutex<Remembered>,
+    /// The tickets this engine drew for its waiting calls.
+    drawn: Drawn,
     /// The shortest lease the cluster grants, in seconds, as learnt from
     /// its grants (1 until one was raised).
     floor: AtomicI64,
@@ -241,6 +285,7 @@ impl EtcdEngine {
             layout,
             bus,
             leased: Mutex::new(Remembered::default()),
+            drawn: Drawn::default(),
             floor: AtomicI64::new(1),
         }
     }
@@ -361,28 +406,37 @@ impl EtcdEngine {
             reads.next().unwrap_or_default(),
         );
         let base = Base::from_read(base.kvs.first())?;
+        let (found, mut tickets) = self.decode(keys.kvs);
+        tickets.sort_by_key(|t| t.kv.create_revision);
         Ok(NameState {
-            found: self.decode(keys.kvs),
+            found,
+            tickets,
             revision,
             base,
         })
     }
 
-    /// The grant keys among `kvs` (a key this build did not write is left
-    /// out: it holds nothing).
-    fn decode(&self, kvs: Vec<KeyValue>) -> Vec<Found> {
-        kvs.into_iter()
-            .filter_map(|kv| {
-                let (name, slot) = self.layout.parse(&kv.key)?;
-                let value = GrantValue::decode(&kv.value)?;
-                Some(Found {
-                    name,
-                    slot,
-                    kv,
-                    value,
-                })
-            })
-            .collect()
+    /// The grant keys and the tickets among `kvs` (a key this build did not
+    /// write is left out: it holds nothing).
+    fn decode(&self, kvs: Vec<KeyValue>) -> (Vec<Found>, Vec<FoundTicket>) {
+        let (mut found, mut tickets) = (Vec::new(), Vec::new());
+        for kv in kvs {
+            if let Some((name, slot)) = self.layout.parse(&kv.key) {
+                if let Some(value) = GrantValue::decode(&kv.value) {
+                    found.push(Found {
+                        name,
+                        slot,
+                        kv,
+                        value,
+                    });
+                }
+            } else if self.layout.parse_ticket(&kv.key).is_some() {
+                if let Some(value) = TicketValue::decode(&kv.value) {
+                    tickets.push(FoundTicket { kv, value });
+                }
+            }
+        }
+        (found, tickets)
     }
 
     /// What is left of `lease` ([`time_left`]).
@@ -390,22 +444,45 @@ impl EtcdEngine {
         time_left(&self.client, lease).await
     }
 
-    /// Reads `name`, lets `decide` choose, and writes what it chose under
+    /// Reads the name, lets `decide` choose, and writes what it chose under
     /// compares that fail if the name or the fence base changed since the
-    /// read; reads again after a lost race. `Err(answer)` from `decide`
-    /// answers without writing.
+    /// read; reads again after a lost race. A refusal in turn keeps a
+    /// waiting call's place ([`EtcdEngine::queue_up`]), and answers
+    /// `refused` with it; `Refused::Answer` answers without writing.
     async fn decide_and_write<T>(
         &self,
-        name: &str,
-        owner: &str,
-        ttl: LeaseMillis,
-        deadline: Option<Instant>,
-        decide: impl Fn(&NameState) -> Result<Write, T>,
-        lost: impl Fn() -> T,
+        ask: &Ask<'_>,
+        decide: impl Fn(&NameState, &Line) -> Result<Write, Refused<T>>,
+        refused: impl Fn(Option<Queued>) -> T,
     ) -> Result<Result<Granted, T>, BoxError> {
+        let mut spare = None;
+        let answer = self.race_to_write(ask, decide, refused, &mut spare).await;
+        if let Some(lease) = spare {
+            self.client.lease_revoke_later(lease);
+        }
+        answer
+    }
+
+    /// [`EtcdEngine::decide_and_write`]'s races; `spare` is a ticket's lease
+    /// a lost race left unused, for the next draw.
+    async fn race_to_write<T>(
+        &self,
+        ask: &Ask<'_>,
+        decide: impl Fn(&NameState, &Line) -> Result<Write, Refused<T>>,
+        refused: impl Fn(Option<Queued>) -> T,
+        spare: &mut Option<i64>,
+    ) -> Result<Result<Granted, T>, BoxError> {
+        let Ask {
+            name,
+            owner,
+            ttl,
+            queue,
+            deadline,
+            ..
+        } = *ask;
         for race in 0..RACES {
             if race > 0 && deadline.is_some_and(|d| Instant::now() >= d) {
-                return Ok(Err(lost()));
+                return Ok(Err(refused(None)));
             }
             // The read and the lease wait no longer than the deadline: what
             // they leave behind is nothing, or a lease with no key. The
@@ -413,11 +490,33 @@ impl EtcdEngine {
             let bound = attempt_bound(deadline);
             let state = match self.read_name_within(name, bound).await {
                 Ok(state) => state?,
-                Err(status) if ran_out(&status, bound, &self.client) => return Ok(Err(lost())),
+                Err(status) if ran_out(&status, bound, &self.client) => {
+                    return Ok(Err(refused(None)));
+                }
                 Err(status) => return Err(status.into()),
             };
-            let (slot, permits) = match decide(&state) {
-                Err(answer) => return Ok(Err(answer)),
+            let line = state.line(queue);
+            let mine = line.mine.as_ref().and_then(|m| state.ticket(m.number));
+            let (slot, permits) = match decide(&state, &line) {
+                Err(Refused::Answer(answer)) => return Ok(Err(answer)),
+                Err(Refused::Turn { owed }) => {
+                    let Queue::Waiting { lease, .. } = queue else {
+                        return Ok(Err(refused(None)));
+                    };
+                    let attempt = InTurn {
+                        name,
+                        owner,
+                        kind: ask.kind,
+                        owed,
+                        lease,
+                        deadline,
+                    };
+                    match self.queue_up(&attempt, &state, &line, spare).await? {
+                        Standing::Queued(queued) => return Ok(Err(refused(Some(queued)))),
+                        Standing::RanOut => return Ok(Err(refused(None))),
+                        Standing::Raced => continue,
+                    }
+                }
                 Ok(Write::Again(found)) => {
                     let fence = found.fence();
                     // A grant past the end that was not taken back (its undo
@@ -427,6 +526,9 @@ impl EtcdEngine {
                     }
                     let (expires_in, granted) = lease_time(&self.client, found.kv.lease).await?;
                     self.remember(name, fence, Leased::of(&found, granted), false);
+                    if let Some(mine) = mine {
+                        self.dequeue_now(name, mine).await;
+                    }
                     return Ok(Ok(Granted {
                         fence,
                         slot: found.slot,
@@ -440,7 +542,9 @@ impl EtcdEngine {
             let bound = attempt_bound(deadline);
             let (lease, granted_ttl) = match self.lease(seconds, bound).await {
                 Ok(granted) => granted,
-                Err(status) if ran_out(&status, bound, &self.client) => return Ok(Err(lost())),
+                Err(status) if ran_out(&status, bound, &self.client) => {
+                    return Ok(Err(refused(None)));
+                }
                 Err(status) => return Err(status.into()),
             };
             let key = self.layout.key(name, slot);
@@ -464,13 +568,7 @@ impl EtcdEngine {
                     state.base.mod_revision,
                 )
                 .put(key.clone(), value.encode(), lease);
-            // A write to the intent's key (the writer's own) goes with it.
-            let txn = match (slot, state.of(Slot::Intent)) {
-                (Slot::Writer, Some(intent)) if intent.value.owner == owner => {
-                    txn.delete(intent.kv.key.clone())
-                }
-                _ => txn,
-            };
+            let txn = self.dequeue_with(txn, &state, mine, slot == Slot::Writer);
             // An error leaves the lease to its TTL: the grant may have
             // landed, and its owner's next ask adopts it (revoking the lease
             // would remove a grant the owner may then be told it holds).
@@ -506,10 +604,8 @@ impl EtcdEngine {
             if let Some(old) = over {
                 self.client.lease_revoke_later(old.kv.lease);
             }
-            if let (Slot::Writer, Some(intent)) = (slot, state.of(Slot::Intent)) {
-                if intent.value.owner == owner {
-                    self.client.lease_revoke_later(intent.kv.lease);
-                }
+            if let Some(mine) = mine {
+                self.dequeued(name, mine);
             }
             let fence = fence::of(state.base.value, revision);
             self.remember(
@@ -533,7 +629,7 @@ impl EtcdEngine {
                 expires_in: ttl.as_duration().min(whole_seconds(granted_ttl)),
             }));
         }
-        Ok(Err(lost()))
+        Ok(Err(refused(None)))
     }
 
     /// The lease of the grant `grant`: remembered, or read.
@@ -681,44 +777,6 @@ impl EtcdEngine {
         self.remember(&grant.name, grant.fence, refreshed, true);
     }
 
-    /// A waiting writer's intent for `owner` on `name`, lasting `intent`,
-    /// unless another writer's intent is live; its own is renewed.
-    async fn record_intent(
-        &self,
-        name: &str,
-        owner: &str,
-        intent: LeaseMillis,
-        state: &NameState,
-    ) -> Result<(), BoxError> {
-        let theirs = state.of(Slot::Intent);
-        if theirs.is_some_and(|i| i.value.owner != owner) {
-            return Ok(());
-        }
-        let (lease, _) = self.lease(lease_seconds(intent), None).await?;
-        let key = self.layout.key(name, Slot::Intent);
-        let value = GrantValue {
-            base: state.base.value,
-            revision: FenceRevision::Create,
-            permits: 0,
-            owner: owner.to_owned(),
-        };
-        // Nothing under the name changed since the read that found readers
-        // (a lock granted meanwhile must not get an intent beside it).
-        let txn = self
-            .unchanged_since(name, state)
-            .put(key, value.encode(), lease);
-        let answer = self.client.txn(txn).await;
-        match (&answer, theirs) {
-            (Ok(answer), Some(old)) if answer.succeeded => {
-                self.client.lease_revoke_later(old.kv.lease)
-            }
-            (Ok(answer), _) if !answer.succeeded => self.client.lease_revoke_later(lease),
-            (Err(_), _) => self.client.lease_revoke_later(lease),
-            _ => {}
-        }
-        answer.map(drop).map_err(Into::into)
-    }
-
     /// Every live grant of `found` listed, with what is left of each lease.
     async fn listed(&self, found: Vec<Found>) -> Result<Vec<Listed>, BoxError> {
         let leases: Vec<i64> = found.iter().map(|f| f.kv.lease).collect();
@@ -814,20 +872,29 @@ impl Engine for EtcdEngine {
         name: &str,
         owner: &str,
         ttl: LeaseMillis,
-        _queue: Queue,
+        queue: Queue,
         deadline: Option<Instant>,
     ) -> Result<Attempt, BoxError> {
-        let decide = |state: &NameState| match state.held_as_other(Kind::Lock) {
-            Some(HeldAs::Semaphore { permits }) => Err(Attempt::HeldAsSemaphore { permits }),
-            Some(_) => Err(Attempt::HeldAsReadWrite),
+        let ask = Ask {
+            name,
+            owner,
+            ttl,
+            queue,
+            deadline,
+            kind: TicketKind::Lock,
+        };
+        let decide = |state: &NameState, line: &Line| match state.held_as_other(Kind::Lock) {
+            Some(HeldAs::Semaphore { permits }) => {
+                Err(Refused::Answer(Attempt::HeldAsSemaphore { permits }))
+            }
+            Some(_) => Err(Refused::Answer(Attempt::HeldAsReadWrite)),
             None => match state.of(Slot::Lock) {
-                None => Ok(Write::Grant {
+                None if line.lock_turn() => Ok(Write::Grant {
                     slot: Slot::Lock,
                     permits: 0,
                 }),
-                Some(found) if found.value.owner != owner => {
-                    Err(Attempt::Held { expires_in: None })
-                }
+                None => Err(Refused::Turn { owed: false }),
+                Some(found) if found.value.owner != owner => Err(Refused::Turn { owed: false }),
                 Some(found) if state.retired(found) => Ok(Write::Grant {
                     slot: Slot::Lock,
                     permits: 0,
@@ -835,19 +902,14 @@ impl Engine for EtcdEngine {
                 Some(found) => Ok(Write::Again(found.clone())),
             },
         };
-        let lost = || Attempt::Held { expires_in: None };
-        Ok(
-            match self
-                .decide_and_write(name, owner, ttl, deadline, decide, lost)
-                .await?
-            {
-                Ok(granted) => Attempt::Granted {
-                    fence: granted.fence,
-                    expires_in: granted.expires_in,
-                },
-                Err(answer) => answer,
+        let refused = |queued| Attempt::refused(None, queued);
+        Ok(match self.decide_and_write(&ask, decide, refused).await? {
+            Ok(granted) => Attempt::Granted {
+                fence: granted.fence,
+                expires_in: granted.expires_in,
             },
-        )
+            Err(answer) => answer,
+        })
     }
 
     async fn acquire_permit(
@@ -856,19 +918,27 @@ impl Engine for EtcdEngine {
         permits: u32,
         owner: &str,
         ttl: LeaseMillis,
-        _queue: Queue,
+        queue: Queue,
         deadline: Option<Instant>,
     ) -> Result<PermitAttempt, BoxError> {
-        let decide = |state: &NameState| {
+        let ask = Ask {
+            name,
+            owner,
+            ttl,
+            queue,
+            deadline,
+            kind: TicketKind::Permit,
+        };
+        let decide = |state: &NameState, line: &Line| {
             match state.held_as_other(Kind::Semaphore) {
-                Some(HeldAs::Lock) => return Err(PermitAttempt::HeldAsLock),
-                Some(_) => return Err(PermitAttempt::HeldAsReadWrite),
+                Some(HeldAs::Lock) => return Err(Refused::Answer(PermitAttempt::HeldAsLock)),
+                Some(_) => return Err(Refused::Answer(PermitAttempt::HeldAsReadWrite)),
                 None => {}
             }
             if let Some(other) = state.found.iter().find(|f| f.value.permits != permits) {
-                return Err(PermitAttempt::Mismatch {
+                return Err(Refused::Answer(PermitAttempt::Mismatch {
                     permits: other.value.permits,
-                });
+                }));
             }
             if let Some(own) = state.found.iter().find(|f| f.value.owner == owner) {
                 return Ok(match state.retired(own) {
@@ -887,33 +957,29 @@ impl Engine for EtcdEngine {
                     _ => None,
                 })
                 .collect();
-            match (0..permits).find(|slot| !taken.contains(slot)) {
-                Some(slot) => Ok(Write::Grant {
+            let free: Vec<u32> = (0..permits).filter(|slot| !taken.contains(slot)).collect();
+            match free.first() {
+                Some(&slot) if line.permit_turn(free.len()) => Ok(Write::Grant {
                     slot: Slot::Permit(slot),
                     permits,
                 }),
-                None => Err(PermitAttempt::Held { expires_in: None }),
+                _ => Err(Refused::Turn { owed: false }),
             }
         };
-        let lost = || PermitAttempt::Held { expires_in: None };
-        Ok(
-            match self
-                .decide_and_write(name, owner, ttl, deadline, decide, lost)
-                .await?
-            {
-                Ok(Granted {
-                    fence,
-                    slot: Slot::Permit(slot),
-                    expires_in,
-                }) => PermitAttempt::Granted {
-                    fence,
-                    slot,
-                    expires_in,
-                },
-                Ok(other) => return Err(format!("a permit granted in {other:?}").into()),
-                Err(answer) => answer,
+        let refused = |queued| PermitAttempt::refused(None, queued);
+        Ok(match self.decide_and_write(&ask, decide, refused).await? {
+            Ok(Granted {
+                fence,
+                slot: Slot::Permit(slot),
+                expires_in,
+            }) => PermitAttempt::Granted {
+                fence,
+                slot,
+                expires_in,
             },
-        )
+            Ok(other) => return Err(format!("a permit granted in {other:?}").into()),
+            Err(answer) => answer,
+        })
     }
 
     async fn acquire_rw(
@@ -925,12 +991,21 @@ impl Engine for EtcdEngine {
         queue: Queue,
         deadline: Option<Instant>,
     ) -> Result<RwAttempt, BoxError> {
-        // Not queued yet: a waiting writer's standing is its intent.
-        let intent = queue.lease();
-        let refused = std::sync::OnceLock::new();
-        let decide = |state: &NameState| {
+        let kind = match mode {
+            RwMode::Read => TicketKind::Read,
+            RwMode::Write => TicketKind::Write,
+        };
+        let ask = Ask {
+            name,
+            owner,
+            ttl,
+            queue,
+            deadline,
+            kind,
+        };
+        let decide = |state: &NameState, line: &Line| {
             if let Some(other) = state.held_as_other(Kind::ReadWrite) {
-                return Err(RwAttempt::HeldAsOther(other));
+                return Err(Refused::Answer(RwAttempt::HeldAsOther(other)));
             }
             let own = state.found.iter().find(|f| {
                 f.value.owner == owner
@@ -957,33 +1032,37 @@ impl Engine for EtcdEngine {
                     _ => None,
                 })
                 .collect();
-            let held = RwAttempt::Held { expires_in: None };
             match mode {
+                // A writer holds: this reader is owed the turn after it.
+                RwMode::Read if writer => Err(Refused::Turn { owed: true }),
                 RwMode::Read => {
+                    // A waiting writer's intent, which builds before queues
+                    // wrote, still holds readers back (a fleet midway
+                    // through an upgrade).
                     let intent = state.of(Slot::Intent).is_some();
-                    match (0..MAX_READERS).find(|slot| !readers.contains(slot)) {
-                        Some(slot) if !writer && !intent => Ok(Write::Grant {
+                    let free = usize::try_from(MAX_READERS)
+                        .unwrap_or(usize::MAX)
+                        .saturating_sub(readers.len());
+                    let slot = (0..MAX_READERS).find(|slot| !readers.contains(slot));
+                    match slot {
+                        Some(slot) if !intent && line.read_turn(free) => Ok(Write::Grant {
                             slot: Slot::Reader(slot),
                             permits: 0,
                         }),
-                        _ => Err(held),
+                        _ => Err(Refused::Turn { owed: false }),
                     }
                 }
-                RwMode::Write if !writer && readers.is_empty() => Ok(Write::Grant {
-                    slot: Slot::Writer,
-                    permits: 0,
-                }),
-                RwMode::Write => {
-                    let _ = refused.set(());
-                    Err(held)
+                RwMode::Write if !writer && readers.is_empty() && line.write_turn() => {
+                    Ok(Write::Grant {
+                        slot: Slot::Writer,
+                        permits: 0,
+                    })
                 }
+                RwMode::Write => Err(Refused::Turn { owed: false }),
             }
         };
-        let lost = || RwAttempt::Held { expires_in: None };
-        let answer = self
-            .decide_and_write(name, owner, ttl, deadline, decide, lost)
-            .await?;
-        Ok(match answer {
+        let refused = |queued| RwAttempt::refused(None, queued);
+        Ok(match self.decide_and_write(&ask, decide, refused).await? {
             Ok(Granted {
                 fence,
                 slot,
@@ -1000,17 +1079,7 @@ impl Engine for EtcdEngine {
                     expires_in,
                 }
             }
-            Err(answer) => {
-                if let (Some(intent), Some(())) = (intent, refused.get()) {
-                    // The writer's refusal records its intent, read anew:
-                    // the only write a refusal makes.
-                    let state = self.read_name(name).await?;
-                    if state.held_as_other(Kind::ReadWrite).is_none() {
-                        self.record_intent(name, owner, intent, &state).await?;
-                    }
-                }
-                answer
-            }
+            Err(answer) => answer,
         })
     }
 
@@ -1093,6 +1162,18 @@ impl Engine for EtcdEngine {
         }))
     }
 
+    fn queues(&self) -> bool {
+        true
+    }
+
+    async fn leave_queue(&self, name: &str, ticket: u64) -> Result<bool, BoxError> {
+        self.leave(name, ticket).await
+    }
+
+    async fn waiters(&self, name: &str) -> Result<Vec<Waiter>, BoxError> {
+        self.waiters_of(name).await
+    }
+
     async fn purge_expired(&self) -> Result<u64, BoxError> {
         // etcd removes a grant's key when its lease ends: nothing expired
         // is ever left.
@@ -1156,7 +1237,7 @@ impl Engine for EtcdEngine {
             if let Some(last) = read.kvs.last() {
                 start = [last.key.as_slice(), b"\0"].concat();
             }
-            for found in self.decode(read.kvs) {
+            for found in self.decode(read.kvs).0 {
                 if found.slot == Slot::Intent {
                     continue;
                 }

@@ -10,8 +10,16 @@
 //!   Names hold no control character, so every key of a name sorts before
 //!   the keys of the next name in the byte order of names, and one range
 //!   read lists names in order.
+//! - `P/g/<name>\0T<lease>`: one key per waiter in `<name>`'s queue (its
+//!   ticket, docs/fair-waiting.md), on the waiter's own lease `<lease>`
+//!   (16 hex digits), so that a dead waiter's place ends with its lease.
+//!   Its number is its create revision: the cluster's order of the
+//!   waiters' first refusals. Beside the grants, so that one read and one
+//!   compare see a name's grants and queue together.
 //! - `P/meta/fence-base`: what every fence is above its revision
 //!   ([`crate::fence`]), raised by `raise_fences`.
+
+use alkstore_core::TicketKind;
 
 use crate::proto::mvccpb::KeyValue;
 
@@ -98,14 +106,33 @@ impl Layout {
         format!("{}g/{name}\0{}", self.prefix, slot.suffix()).into_bytes()
     }
 
+    /// The key of a ticket in `name`'s queue, on `lease`.
+    pub(crate) fn ticket(&self, name: &str, lease: i64) -> Vec<u8> {
+        format!("{}g/{name}\0{TICKET}{lease:016x}", self.prefix).into_bytes()
+    }
+
     /// The name and slot of a grant key of this store.
     pub(crate) fn parse(&self, key: &[u8]) -> Option<(String, Slot)> {
-        let rest = key.strip_prefix(self.grants().as_slice())?;
-        let rest = std::str::from_utf8(rest).ok()?;
-        let (name, suffix) = rest.split_once('\0')?;
+        let (name, suffix) = self.split(key)?;
         Some((name.to_owned(), Slot::parse(suffix)?))
     }
+
+    /// The name of a ticket key of this store.
+    pub(crate) fn parse_ticket(&self, key: &[u8]) -> Option<String> {
+        let (name, suffix) = self.split(key)?;
+        let lease = suffix.strip_prefix(TICKET)?;
+        (lease.len() == 16 && lease.bytes().all(|b| b.is_ascii_hexdigit())).then(|| name.to_owned())
+    }
+
+    /// A key under the name range: its name and its suffix.
+    fn split<'k>(&self, key: &'k [u8]) -> Option<(&'k str, &'k str)> {
+        let rest = key.strip_prefix(self.grants().as_slice())?;
+        std::str::from_utf8(rest).ok()?.split_once('\0')
+    }
 }
+
+/// What starts a ticket key's suffix (no grant slot starts with it).
+const TICKET: char = 'T';
 
 /// The end of the range of every key that starts with `prefix` (etcd's
 /// "prefix end": the prefix with its last byte below 0xff raised).
@@ -119,6 +146,59 @@ pub(crate) fn prefix_end(prefix: &[u8]) -> Vec<u8> {
     }
     // Every byte 0xff: to the end of the key space.
     vec![0]
+}
+
+/// What a ticket's key holds. Its number is the key's create revision.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct TicketValue {
+    /// What it waits for.
+    pub(crate) kind: TicketKind,
+    /// A reader's: owed the next turn (`alkstore_core::queue`).
+    pub(crate) owed: bool,
+    /// When it was drawn, in ms since the Unix epoch by the drawing host's
+    /// clock (etcd keeps no time): only for showing how long it waited.
+    pub(crate) since_ms: u64,
+    /// The owner that waits.
+    pub(crate) owner: String,
+}
+
+const TICKET_TAG: &str = "alkq1";
+
+impl TicketValue {
+    /// The bytes stored.
+    pub(crate) fn encode(&self) -> Vec<u8> {
+        let owed = u8::from(self.owed);
+        format!(
+            "{TICKET_TAG}\n{}\n{owed}\n{}\n{}",
+            self.kind.as_str(),
+            self.since_ms,
+            self.owner
+        )
+        .into_bytes()
+    }
+
+    /// The value a ticket key holds, if it is one this build wrote.
+    pub(crate) fn decode(bytes: &[u8]) -> Option<TicketValue> {
+        let text = std::str::from_utf8(bytes).ok()?;
+        let mut fields = text.splitn(5, '\n');
+        if fields.next()? != TICKET_TAG {
+            return None;
+        }
+        let kind = TicketKind::parse(fields.next()?)?;
+        let owed = match fields.next()? {
+            "0" => false,
+            "1" => true,
+            _ => return None,
+        };
+        let since_ms = fields.next()?.parse().ok()?;
+        let owner = fields.next()?.to_owned();
+        Some(TicketValue {
+            kind,
+            owed,
+            since_ms,
+            owner,
+        })
+    }
 }
 
 /// Which revision a grant's fence counts from.
@@ -232,6 +312,33 @@ mod tests {
             assert!(layout.name_start(&name) <= *key && *key < layout.name_end(&name));
         }
         assert!(layout.name_end("a") < layout.name_start("a b"));
+    }
+
+    #[test]
+    fn tickets_sort_with_their_name_and_are_no_grants() {
+        let layout = Layout::new("/p/".into());
+        let ticket = layout.ticket("a", 0x1234);
+        assert_eq!(layout.parse_ticket(&ticket), Some("a".to_owned()));
+        assert_eq!(layout.parse(&ticket), None);
+        assert_eq!(layout.parse_ticket(&layout.key("a", Slot::Lock)), None);
+        assert_eq!(layout.parse_ticket(b"/p/g/a\0Tnothex!!"), None);
+        assert!(layout.name_start("a") < ticket && ticket < layout.name_end("a"));
+        let value = TicketValue {
+            kind: TicketKind::Read,
+            owed: true,
+            since_ms: 1_700_000_000_000,
+            owner: "an owner:\nwith a line".into(),
+        };
+        assert_eq!(TicketValue::decode(&value.encode()), Some(value));
+        assert_eq!(TicketValue::decode(b"alkq1\nread\n2\n0\no"), None);
+        assert_eq!(
+            GrantValue::decode(
+                &TicketValue::decode(b"alkq1\nlock\n0\n5\no")
+                    .unwrap()
+                    .encode()
+            ),
+            None
+        );
     }
 
     #[test]

@@ -99,6 +99,16 @@ pub mod raw {
 /// to it (and to the cluster's minimum, [`EtcdStore::shortest_lease`]).
 pub const LEASE_GRANULARITY: std::time::Duration = std::time::Duration::from_secs(1);
 
+/// The shortest a waiter's ticket lasts from its last attempt (longer on a
+/// cluster whose shortest lease is longer): how long a waiter that died
+/// keeps its place in a queue (docs/engine-etcd.md, "Fair waiting"). Not
+/// the core's 1 s [`TICKET_LEASE`](alkstore_core::TICKET_LEASE): etcd tells
+/// what is left of a lease in whole seconds, rounded down, so a 1 s lease
+/// would show 0 s left from the moment it is granted, to an operator and
+/// to the contract's checks alike. 2 s is also the shortest lease a
+/// cluster with etcd's default election timeout grants.
+pub const SHORTEST_TICKET_LEASE: std::time::Duration = std::time::Duration::from_secs(2);
+
 /// What marks a prefix as an alkstore store's, in its `meta/alkstore` key.
 const MARKER: &str = "alkstore etcd store, layout 1";
 

@@ -1,7 +1,10 @@
-//! Wake-ups for waiting acquires: one watch per store on its grant keys,
-//! for deletions only. A release, a forced release and a lease's end all
-//! delete a grant's key, so every one of them wakes a waiter of its name,
-//! in every process (the SQL engines hear of no expiry).
+//! Wake-ups for waiting acquires: one watch per store on its grant keys
+//! and tickets, for deletions only. A release, a forced release and a
+//! lease's end all delete a grant's key, so every one of them wakes a
+//! waiter of its name, in every process (the SQL engines hear of no
+//! expiry). A ticket's deletion (its waiter granted, gone, or dead) cues
+//! the waiter behind it, by the ticket's number: its create revision, which
+//! the deletion's event carries in the key's last value.
 
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -69,6 +72,7 @@ async fn watch(client: Client, layout: Layout, bus: Arc<ReleaseBus>) {
             range_end: prefix_end(&grants),
             key: grants,
             filters: vec![FilterType::Noput as i32],
+            prev_kv: true,
             ..Default::default()
         })),
     };
@@ -106,9 +110,18 @@ async fn watch(client: Client, layout: Layout, bus: Arc<ReleaseBus>) {
                     pause = Duration::from_millis(50);
                 }
                 for event in answer.events {
-                    if event.r#type == EventType::Delete as i32 {
-                        if let Some((name, _)) = event.kv.and_then(|kv| layout.parse(&kv.key)) {
-                            bus.released(&name);
+                    if event.r#type != EventType::Delete as i32 {
+                        continue;
+                    }
+                    let Some(kv) = event.kv else { continue };
+                    if let Some((name, _)) = layout.parse(&kv.key) {
+                        bus.released(&name);
+                    } else if let Some(name) = layout.parse_ticket(&kv.key) {
+                        // Without its last value (compacted away), the
+                        // waiter behind finds out at its next renewal.
+                        let number = event.prev_kv.map(|prev| prev.create_revision);
+                        if let Some(number) = number.and_then(|n| u64::try_from(n).ok()) {
+                            bus.dequeued(&name, number);
                         }
                     }
                 }

@@ -2,9 +2,9 @@
 //! (this test binary's ignored `child_waits_in_turn`, each a process of its
 //! own with its own store) queue for a held lock one after another, one of
 //! them is killed with SIGKILL while it waits, and the others are granted
-//! in the order they asked, with rising fences. On every engine that
-//! queues and this build has (SQLite always; PostgreSQL and MariaDB when
-//! their features are on and their servers run).
+//! in the order they asked, with rising fences. On every engine this
+//! build has (SQLite always; PostgreSQL, MariaDB and etcd when their
+//! features are on and their servers run).
 
 use std::time::{Duration, Instant};
 
@@ -132,5 +132,18 @@ async fn mysql_waiters_in_other_processes_go_in_turn() {
         .await
         .unwrap();
     direct.drop_database().await.unwrap();
+    direct.close().await.unwrap();
+}
+
+#[cfg(feature = "etcd")]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn etcd_waiters_in_other_processes_go_in_turn() {
+    let Some(server) = alkstore_testkit::etcd::server() else {
+        return;
+    };
+    let url = format!("{}/{}", server.url, alkstore_testkit::unique_name("across"));
+    fifo_across_processes(&url).await;
+    let direct = alkstore::etcd::EtcdStore::connect(&url).await.unwrap();
+    direct.remove_store().await.unwrap();
     direct.close().await.unwrap();
 }

@@ -32,6 +32,12 @@ pub struct LeaseClock {
     /// finds nothing to purge; otherwise a lapsed grant stays until its
     /// name is granted again, its own release, or a purge.
     pub removes_lapsed: bool,
+    /// How long a waiter's ticket lasts from its last attempt: the core's
+    /// [`TICKET_LEASE`](alkstore_core::TICKET_LEASE) where the engine's
+    /// leases can be that short (etcd's tickets last 2 s at least,
+    /// `alkstore_etcd::SHORTEST_TICKET_LEASE`). It bounds how long a dead
+    /// waiter keeps its place.
+    pub ticket_lease: Duration,
 }
 
 impl LeaseClock {
@@ -42,6 +48,7 @@ impl LeaseClock {
         minimum: Duration::from_millis(1),
         expiry_lag: Duration::ZERO,
         removes_lapsed: false,
+        ticket_lease: alkstore_core::TICKET_LEASE,
     };
 
     /// What the cases' short durations are multiplied by: 1 for a clock of
@@ -135,6 +142,7 @@ mod tests {
             minimum: Duration::from_secs(2),
             expiry_lag: Duration::from_millis(500),
             removes_lapsed: true,
+            ticket_lease: Duration::from_secs(2),
         };
         assert_eq!(clock.scale(), 10);
         assert_eq!(

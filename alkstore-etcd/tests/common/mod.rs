@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 
 use alkstore_contract_suite::{Fresh, LeaseClock, case};
 use alkstore_core::Store;
-use alkstore_etcd::{EtcdStore, LEASE_GRANULARITY};
+use alkstore_etcd::{EtcdStore, LEASE_GRANULARITY, SHORTEST_TICKET_LEASE};
 
 /// A store at `url` (a prefix of its own), removed after the case; peers
 /// are further stores at the same URL, each with its own channel. Leases
@@ -16,11 +16,13 @@ use alkstore_etcd::{EtcdStore, LEASE_GRANULARITY};
 /// gone within a second (etcd looks for them every 500 ms).
 pub async fn fresh_at(url: String) -> Fresh {
     let store = Arc::new(EtcdStore::connect(&url).await.expect("open the store"));
+    let minimum = store.shortest_lease().await.expect("the shortest lease");
     let clock = LeaseClock {
         granularity: LEASE_GRANULARITY,
-        minimum: store.shortest_lease().await.expect("the shortest lease"),
+        minimum,
         expiry_lag: Duration::from_secs(1),
         removes_lapsed: true,
+        ticket_lease: SHORTEST_TICKET_LEASE.max(minimum),
     };
     let cleanup = store.clone();
     Fresh::new(store)
@@ -28,9 +30,6 @@ pub async fn fresh_at(url: String) -> Fresh {
         .opting_out(
             case!(expired_rows_stay_until_purged),
             "etcd removes a grant's key when its lease ends: no lapsed grant stays to be purged",
-        )
-        .without_queues(
-            "its waiters do not queue yet: fair waiting is built engine by engine (issue 38)",
         )
         .with_peers(move || {
             let url = url.clone();

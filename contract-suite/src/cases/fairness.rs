@@ -10,7 +10,7 @@
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use alkstore_core::{Lock, Store, TICKET_LEASE};
+use alkstore_core::{Lock, Store};
 
 use crate::Stores;
 use crate::clock::{clock, ms};
@@ -116,12 +116,13 @@ async fn behind_a_dead_waiter(
         .unwrap_or_default();
     let released = Instant::now();
     assert!(release.await.unwrap());
-    let bound = TICKET_LEASE + clock().end_slack() + LANDING;
+    let ticket_lease = clock().ticket_lease;
+    let bound = ticket_lease + clock().end_slack() + LANDING;
     tokio::time::timeout(bound, behind)
         .await
         .unwrap_or_else(|_| {
             panic!(
-                "rule: a dead waiter's place is freed within the ticket lease ({TICKET_LEASE:?}); \
+                "rule: a dead waiter's place is freed within the ticket lease ({ticket_lease:?}); \
                  the waiter behind {dead} was not granted {bound:?} after the release"
             )
         })
@@ -453,7 +454,7 @@ pub async fn try_never_queues_nor_jumps_the_queue(stores: Stores) {
             "rule: a try_ call never jumps the queue; it was granted while {still_queued:?} waited"
         );
         let asked = Instant::now();
-        let bound = TICKET_LEASE + clock().end_slack() + LANDING;
+        let bound = clock().ticket_lease + clock().end_slack() + LANDING;
         let lock = loop {
             if let Some(lock) = trier.try_lock(&name, "trier", LONG).await.unwrap() {
                 break lock;
