@@ -80,11 +80,13 @@ impl ReleaseBus {
         self.names.with(&name.to_owned(), Notify::notify_one);
     }
 
-    /// Wake every waiter of every name (after a close, or when the
-    /// cross-process channel may have missed releases).
+    /// Wake every waiter of every name, also those waiting for a ticket
+    /// ahead of them to leave (after a close, or when the cross-process
+    /// channel may have missed releases or departures).
     pub fn wake_all(&self) {
         let names = self.names.0.lock().unwrap_or_else(|e| e.into_inner());
-        for notify in names.values() {
+        let tickets = self.tickets.0.lock().unwrap_or_else(|e| e.into_inner());
+        for notify in names.values().chain(tickets.values()) {
             notify.notify_waiters();
             notify.notify_one();
         }
@@ -222,6 +224,26 @@ mod tests {
             .expect("a departure before the watch still cues it");
         drop((watch, other, late));
         assert_eq!(bus.watched_tickets(), 0);
+    }
+
+    #[tokio::test]
+    async fn waking_all_wakes_the_watches_of_tickets_too() {
+        let bus = ReleaseBus::new();
+        let name = bus.subscribe("n");
+        let ticket = bus.watch_ticket("n", 7);
+        let (released, departed) = (name.notify().notified(), ticket.notify().notified());
+        tokio::pin!(released, departed);
+        released.as_mut().enable();
+        departed.as_mut().enable();
+        // A broken channel may have missed a release and a departure.
+        bus.wake_all();
+        let second = std::time::Duration::from_secs(5);
+        tokio::time::timeout(second, released)
+            .await
+            .expect("a name's waiter is woken");
+        tokio::time::timeout(second, departed)
+            .await
+            .expect("a waiter behind a ticket is woken");
     }
 
     #[test]

@@ -28,7 +28,7 @@ use crate::watcher::Watcher;
 
 mod queue;
 
-use queue::{Drawn, FoundTicket, InTurn, Standing};
+use queue::{Drawn, FoundTicket, InTurn, Spare, Standing};
 
 /// How many times an acquire reads again after losing a race before it
 /// answers that the name is held.
@@ -374,6 +374,21 @@ impl EtcdEngine {
         )
     }
 
+    /// A transaction whose compares fail if any grant key of `name` was
+    /// written since `state` was read; tickets drawn or changed since do
+    /// not count.
+    fn grants_unchanged_since(&self, name: &str, state: &NameState) -> Txn {
+        let below = state.revision.saturating_add(1);
+        let (start, end) = (self.layout.name_start(name), self.layout.name_end(name));
+        let (tickets, after) = (
+            self.layout.tickets_start(name),
+            self.layout.tickets_end(name),
+        );
+        Txn::new()
+            .when(start, tickets, Target::Mod, Is::Less, below)
+            .when(after, end, Target::Mod, Is::Less, below)
+    }
+
     /// One read of `name`'s keys and the fence base.
     async fn read_name(&self, name: &str) -> Result<NameState, BoxError> {
         self.read_name_within(name, None).await?
@@ -457,7 +472,7 @@ impl EtcdEngine {
     ) -> Result<Result<Granted, T>, BoxError> {
         let mut spare = None;
         let answer = self.race_to_write(ask, decide, refused, &mut spare).await;
-        if let Some(lease) = spare {
+        if let Some(Spare { lease, .. }) = spare {
             self.client.lease_revoke_later(lease);
         }
         answer
@@ -470,7 +485,7 @@ impl EtcdEngine {
         ask: &Ask<'_>,
         decide: impl Fn(&NameState, &Line) -> Result<Write, Refused<T>>,
         refused: impl Fn(Option<Queued>) -> T,
-        spare: &mut Option<i64>,
+        spare: &mut Option<Spare>,
     ) -> Result<Result<Granted, T>, BoxError> {
         let Ask {
             name,
@@ -558,8 +573,20 @@ impl EtcdEngine {
                 permits,
                 owner: owner.to_owned(),
             };
-            let txn = self
-                .unchanged_since(name, &state)
+            // An attempt with its own live ticket, for a lock, a permit or a
+            // read, is decided by the tickets older than its own alone, and
+            // every ticket drawn since the read is newer: its grant does
+            // not fail for them (with waiters arriving as fast as grants,
+            // it would fail again and again). A writer's does: it also
+            // waits for owed readers queued behind it. So does a call with
+            // no ticket: every live ticket is ahead of it.
+            let since = match (mine, ask.kind) {
+                (Some(_), TicketKind::Lock | TicketKind::Permit | TicketKind::Read) => {
+                    self.grants_unchanged_since(name, &state)
+                }
+                _ => self.unchanged_since(name, &state),
+            };
+            let txn = since
                 .when(
                     self.layout.base(),
                     Vec::new(),

@@ -106,6 +106,17 @@ impl Layout {
         format!("{}g/{name}\0{}", self.prefix, slot.suffix()).into_bytes()
     }
 
+    /// Where `name`'s tickets start: `[tickets_start, tickets_end)` holds
+    /// all of them, and no grant key.
+    pub(crate) fn tickets_start(&self, name: &str) -> Vec<u8> {
+        format!("{}g/{name}\0{TICKET}", self.prefix).into_bytes()
+    }
+
+    /// Where `name`'s tickets end (exclusive).
+    pub(crate) fn tickets_end(&self, name: &str) -> Vec<u8> {
+        format!("{}g/{name}\0{AFTER_TICKET}", self.prefix).into_bytes()
+    }
+
     /// The key of a ticket in `name`'s queue, on `lease`.
     pub(crate) fn ticket(&self, name: &str, lease: i64) -> Vec<u8> {
         format!("{}g/{name}\0{TICKET}{lease:016x}", self.prefix).into_bytes()
@@ -133,6 +144,8 @@ impl Layout {
 
 /// What starts a ticket key's suffix (no grant slot starts with it).
 const TICKET: char = 'T';
+/// The character after [`TICKET`]: the end of a name's tickets.
+const AFTER_TICKET: char = 'U';
 
 /// The end of the range of every key that starts with `prefix` (etcd's
 /// "prefix end": the prefix with its last byte below 0xff raised).
@@ -323,6 +336,18 @@ mod tests {
         assert_eq!(layout.parse_ticket(&layout.key("a", Slot::Lock)), None);
         assert_eq!(layout.parse_ticket(b"/p/g/a\0Tnothex!!"), None);
         assert!(layout.name_start("a") < ticket && ticket < layout.name_end("a"));
+        assert!(layout.tickets_start("a") <= ticket && ticket < layout.tickets_end("a"));
+        for slot in [
+            Slot::Lock,
+            Slot::Permit(0),
+            Slot::Reader(99_999),
+            Slot::Writer,
+            Slot::Intent,
+        ] {
+            let key = layout.key("a", slot);
+            let among_tickets = layout.tickets_start("a") <= key && key < layout.tickets_end("a");
+            assert!(!among_tickets, "{slot:?} sorts among the tickets");
+        }
         let value = TicketValue {
             kind: TicketKind::Read,
             owed: true,

@@ -119,6 +119,13 @@ impl Drawn {
     }
 }
 
+/// A ticket's lease a draw that lost its race left unused, for the next.
+pub(super) struct Spare {
+    pub(super) lease: i64,
+    /// When it was asked for: its TTL counts from no earlier.
+    asked: Instant,
+}
+
 /// What an attempt refused in turn wrote of its place.
 pub(super) enum Standing {
     /// Its ticket, renewed or drawn, and where it stands.
@@ -152,7 +159,7 @@ impl EtcdEngine {
         attempt: &InTurn<'_>,
         state: &NameState,
         line: &Line,
-        spare: &mut Option<i64>,
+        spare: &mut Option<Spare>,
     ) -> Result<Standing, BoxError> {
         let InTurn {
             name, kind, owed, ..
@@ -165,8 +172,9 @@ impl EtcdEngine {
                     owed: true,
                     ..mine.value.clone()
                 };
+                // Owed because a writer holds: unless a grant changed since.
                 let txn = self
-                    .unchanged_since(name, state)
+                    .grants_unchanged_since(name, state)
                     .when(
                         mine.kv.key.clone(),
                         Vec::new(),
@@ -188,13 +196,19 @@ impl EtcdEngine {
             let owed = owed || mine.value.owed;
             return Ok(Standing::Queued(line.queued(number, kind, owed)));
         }
-        let lease = match spare.take() {
-            Some(lease) => lease,
-            None => {
+        let (lease, asked) = match spare.take() {
+            Some(spare) if spare.asked.elapsed() < RENEW_AFTER => (spare.lease, spare.asked),
+            left => {
+                // Too old to be sure it still runs: a put on a lapsed lease
+                // is an error, not a lost race.
+                if let Some(old) = left {
+                    self.client.lease_revoke_later(old.lease);
+                }
                 let seconds = self.granted_seconds(attempt.lease).max(TICKET_SECONDS);
                 let bound = attempt_bound(attempt.deadline);
+                let asked = Instant::now();
                 match self.lease(seconds, bound).await {
-                    Ok((lease, _)) => lease,
+                    Ok((lease, _)) => (lease, asked),
                     Err(status) if ran_out(&status, bound, &self.client) => {
                         return Ok(Standing::RanOut);
                     }
@@ -209,19 +223,23 @@ impl EtcdEngine {
             since_ms: now_ms(),
             owner: attempt.owner.to_owned(),
         };
-        // Under the grant's compare: a ticket drawn on a stale read could
-        // miss that the name freed (a waiter first in line that would
-        // never be cued), or a writer's grant that owes this reader.
+        // Unless a grant changed since the read: a reader's ticket drawn on
+        // a stale read could miss that a writer holds, or a writer's grant
+        // that owes it the next turn. Tickets drawn meanwhile do not count
+        // (this one is behind them all the same; its cue may be one
+        // further ahead, which wakes it early, once).
         let txn = self
-            .unchanged_since(name, state)
+            .grants_unchanged_since(name, state)
             .put(key.clone(), value.encode(), lease);
+        // Revoked unless answered: a ticket whose number its waiter never
+        // learnt (its future dropped, or the answer lost) would stand in
+        // the queue for a whole lease. A ticket promises nothing to
+        // anyone, so an error revokes it even if it landed.
         let unclaimed = Unclaimed::new(self.client.clone(), lease);
-        // An error leaves the lease to its TTL: the ticket may have landed.
-        let answer = self.client.txn(txn).await;
+        let answer = self.client.txn(txn).await?;
         unclaimed.claim();
-        let answer = answer?;
         if !answer.succeeded {
-            *spare = Some(lease);
+            *spare = Some(Spare { lease, asked });
             return Ok(Standing::Raced);
         }
         let number = u64::try_from(client::revision(&answer)).unwrap_or(0);
@@ -305,9 +323,11 @@ impl EtcdEngine {
         let txn = Txn::new()
             .when(key.clone(), Vec::new(), Target::Create, Is::Equal, revision)
             .delete(key);
-        let left = self.client.txn(txn).await?.succeeded;
+        let left = self.client.txn(txn).await;
+        // The ticket's own lease holds nothing else: revoked whether or not
+        // the delete was answered, it takes the ticket with it.
         self.client.lease_revoke_later(lease);
-        Ok(left)
+        Ok(left?.succeeded)
     }
 
     /// `name`'s live tickets, oldest first, as an operator sees them.
@@ -342,10 +362,11 @@ impl EtcdEngine {
 }
 
 /// A drawn ticket's lease while its draw is under way: revoked if dropped
-/// unclaimed, when the attempt was dropped (its call cancelled) before it
-/// learnt its ticket. Its waiter could neither renew nor leave that
-/// ticket, which would stand in the queue for a whole lease. Revoked, the
-/// lease takes the ticket with it, or the draw, landing after, fails.
+/// unclaimed, when the attempt was dropped (its call cancelled) or its draw
+/// failed before it learnt its ticket. Its waiter could neither renew nor
+/// leave that ticket, which would stand in the queue for a whole lease.
+/// Revoked, the lease takes the ticket with it, or the draw, landing
+/// after, fails.
 struct Unclaimed {
     client: crate::client::Client,
     lease: Option<i64>,
