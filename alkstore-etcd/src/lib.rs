@@ -1,8 +1,9 @@
 //! The etcd engine of alkstore: named locks, semaphores and reader-writer
 //! locks on an etcd v3 cluster. Each grant is a key on a lease of its own
 //! (the lease's end is the grant's), its fence the revision that granted
-//! it, and waiting acquires are woken by a watch, by releases and by
-//! expiries alike. Nothing a majority of members acknowledged is lost
+//! it. Waiting acquires queue in turn (a ticket per waiter, on a lease of
+//! its own) and are woken by a watch: by releases, expiries and the
+//! leaving of the waiter ahead alike. Nothing a majority of members acknowledged is lost
 //! when a member or the leader dies (docs/engine-etcd.md).
 //!
 //! ```no_run
