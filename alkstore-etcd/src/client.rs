@@ -671,6 +671,12 @@ impl Txn {
         self
     }
 
+    /// Compares that `key` is the key created at `revision`: there, and not
+    /// deleted and put again since.
+    pub(crate) fn when_created_at(self, key: Vec<u8>, revision: i64) -> Txn {
+        self.when(key, Vec::new(), Target::Create, Is::Equal, revision)
+    }
+
     /// Bounded by `within` when given, instead of the store's timeout: for
     /// reads only (a write cut short may have been applied).
     pub(crate) fn within(mut self, within: Option<Duration>) -> Txn {

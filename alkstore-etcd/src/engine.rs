@@ -804,17 +804,23 @@ impl EtcdEngine {
         self.remember(&grant.name, grant.fence, refreshed, true);
     }
 
-    /// Every live grant of `found` listed, with what is left of each lease.
-    async fn listed(&self, found: Vec<Found>) -> Result<Vec<Listed>, BoxError> {
-        let leases: Vec<i64> = found.iter().map(|f| f.kv.lease).collect();
+    /// What is left of each of `leases` ([`time_left`]), 32 asked at once.
+    async fn times_left(&self, leases: Vec<i64>) -> Vec<Result<Duration, BoxError>> {
         let client = self.client.clone();
-        let lefts = futures::stream::iter(leases)
+        futures::stream::iter(leases)
             .map(move |lease| {
                 let client = client.clone();
                 async move { time_left(&client, lease).await }
             })
             .buffered(32)
-            .collect::<Vec<_>>()
+            .collect()
+            .await
+    }
+
+    /// Every live grant of `found` listed, with what is left of each lease.
+    async fn listed(&self, found: Vec<Found>) -> Result<Vec<Listed>, BoxError> {
+        let lefts = self
+            .times_left(found.iter().map(|f| f.kv.lease).collect())
             .await;
         found
             .into_iter()

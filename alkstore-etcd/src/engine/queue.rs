@@ -15,10 +15,9 @@ use std::sync::Mutex;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use alkstore_core::{BoxError, LeaseMillis, Line, Queue, Queued, Ticket, TicketKind, Waiter};
-use futures::StreamExt;
 
-use super::{EtcdEngine, NameState, attempt_bound, ran_out, time_left};
-use crate::client::{self, Is, Target, Txn};
+use super::{EtcdEngine, NameState, attempt_bound, ran_out};
+use crate::client::{self, Txn};
 use crate::keys::TicketValue;
 use crate::proto::mvccpb::KeyValue;
 
@@ -175,13 +174,7 @@ impl EtcdEngine {
                 // Owed because a writer holds: unless a grant changed since.
                 let txn = self
                     .grants_unchanged_since(name, state)
-                    .when(
-                        mine.kv.key.clone(),
-                        Vec::new(),
-                        Target::Create,
-                        Is::Equal,
-                        mine.kv.create_revision,
-                    )
+                    .when_created_at(mine.kv.key.clone(), mine.kv.create_revision)
                     .put_keeping_lease(mine.kv.key.clone(), value.encode());
                 if !self.client.txn(txn).await?.succeeded {
                     return Ok(Standing::Raced);
@@ -275,14 +268,8 @@ impl EtcdEngine {
                     owed: true,
                     ..reader.value.clone()
                 };
-                txn.when(
-                    reader.kv.key.clone(),
-                    Vec::new(),
-                    Target::Create,
-                    Is::Equal,
-                    reader.kv.create_revision,
-                )
-                .put_keeping_lease(reader.kv.key.clone(), owed.encode())
+                txn.when_created_at(reader.kv.key.clone(), reader.kv.create_revision)
+                    .put_keeping_lease(reader.kv.key.clone(), owed.encode())
             })
     }
 
@@ -298,13 +285,7 @@ impl EtcdEngine {
     /// (the grant's answer stands).
     pub(super) async fn dequeue_now(&self, name: &str, mine: &FoundTicket) {
         let txn = Txn::new()
-            .when(
-                mine.kv.key.clone(),
-                Vec::new(),
-                Target::Create,
-                Is::Equal,
-                mine.kv.create_revision,
-            )
+            .when_created_at(mine.kv.key.clone(), mine.kv.create_revision)
             .delete(mine.kv.key.clone());
         let _ = self.client.txn(txn).await;
         self.dequeued(name, mine);
@@ -321,7 +302,7 @@ impl EtcdEngine {
         };
         let revision = i64::try_from(number).unwrap_or(i64::MAX);
         let txn = Txn::new()
-            .when(key.clone(), Vec::new(), Target::Create, Is::Equal, revision)
+            .when_created_at(key.clone(), revision)
             .delete(key);
         let left = self.client.txn(txn).await;
         // The ticket's own lease holds nothing else: revoked whether or not
@@ -333,15 +314,8 @@ impl EtcdEngine {
     /// `name`'s live tickets, oldest first, as an operator sees them.
     pub(super) async fn waiters_of(&self, name: &str) -> Result<Vec<Waiter>, BoxError> {
         let state = self.read_name(name).await?;
-        let client = self.client.clone();
-        let leases: Vec<i64> = state.tickets.iter().map(|t| t.kv.lease).collect();
-        let lefts = futures::stream::iter(leases)
-            .map(move |lease| {
-                let client = client.clone();
-                async move { time_left(&client, lease).await }
-            })
-            .buffered(32)
-            .collect::<Vec<_>>()
+        let lefts = self
+            .times_left(state.tickets.iter().map(|t| t.kv.lease).collect())
             .await;
         let now = now_ms();
         state
