@@ -130,7 +130,7 @@ impl NameState {
 
     /// The line of an attempt standing as `queue`.
     fn line(&self, queue: Queue) -> Line {
-        queue::line(&self.tickets, queue)
+        queue::line_of(&self.tickets, queue)
     }
 
     /// What other kind of grant holds the name, for a request of `kind`.
@@ -602,6 +602,11 @@ impl EtcdEngine {
             let answer = self.client.txn(txn).await?;
             if !answer.succeeded {
                 self.client.lease_revoke_later(lease);
+                // Its place is kept while it races (a writer's grant fails
+                // for every newcomer's draw).
+                if let Some(mine) = mine {
+                    self.renew_if_due(name, mine).await?;
+                }
                 continue;
             }
             let revision = client::revision(&answer);

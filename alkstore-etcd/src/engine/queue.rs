@@ -55,7 +55,7 @@ impl FoundTicket {
 }
 
 /// An attempt's line in `tickets` (oldest first), standing as `queue`.
-pub(super) fn line(tickets: &[FoundTicket], queue: Queue) -> Line {
+pub(super) fn line_of(tickets: &[FoundTicket], queue: Queue) -> Line {
     let live = tickets
         .iter()
         .map(|t| Ticket {
@@ -180,12 +180,7 @@ impl EtcdEngine {
                     return Ok(Standing::Raced);
                 }
             }
-            if self.drawn.due(name, number)
-                && self.client.lease_keep_alive_once(mine.kv.lease).await? > 0
-            {
-                self.drawn
-                    .renewed(name, number, &mine.kv.key, mine.kv.lease);
-            }
+            self.renew_if_due(name, mine).await?;
             let owed = owed || mine.value.owed;
             return Ok(Standing::Queued(line.queued(number, kind, owed)));
         }
@@ -218,12 +213,16 @@ impl EtcdEngine {
         };
         // Unless a grant changed since the read: a reader's ticket drawn on
         // a stale read could miss that a writer holds, or a writer's grant
-        // that owes it the next turn. Tickets drawn meanwhile do not count
-        // (this one is behind them all the same; its cue may be one
-        // further ahead, which wakes it early, once).
+        // that owes it the next turn. Tickets drawn meanwhile do not count:
+        // this one is behind them all the same, and the queue is read again
+        // in the draw's own transaction, for its place and cue.
         let txn = self
             .grants_unchanged_since(name, state)
-            .put(key.clone(), value.encode(), lease);
+            .put(key.clone(), value.encode(), lease)
+            .read(
+                self.layout.tickets_start(name),
+                self.layout.tickets_end(name),
+            );
         // Revoked unless answered: a ticket whose number its waiter never
         // learnt (its future dropped, or the answer lost) would stand in
         // the queue for a whole lease. A ticket promises nothing to
@@ -237,7 +236,29 @@ impl EtcdEngine {
         }
         let number = u64::try_from(client::revision(&answer)).unwrap_or(0);
         self.drawn.insert(name, number, key, lease);
+        // Every other ticket the draw saw is older than this one.
+        let queue = client::reads(answer).into_iter().next().unwrap_or_default();
+        let mut ahead = self.decode(queue.kvs).1;
+        ahead.retain(|t| t.number() != number);
+        ahead.sort_by_key(|t| t.kv.create_revision);
+        let line = line_of(&ahead, Queue::Never);
         Ok(Standing::Queued(line.queued(number, kind, owed)))
+    }
+
+    /// Renews `mine`'s lease if 500 ms passed since its last renewal.
+    pub(super) async fn renew_if_due(
+        &self,
+        name: &str,
+        mine: &FoundTicket,
+    ) -> Result<(), BoxError> {
+        let number = mine.number();
+        if self.drawn.due(name, number)
+            && self.client.lease_keep_alive_once(mine.kv.lease).await? > 0
+        {
+            self.drawn
+                .renewed(name, number, &mine.kv.key, mine.kv.lease);
+        }
+        Ok(())
     }
 
     /// A grant's transaction, also deleting the attempt's own ticket
