@@ -27,28 +27,29 @@ const HELD: &str = "HELD ";
 /// # Panics
 /// When the child cannot be started or exits before it reports a grant.
 pub fn hold_in_child_and_kill(test: &str, env: &[(&str, &str)]) -> u64 {
-    let mut child = Command::new(std::env::current_exe().unwrap())
-        .args(["--exact", test, "--ignored", "--nocapture", "--quiet"])
-        .envs(env.iter().copied())
-        .stdout(Stdio::piped())
-        .spawn()
-        .expect("start the child test");
-    let stdout = child.stdout.take().unwrap();
-    let fence = BufReader::new(stdout)
-        .lines()
-        .map_while(Result::ok)
-        .find_map(|line| line.strip_prefix(HELD).map(|f| f.trim().parse().unwrap()));
-    let _ = child.kill();
-    let _ = child.wait();
+    let mut child = spawn(test, env);
+    let stdout = child.child.stdout.take().unwrap();
+    let fence = fence_in(BufReader::new(stdout).lines().map_while(Result::ok), HELD);
+    child.kill();
     fence.expect("the child reports its grant before it ends")
+}
+
+/// The fence of the first of `lines` that starts with `prefix`.
+fn fence_in(mut lines: impl Iterator<Item = String>, prefix: &str) -> Option<u64> {
+    lines.find_map(|line| line.strip_prefix(prefix).map(|f| f.trim().parse().unwrap()))
+}
+
+/// Says `prefix` and `fence` on its own line of the child's output.
+fn report(prefix: &str, fence: u64) {
+    let mut stdout = std::io::stdout();
+    let _ = writeln!(stdout, "{prefix}{fence}");
+    let _ = stdout.flush();
 }
 
 /// The child's side: says it holds the grant with `fence`, then hangs until
 /// the parent kills it.
 pub async fn report_held_and_hang(fence: u64) -> ! {
-    let mut stdout = std::io::stdout();
-    let _ = writeln!(stdout, "{HELD}{fence}");
-    let _ = stdout.flush();
+    report(HELD, fence);
     std::future::pending::<()>().await;
     unreachable!("pending never completes")
 }
@@ -93,10 +94,7 @@ impl Child {
             .lines()
             .map_while(Result::ok)
             .collect();
-        let fence = lines.iter().find_map(|line| {
-            line.strip_prefix(GRANTED)
-                .map(|f| f.trim().parse::<u64>().unwrap())
-        });
+        let fence = fence_in(lines.into_iter(), GRANTED);
         let status = self.child.wait().expect("reap the child");
         assert!(status.success(), "the child failed: {status}");
         fence.expect("the child reports its grant before it ends")
@@ -111,7 +109,5 @@ impl Child {
 
 /// The waiting child's side: says it was granted with `fence`.
 pub fn report_granted(fence: u64) {
-    let mut stdout = std::io::stdout();
-    let _ = writeln!(stdout, "{GRANTED}{fence}");
-    let _ = stdout.flush();
+    report(GRANTED, fence);
 }
