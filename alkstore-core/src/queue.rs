@@ -10,14 +10,19 @@
 //!
 //! - a lock, or a reader-writer lock's writer: the name is free and no live
 //!   ticket of the name is older;
-//! - a permit: the free permits outnumber the live tickets older than its;
-//! - a reader (phase-fair): no writer holds, and either no writer's ticket
+//! - a permit: no live ticket of another kind is older than its, and the
+//!   free permits outnumber the live tickets older than its;
+//! - a reader (phase-fair): no writer holds, no lock's or permit's ticket
+//!   is older than its, and either no writer's ticket
 //!   is older than its, or its ticket is *owed* — a writer held when it
 //!   queued, or a writer was granted since. A writer also waits while owed
 //!   readers' tickets are live, so a reader waits for at most one writer.
 //!
-//! A `try_` call never takes a ticket and is refused while waiters are owed
-//! the name ([`Queue::Never`]). A waiter that stops waiting leaves at once
+//! The queue is one across kinds: a waiter is never passed by a later
+//! caller of another kind (which, granted, would turn the waiter's next
+//! attempt into a "held as another kind" error). A `try_` call never takes
+//! a ticket and is refused while waiters are owed the name
+//! ([`Queue::Never`]). A waiter that stops waiting leaves at once
 //! ([`Engine::leave_queue`](crate::Engine::leave_queue)); one that dies
 //! leaves when its ticket's lease ends ([`TICKET_LEASE`] at most).
 
@@ -185,15 +190,25 @@ impl Line {
         self.ahead.is_empty()
     }
 
-    /// A permit's turn: more permits `free` than waiters queued before it.
+    /// A permit's turn: nobody of another kind queued before it (the name
+    /// is theirs first: one queue across kinds), and more permits `free`
+    /// than waiters queued before it.
     pub fn permit_turn(&self, free: usize) -> bool {
-        free > self.ahead.len()
+        self.ahead.iter().all(|t| t.kind == TicketKind::Permit) && free > self.ahead.len()
     }
 
-    /// A reader's turn, with no writer holding: no writer queued before it,
-    /// or its ticket owed the turn; and more reader slots `free` than
-    /// readers queued before it.
+    /// A reader's turn, with no writer holding: no lock's or permit's
+    /// waiter queued before it (one queue across kinds); no writer queued
+    /// before it, or its ticket owed the turn; and more reader slots
+    /// `free` than readers queued before it.
     pub fn read_turn(&self, free: usize) -> bool {
+        let other_kind_ahead = self
+            .ahead
+            .iter()
+            .any(|t| matches!(t.kind, TicketKind::Lock | TicketKind::Permit));
+        if other_kind_ahead {
+            return false;
+        }
         let owed = self.mine.as_ref().is_some_and(|t| t.owed);
         let writer_ahead = self.ahead.iter().any(|t| t.kind == TicketKind::Write);
         let readers_ahead = self
@@ -292,7 +307,10 @@ mod tests {
             assert_eq!((line.ahead.len(), line.mine), (3, None));
         }
         assert!(Line::of(live[..1].to_vec(), waiting(Some(3))).lock_turn());
-        let permits = Line::of(live.clone(), waiting(Some(9)));
+        let permits: Vec<Ticket> = [3, 5, 9]
+            .map(|n| ticket(n, TicketKind::Permit, false))
+            .to_vec();
+        let permits = Line::of(permits, waiting(Some(9)));
         assert!(!permits.permit_turn(2) && permits.permit_turn(3));
     }
 
@@ -320,6 +338,26 @@ mod tests {
         // A try reader (no ticket) never passes a queued writer.
         let only_writer = vec![ticket(1, TicketKind::Write, false)];
         assert!(!Line::of(only_writer, Queue::Never).read_turn(10));
+    }
+
+    #[test]
+    fn no_kind_passes_a_waiter_of_another() {
+        for first in [TicketKind::Lock, TicketKind::Read, TicketKind::Write] {
+            let live = vec![ticket(1, first, false)];
+            for queue in [Queue::Never, waiting(None), waiting(Some(2))] {
+                assert!(!Line::of(live.clone(), queue).permit_turn(3), "{first:?}");
+            }
+        }
+        for first in [TicketKind::Lock, TicketKind::Permit] {
+            let live = vec![ticket(1, first, false), ticket(2, TicketKind::Read, true)];
+            assert!(!Line::of(live.clone(), Queue::Never).read_turn(10));
+            assert!(!Line::of(live, waiting(Some(2))).read_turn(10), "{first:?}");
+        }
+        // Behind its own kind, as before.
+        let permits = vec![ticket(1, TicketKind::Permit, false)];
+        assert!(Line::of(permits, Queue::Never).permit_turn(2));
+        let readers = vec![ticket(1, TicketKind::Read, false)];
+        assert!(Line::of(readers, Queue::Never).read_turn(2));
     }
 
     #[test]

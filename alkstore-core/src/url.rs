@@ -4,6 +4,7 @@
 
 use std::future::Future;
 use std::pin::Pin;
+use std::time::Duration;
 
 use crate::error::Result;
 use crate::store::Store;
@@ -146,8 +147,59 @@ fn engine_for<'e>(
     }
 }
 
-/// Query parameters whose value is a secret.
-const SECRET_KEYS: [&str; 4] = ["password", "passwd", "pwd", "sslpassword"];
+/// A URL parameter's duration, as `timeout=5s` or `timeout=500ms` say it:
+/// whole seconds or milliseconds; `None` for anything else.
+///
+/// ```
+/// use std::time::Duration;
+/// use alkstore_core::url::parse_duration;
+/// assert_eq!(parse_duration("5s"), Some(Duration::from_secs(5)));
+/// assert_eq!(parse_duration("500ms"), Some(Duration::from_millis(500)));
+/// assert_eq!(parse_duration("5"), None);
+/// ```
+pub fn parse_duration(value: &str) -> Option<Duration> {
+    if let Some(ms) = value.strip_suffix("ms") {
+        return ms.parse().ok().map(Duration::from_millis);
+    }
+    value
+        .strip_suffix('s')?
+        .parse()
+        .ok()
+        .map(Duration::from_secs)
+}
+
+/// Query parameters whose value is shown: alkstore's own and the drivers'
+/// that name no secret (a mode, a file's path, a host). Every other
+/// value — a password, a token, a parameter nobody knows — is masked.
+const SHOWN_KEYS: [&str; 27] = [
+    "schema",
+    "pooler",
+    "listen",
+    "timeout",
+    "tls",
+    "cacert",
+    "cert",
+    "key",
+    "mode",
+    "cache",
+    "sslmode",
+    "sslrootcert",
+    "sslcert",
+    "sslkey",
+    "ssl-mode",
+    "ssl-ca",
+    "ssl-cert",
+    "ssl-key",
+    "host",
+    "hostaddr",
+    "port",
+    "dbname",
+    "user",
+    "application_name",
+    "statement-cache-capacity",
+    "charset",
+    "socket",
+];
 
 /// The URL with every secret replaced by `****`, parsed or not: the
 /// password of the user-info (everything between the first `:` after the
@@ -155,7 +207,9 @@ const SECRET_KEYS: [&str; 4] = ["password", "passwd", "pwd", "sslpassword"];
 /// `/`, `@` or `:` is masked whole; with an `@` after the first `?` or `#`,
 /// the last `@` anywhere, so that one holding an unencoded `?` or `#` is
 /// too — more is masked than needed rather than less) and the value of
-/// every query parameter named like a password.
+/// every query parameter but those known to name no secret (a parameter
+/// without a value is masked whole: it may be a secret pasted in the
+/// wrong place).
 pub fn masked(url: &str) -> String {
     let (prefix, rest) = match url.split_once("://") {
         Some((scheme, rest)) => (format!("{scheme}://"), rest),
@@ -186,10 +240,12 @@ pub fn masked(url: &str) -> String {
         let pairs: Vec<String> = query
             .split('&')
             .map(|pair| match pair.split_once('=') {
-                Some((key, _)) if SECRET_KEYS.iter().any(|s| key.eq_ignore_ascii_case(s)) => {
-                    format!("{key}=****")
+                Some((key, _)) if SHOWN_KEYS.iter().any(|s| key.eq_ignore_ascii_case(s)) => {
+                    pair.to_owned()
                 }
-                _ => pair.to_owned(),
+                Some((key, _)) => format!("{key}=****"),
+                None if pair.is_empty() => String::new(),
+                None => "****".to_owned(),
             })
             .collect();
         out.push('?');
@@ -227,5 +283,14 @@ mod tests {
             "etcd://alk:****@h:2379/locks?timeout=1s&password=****"
         );
         assert_eq!(masked("sqlite://a.db?mode=ro"), "sqlite://a.db?mode=ro");
+        // Any parameter not known to be harmless: its value, or a word alone.
+        assert_eq!(
+            masked("etcd://h:1/p?token=secret&timeout=1s&secret"),
+            "etcd://h:1/p?token=****&timeout=1s&****"
+        );
+        assert_eq!(
+            masked("postgres://h/db?schema=a&sslmode=verify-full&api_key=secret"),
+            "postgres://h/db?schema=a&sslmode=verify-full&api_key=****"
+        );
     }
 }

@@ -705,6 +705,20 @@ impl Txn {
         self
     }
 
+    /// Then: `inner`, a transaction of its own inside this one, whose
+    /// compares decide its own operations only (a failed one does not
+    /// fail this transaction).
+    pub(crate) fn then_if(mut self, inner: Txn) -> Txn {
+        self.success.push(RequestOp {
+            request: Some(Op::RequestTxn(TxnRequest {
+                compare: inner.compare,
+                success: inner.success,
+                failure: inner.failure,
+            })),
+        });
+        self
+    }
+
     /// Then: delete `key`.
     pub(crate) fn delete(self, key: Vec<u8>) -> Txn {
         self.delete_range(key, Vec::new())

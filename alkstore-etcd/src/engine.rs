@@ -573,18 +573,21 @@ impl EtcdEngine {
                 permits,
                 owner: owner.to_owned(),
             };
-            // An attempt with its own live ticket, for a lock, a permit or a
-            // read, is decided by the tickets older than its own alone, and
-            // every ticket drawn since the read is newer: its grant does
-            // not fail for them (with waiters arriving as fast as grants,
-            // it would fail again and again). A writer's does: it also
-            // waits for owed readers queued behind it. So does a call with
-            // no ticket: every live ticket is ahead of it.
-            let since = match (mine, ask.kind) {
-                (Some(_), TicketKind::Lock | TicketKind::Permit | TicketKind::Read) => {
-                    self.grants_unchanged_since(name, &state)
-                }
-                _ => self.unchanged_since(name, &state),
+            // An attempt with its own live ticket is decided by the tickets
+            // older than its own, and every ticket drawn since the read is
+            // newer: its grant does not fail for them (with waiters
+            // arriving as fast as grants, it would fail again and again,
+            // and a writer first in line would never be granted). A
+            // writer also waits for owed readers queued behind it, but no
+            // ticket becomes owed, or is drawn owed, unless a writer holds
+            // (the owing write compares that writer's key, see
+            // `queue_up`), and this grant was decided with none holding:
+            // a writer granted since fails its compare on the grant keys.
+            // A call with no ticket compares the whole name: every live
+            // ticket is ahead of it.
+            let since = match mine {
+                Some(_) => self.grants_unchanged_since(name, &state),
+                None => self.unchanged_since(name, &state),
             };
             let txn = since
                 .when(

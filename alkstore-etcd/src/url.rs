@@ -12,7 +12,7 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
-use alkstore_core::url::OpenFuture;
+use alkstore_core::url::{OpenFuture, parse_duration};
 use alkstore_core::{EngineDescriptor, Error, Store, UrlError};
 
 use crate::EtcdStore;
@@ -86,7 +86,12 @@ pub(crate) fn parse(url: &str) -> Result<Parsed, UrlError> {
         }
         endpoints.push(endpoint.to_owned());
     }
-    let prefix = match path.trim_end_matches('/') {
+    // Percent-decoded, as the user and password are: a `@`, `?` or `#` in
+    // a prefix is written %40, %3F, %23.
+    let prefix = percent_encoding::percent_decode_str(path)
+        .decode_utf8()
+        .map_err(|_| malformed("the prefix is not UTF-8 once percent-decoded"))?;
+    let prefix = match prefix.trim_end_matches('/') {
         "" => DEFAULT_PREFIX,
         prefix => prefix,
     };
@@ -95,7 +100,15 @@ pub(crate) fn parse(url: &str) -> Result<Parsed, UrlError> {
     }
     let mut timeout = crate::client::REQUEST_TIMEOUT;
     let (mut tls, mut tls_on) = (Tls::default(), None);
+    let mut given: Vec<&str> = Vec::new();
     for pair in query.split('&').filter(|p| !p.is_empty()) {
+        // Named by its key alone: a value may be a secret (a password
+        // given where it does not belong).
+        let key = pair.split_once('=').map_or(pair, |(key, _)| key);
+        if given.contains(&key) {
+            return Err(malformed(&format!("{key} given twice")));
+        }
+        given.push(key);
         match pair.split_once('=') {
             Some(("timeout", value)) => {
                 timeout = parse_duration(value)
@@ -121,9 +134,18 @@ pub(crate) fn parse(url: &str) -> Result<Parsed, UrlError> {
                     _ => tls.key = path,
                 }
             }
+            None if matches!(key, "timeout" | "tls" | "cacert" | "cert" | "key") => {
+                return Err(malformed(&format!("{key} needs a value ({key}=…)")));
+            }
+            // Not named: a word alone may be a secret pasted in the wrong place.
+            None => {
+                return Err(malformed(
+                    "a parameter without a value (etcd URLs know timeout, tls, cacert, cert and key)",
+                ));
+            }
             _ => {
                 return Err(malformed(&format!(
-                    "unknown parameter {pair:?} (etcd URLs know timeout, tls, cacert, cert and key)"
+                    "unknown parameter {key:?} (etcd URLs know timeout, tls, cacert, cert and key)"
                 )));
             }
         }
@@ -170,18 +192,6 @@ fn credentials(user_info: &str) -> Result<Credentials, &'static str> {
     Ok(Credentials { user, password })
 }
 
-/// `5s`, `500ms`.
-fn parse_duration(value: &str) -> Option<Duration> {
-    if let Some(ms) = value.strip_suffix("ms") {
-        return ms.parse().ok().map(Duration::from_millis);
-    }
-    value
-        .strip_suffix('s')?
-        .parse()
-        .ok()
-        .map(Duration::from_secs)
-}
-
 fn open_url(url: &str) -> OpenFuture<'_> {
     Box::pin(async move {
         let store = EtcdStore::connect(url).await?;
@@ -209,6 +219,9 @@ mod tests {
         assert_eq!(plain.prefix, "/alkstore/");
         assert_eq!(plain.options.timeout, crate::client::REQUEST_TIMEOUT);
         assert_eq!(parse("etcd://h:1/").unwrap().prefix, "/alkstore/");
+        // Percent-decoded, as the error about an unencoded @ advises.
+        let encoded = parse("etcd://u:p@h:1/team%40eu/a%3Fb%23c").unwrap();
+        assert_eq!(encoded.prefix, "/team@eu/a?b#c/");
     }
 
     #[test]
@@ -262,6 +275,19 @@ mod tests {
             ("etcd://alk:2024/pw@h:2379", "percent-encode"),
             ("etcd://h:2379?cacert=", "path"),
             ("etcd://h:2379/p#x", "fragment"),
+            (
+                "etcd://h:2379?password=secret",
+                "unknown parameter \"password\"",
+            ),
+            ("etcd://h:2379?token=secret", "unknown parameter \"token\""),
+            ("etcd://h:2379?secret", "a parameter without a value"),
+            ("etcd://h:2379?tls", "tls needs a value"),
+            ("etcd://h:2379?timeout=1s&timeout=2s", "timeout given twice"),
+            ("etcd://h:2379?tls=true&tls=true", "tls given twice"),
+            ("etcd://h:2379?cacert=a&cacert=b", "cacert given twice"),
+            ("etcd://h:2379?cert=a&key=b&cert=c", "cert given twice"),
+            ("etcd://h:2379?cert=a&key=b&key=c", "key given twice"),
+            ("etcd://h:2379/p%ff", "UTF-8"),
         ] {
             let error = parse(url).unwrap_err().to_string();
             assert!(error.contains(reason), "{url}: {error}");

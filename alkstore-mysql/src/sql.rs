@@ -34,12 +34,14 @@ use sqlx::{MySqlConnection, SqlStr};
 /// place (`epoch`, each row's set to the upgrading server's `server_id`).
 /// 7 had no queues (8: `tickets` and `ticket_numbers`, and procedures
 /// that grant waiting calls in turn): upgraded in place.
-pub const SCHEMA_VERSION: i64 = 8;
+/// 8's permit and reader procedures let a caller pass a waiter of another
+/// kind queued before it (9: one queue across kinds): upgraded in place.
+pub const SCHEMA_VERSION: i64 = 9;
 
 /// Older layouts an opener upgrades in place, under the creation lock: the
 /// procedures replaced (`CREATE OR REPLACE`), what is missing created, the
 /// version recorded.
-pub(crate) const UPGRADABLE: std::ops::RangeInclusive<i64> = 1..=7;
+pub(crate) const UPGRADABLE: std::ops::RangeInclusive<i64> = 1..=8;
 
 /// The `meta` key the acquire procedure counts up to confirm the same
 /// owner's grant with a write of its own: a change that goes into the binary
@@ -325,6 +327,8 @@ impl Statements {
         DECLARE q_owed_readers BOOL;
         DECLARE q_ahead BIGINT;
         DECLARE q_readers_ahead BIGINT;
+        DECLARE q_permits_ahead BIGINT;
+        DECLARE q_not_rw_ahead BIGINT;
         DECLARE q_writer_ahead BIGINT;
         DECLARE q_last BIGINT;
         DECLARE q_ticket BIGINT;
@@ -338,8 +342,11 @@ impl Statements {
               INTO q_mine, q_owed, q_owed_readers, q_expires
               FROM {tickets} WHERE name = p_name AND expires_at > now_ms;
             SELECT COUNT(*), COUNT(IF(kind = 'read', 1, NULL)),
+                   COUNT(IF(kind = 'permit', 1, NULL)),
+                   COUNT(IF(kind IN ('lock', 'permit'), 1, NULL)),
                    MIN(IF(kind = 'write', ticket, NULL)), MAX(ticket)
-              INTO q_ahead, q_readers_ahead, q_writer_ahead, q_last
+              INTO q_ahead, q_readers_ahead, q_permits_ahead, q_not_rw_ahead, q_writer_ahead,
+                   q_last
               FROM {tickets}
              WHERE name = p_name AND expires_at > now_ms AND (NOT q_mine OR ticket < p_ticket);
 "
@@ -796,7 +803,8 @@ END"
                 LEAVE look;
             END IF;
 {read_the_line_plainly}            IF mine = 0 AND {plain_enough}
-               AND (live >= p_permits OR p_permits - live <= q_ahead) THEN
+               AND (live >= p_permits OR p_permits - live <= q_ahead
+                    OR q_permits_ahead < q_ahead) THEN
                 {RESTORE_WAITS}
                 SELECT 'held', 0, 0, soonest - now_ms, 0, {queued_permit};
                 LEAVE look;
@@ -814,9 +822,10 @@ END"
             END IF;
             IF mine = 1 THEN
 {give_the_permit_back}            END IF;
-            IF live >= p_permits OR p_permits - live <= q_ahead THEN
+            IF live >= p_permits OR p_permits - live <= q_ahead OR q_permits_ahead < q_ahead THEN
                 -- Every permit held, or the free ones owed to waiters
-                -- queued before this attempt.
+                -- queued before this attempt, or a waiter of another kind
+                -- queued before it (one queue across kinds).
                 {queue_up_permit}
                 SELECT 'held', 0, 0, soonest - now_ms, 0, {queued_permit};
                 LEAVE look;
@@ -923,6 +932,7 @@ END"
         let out_of_turn = format!(
             "((p_write AND (q_ahead > 0 OR q_owed_readers))
                  OR (NOT p_write AND NOT ((q_owed OR q_writer_ahead IS NULL)
+                                          AND q_not_rw_ahead = 0
                                           AND {MAX_READERS} - readers > q_readers_ahead)))"
         );
         let opening = procedure_opening("acquire_rw");

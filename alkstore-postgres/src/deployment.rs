@@ -2,6 +2,8 @@
 //! session or transaction mode — and where the store listens for other
 //! processes' releases (docs/deployments.md).
 
+use std::time::Duration;
+
 use sqlx::postgres::PgConnectOptions;
 
 use crate::protocol::Protocol;
@@ -56,16 +58,52 @@ impl Pooler {
 ///     .listen_directly(PgConnectOptions::new().host("db.internal").port(5432));
 /// assert_eq!(deployment.get_pooler(), Pooler::Transaction);
 /// ```
-#[derive(Debug, Clone, Default)]
+#[derive(Debug, Clone)]
 pub struct Deployment {
     pooler: Pooler,
     listen: Option<PgConnectOptions>,
+    answer_within: Duration,
+}
+
+impl Default for Deployment {
+    fn default() -> Self {
+        Deployment {
+            pooler: Pooler::None,
+            listen: None,
+            answer_within: alkstore_sqlx::ANSWER_WITHIN,
+        }
+    }
 }
 
 impl Deployment {
     /// Straight to the server, listening on the store's own connection options.
     pub fn new() -> Self {
         Self::default()
+    }
+
+    /// Every statement unanswered `within` past its own lock waits fails
+    /// the call with [`alkstore_sqlx::NoAnswer`] (default
+    /// [`alkstore_sqlx::ANSWER_WITHIN`], 10 s; the URL's `timeout=`): a
+    /// server gone behind a pooler, which holds the query (PgBouncer for
+    /// `query_wait_timeout`, 120 s by default), or cut off by the network.
+    /// A zero bound is taken as 1 ms.
+    pub fn answer_within(mut self, within: Duration) -> Self {
+        self.answer_within = within.max(Duration::from_millis(1));
+        self
+    }
+
+    /// The bound [`Deployment::answer_within`] set.
+    pub fn get_answer_within(&self) -> Duration {
+        self.answer_within
+    }
+
+    /// What stands between, as an error names it.
+    pub(crate) fn via(&self) -> Option<String> {
+        match self.pooler {
+            Pooler::None => None,
+            Pooler::Session => Some("a pooler in session mode".to_owned()),
+            Pooler::Transaction => Some("a pooler in transaction mode".to_owned()),
+        }
     }
 
     /// With `pooler` between the store and the server.

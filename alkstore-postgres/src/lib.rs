@@ -82,6 +82,9 @@ impl PgStore {
         schema::validate(schema)?;
         let options = connection::options(&url.driver)?;
         let mut deployment = Deployment::new().pooler(url.pooler);
+        if let Some(within) = url.timeout {
+            deployment = deployment.answer_within(within);
+        }
         if let Some((host, port)) = &url.listen {
             deployment = deployment.listen_directly(options.clone().host(host).port(*port));
         }
@@ -121,7 +124,8 @@ impl PgStore {
             )),
             None => Box::new(Polling(listener::POLL_CEILING)),
         };
-        let engine = SqlxEngine::new(Namespace::schema(schema), pool, statements, wakeups);
+        let engine = SqlxEngine::new(Namespace::schema(schema), pool, statements, wakeups)
+            .with_answer_bound(deployment.get_answer_within(), deployment.via());
         Ok(PgStore {
             inner: EngineStore::new(engine),
         })

@@ -39,12 +39,14 @@ use crate::protocol::{Call, Protocol};
 /// place, the rows already there taken as the current timeline's, as
 /// layout 8 took them); 9 had no queues (10: `tickets` and
 /// `ticket_numbers`, and functions that grant waiters in turn, added in
-/// place).
-pub const SCHEMA_VERSION: i64 = 10;
+/// place); 10's permit and reader functions let a caller pass a waiter of
+/// another kind queued before it (11: one queue across kinds, only the
+/// functions replaced).
+pub const SCHEMA_VERSION: i64 = 11;
 
 /// Older layouts an opener upgrades in place, under the creation lock: the
 /// functions replaced, what is missing created, the version recorded.
-pub(crate) const UPGRADABLE: std::ops::RangeInclusive<i64> = 3..=9;
+pub(crate) const UPGRADABLE: std::ops::RangeInclusive<i64> = 3..=10;
 
 /// A fence is `timeline × TIMELINE_STEP + n`, `n` drawn from the schema's
 /// sequence: 2^44, so that every fence handed out on a timeline is above
@@ -332,8 +334,10 @@ impl Statements {
       INTO q_mine, q_owed, q_owed_readers, q_expires
       FROM {tickets} t WHERE t.name = p_name AND t.expires_at > now_ms;
     SELECT count(*), count(*) FILTER (WHERE t.kind = 'read'),
+           count(*) FILTER (WHERE t.kind = 'permit'),
+           count(*) FILTER (WHERE t.kind IN ('lock', 'permit')),
            min(t.ticket) FILTER (WHERE t.kind = 'write'), max(t.ticket)
-      INTO q_ahead, q_readers_ahead, q_writer_ahead, q_last
+      INTO q_ahead, q_readers_ahead, q_permits_ahead, q_not_rw_ahead, q_writer_ahead, q_last
       FROM {tickets} t WHERE t.name = p_name AND t.expires_at > now_ms
        AND (NOT q_mine OR t.ticket < p_ticket);
 "
@@ -344,6 +348,8 @@ impl Statements {
     q_owed_readers boolean;
     q_ahead bigint;
     q_readers_ahead bigint;
+    q_permits_ahead bigint;
+    q_not_rw_ahead bigint;
     q_writer_ahead bigint;
     q_last bigint;
     q_ticket bigint;
@@ -719,9 +725,10 @@ DECLARE
                                 NULL::bigint, NULL::integer, NULL::bigint;
             RETURN;
         END IF;
-{give_the_permit_back}        IF live >= p_permits OR p_permits - live <= q_ahead THEN
+{give_the_permit_back}        IF live >= p_permits OR p_permits - live <= q_ahead OR q_permits_ahead < q_ahead THEN
             -- Every permit held, or the free ones owed to waiters queued
-            -- before this attempt.
+            -- before this attempt, or a waiter of another kind queued
+            -- before it (one queue across kinds: the name is theirs first).
             {queue_up_permit}
             RETURN QUERY SELECT 'held'::text, 0::bigint, 0, ends - now_ms, 0, {queued_permit};
             RETURN;
@@ -834,7 +841,7 @@ DECLARE
         -- Not this attempt's turn in the queue. (In parentheses: IF reads
         -- its condition up to the first THEN outside them.)
         IF (CASE WHEN p_write THEN q_ahead > 0 OR q_owed_readers
-                 ELSE readers >= {MAX_READERS}
+                 ELSE readers >= {MAX_READERS} OR q_not_rw_ahead > 0
                       OR NOT (q_owed OR q_writer_ahead IS NULL)
                       OR {MAX_READERS} - readers <= q_readers_ahead END) THEN
             {queue_up_refused}

@@ -1,11 +1,12 @@
 //! The URLs this engine opens: `postgres://…` and `postgresql://…`, with
 //! alkstore's own parameters taken out before the rest goes to the driver:
 //! `schema` (default [`DEFAULT_SCHEMA`]), `pooler` (`none`, `session`,
-//! `transaction`: [`Pooler`]) and `listen` (`host` or `host:port`: where to
+//! `transaction`: [`Pooler`]), `listen` (`host` or `host:port`: where to
 //! LISTEN straight at the server, with the URL's user, password and
-//! database).
+//! database) and `timeout` (`10s`, `500ms`: how long a statement may go
+//! unanswered past its lock waits, [`crate::Deployment::answer_within`]).
 
-use alkstore_core::url::OpenFuture;
+use alkstore_core::url::{OpenFuture, parse_duration};
 use alkstore_core::{EngineDescriptor, Error, Store, UrlError};
 
 use crate::{DEFAULT_SCHEMA, PgStore, Pooler};
@@ -20,6 +21,9 @@ pub(crate) struct Parsed {
     pub(crate) pooler: Pooler,
     /// `listen`: host and port (5432 when not given).
     pub(crate) listen: Option<(String, u16)>,
+    /// `timeout`: how long a statement may go unanswered past its lock
+    /// waits ([`crate::Deployment::answer_within`]).
+    pub(crate) timeout: Option<std::time::Duration>,
 }
 
 impl Parsed {
@@ -49,7 +53,7 @@ pub(crate) fn parse(url: &str) -> Result<Parsed, UrlError> {
     {
         return Err(malformed("no host".into()));
     }
-    let (mut schema, mut pooler, mut listen) = (None, None, None);
+    let (mut schema, mut pooler, mut listen, mut timeout) = (None, None, None, None);
     let mut rest = Vec::new();
     for (key, value) in parsed.query_pairs() {
         let twice = |what: &str| malformed(format!("`{what}` given twice"));
@@ -60,11 +64,9 @@ pub(crate) fn parse(url: &str) -> Result<Parsed, UrlError> {
                 }
             }
             "pooler" => {
-                let named = Pooler::from_param(&value).ok_or_else(|| {
-                    malformed(format!(
-                        "`pooler` is none, session or transaction, not {value:?}"
-                    ))
-                })?;
+                // Not echoed: a value out of place may be a secret.
+                let named = Pooler::from_param(&value)
+                    .ok_or_else(|| malformed("`pooler` is none, session or transaction".into()))?;
                 if pooler.replace(named).is_some() {
                     return Err(twice("pooler"));
                 }
@@ -75,6 +77,19 @@ pub(crate) fn parse(url: &str) -> Result<Parsed, UrlError> {
                     .is_some()
                 {
                     return Err(twice("listen"));
+                }
+            }
+            "timeout" => {
+                let within = parse_duration(&value)
+                    .filter(|t| !t.is_zero() && *t <= std::time::Duration::from_secs(3600))
+                    .ok_or_else(|| {
+                        malformed(
+                            "`timeout` is a duration from 1ms to 3600s, such as 10s or 500ms"
+                                .into(),
+                        )
+                    })?;
+                if timeout.replace(within).is_some() {
+                    return Err(twice("timeout"));
                 }
             }
             _ => rest.push((key.into_owned(), value.into_owned())),
@@ -90,6 +105,7 @@ pub(crate) fn parse(url: &str) -> Result<Parsed, UrlError> {
         schema,
         pooler: pooler.unwrap_or_default(),
         listen,
+        timeout,
     })
 }
 

@@ -356,3 +356,57 @@ async fn a_standby_behind_the_url_is_named_as_such() {
     }
     held.release().await.unwrap();
 }
+
+/// With the server stopped behind PgBouncer (its defaults: a query waits
+/// `query_wait_timeout`, 120 s, for a server connection), every call of a
+/// store opened with `timeout=2s` fails within that bound (and the
+/// margin of a loaded machine), in both pool modes, with an error naming
+/// the pooler and where the store connects — where it would hang for two
+/// minutes. The same call straight to the stopped server fails at once.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_server_gone_behind_the_pooler_fails_calls_within_the_bound() {
+    let Some(own) = pg::Own::start() else {
+        return;
+    };
+    let mut stores = Vec::new();
+    for (mode, param) in [
+        (Mode::Session, "session"),
+        (Mode::Transaction, "transaction"),
+    ] {
+        let bouncer = Bouncer::start_for(&own.url, mode, &[]).expect("a PgBouncer");
+        let url = bouncer.url_for("postgres", &format!("pooler={param}&timeout=2s"));
+        let schema = pg::unique_schema("gone");
+        let store = PgStore::connect(&url, &schema).await.unwrap();
+        let held = store.try_lock("before", "me", TTL).await.unwrap();
+        assert!(held.is_some(), "{param}: granted while the server runs");
+        stores.push((param, bouncer, store));
+    }
+    assert!(
+        own.cluster.pg_ctl(&["stop", "-m", "fast"]),
+        "the server stops"
+    );
+    for (param, bouncer, store) in &stores {
+        let asked = std::time::Instant::now();
+        let calls = [
+            store.try_lock("after", "me", TTL).await.map(drop),
+            store.holder("before").await.map(drop),
+        ];
+        let took = asked.elapsed();
+        for call in calls {
+            let error = call.expect_err("no server: no answer");
+            let text = chain(&error);
+            // Ours, once the bound passed; or PgBouncer's own, when it
+            // already knows its logins to the server fail.
+            let ours = text.contains(param) && text.contains(&bouncer.port.to_string());
+            assert!(
+                ours || text.contains("server_login_retry"),
+                "{param}: the error names the pooler and where the store connects: {text}"
+            );
+        }
+        assert!(
+            took < Duration::from_secs(2 * 2 + 6),
+            "{param}: two calls answered within the bound of 2 s each (and a margin), not \
+             after {took:?}"
+        );
+    }
+}

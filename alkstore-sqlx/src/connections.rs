@@ -15,6 +15,15 @@ use crate::{Conn, Dialect, Options};
 /// How long opening a connection may take before the operation fails.
 pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
 
+/// How long past its own lock waits a statement may go unanswered before
+/// the call fails with [`NoAnswer`] (its connection dropped, so that the
+/// server rolls back whatever did not commit): 10 s. A server that died
+/// answers a direct connection at once (refused, reset); a pooler in front
+/// of it holds the query instead (PgBouncer for `query_wait_timeout`,
+/// 120 s by default), and a server cut off by the network answers nothing.
+/// Settable per store (the PostgreSQL and MariaDB URLs' `timeout=`).
+pub const ANSWER_WITHIN: Duration = Duration::from_secs(10);
+
 /// How many times a statement the server rolled back whole (a deadlock
 /// victim) is run again before its error is the answer.
 pub const ROLLED_BACK_RETRIES: u32 = 3;
@@ -102,28 +111,57 @@ pub type Setup<D> =
     Arc<dyn for<'c> Fn(&'c mut Conn<D>) -> StatementFuture<'c, ()> + Send + Sync + 'static>;
 
 /// A new connection was let in, but its first statement had no answer in
-/// [`CONNECT_TIMEOUT`]: a pooler between the store and the server most
-/// likely queued it for a server connection none of its clients gave back
-/// (in session mode each client keeps one for its whole life).
+/// [`CONNECT_TIMEOUT`] (or the store's shorter [answer
+/// bound](Connections::with_answer_bound)): a pooler between the store and
+/// the server most likely queued it for a server connection none of its
+/// clients gave back (in session mode each client keeps one for its whole
+/// life), or for a server that is down.
 #[derive(Debug, thiserror::Error)]
 #[error(
-    "a new connection to {server} was let in, but its first statement had no answer \
-     within {CONNECT_TIMEOUT:?}: a pooler in session mode has no server connection free \
-     for it (this store makes up to {max} connections, and one more to listen while \
-     someone waits); raise the pooler's pool (PgBouncer: default_pool_size, \
-     max_db_connections), use transaction mode, or lower the store's max_connections"
+    "a new connection to {server}{via} was let in, but its first statement had no answer \
+     in time: a pooler in front of the server has no server connection free for it, \
+     or the server behind the pooler is down or unreachable. A pool too small: this \
+     store makes up to {max} connections, and one more to listen while someone waits; \
+     raise the pooler's pool (PgBouncer: default_pool_size, max_db_connections), use \
+     transaction mode, or lower the store's max_connections"
 )]
 pub struct NoServerConnection {
     /// Host and port (or socket) the connection went to.
     pub server: String,
+    /// What stands between, as the store was told (`" through a pooler in
+    /// session mode"`), or empty.
+    pub via: String,
     /// The most connections the store makes.
     pub max: u32,
+}
+
+/// A statement had no answer within the store's bound ([`ANSWER_WITHIN`]
+/// past its own lock waits): the server is down or cut off, or a pooler
+/// in front of it holds the query. Its outcome is unknown: a grant it made
+/// lapses with its lease, and its connection was dropped.
+#[derive(Debug, thiserror::Error)]
+#[error(
+    "no answer from {server}{via} within {within:?}: the server is down or unreachable{hint} \
+     (a bound of the store: a PostgreSQL URL sets it with timeout=)"
+)]
+pub struct NoAnswer {
+    /// Host and port (or socket) the connection went to.
+    pub server: String,
+    /// What stands between, as the store was told (`" through PgBouncer in
+    /// transaction mode"`), or empty.
+    pub via: String,
+    /// The bound that passed, past the statement's own lock waits.
+    pub within: Duration,
+    hint: &'static str,
 }
 
 /// Idle connections and the permits that bound how many exist.
 pub struct Connections<D: Dialect> {
     options: Options<D>,
     setup: Option<Setup<D>>,
+    answer_within: Duration,
+    /// What stands between the store and the server, for [`NoAnswer`].
+    via: Option<String>,
     max: u32,
     idle: Mutex<Vec<Conn<D>>>,
     permits: Arc<Semaphore>,
@@ -146,6 +184,8 @@ impl<D: Dialect> Connections<D> {
         Connections {
             options,
             setup: None,
+            answer_within: ANSWER_WITHIN,
+            via: None,
             max: max.max(1),
             idle: Mutex::new(Vec::new()),
             permits: Arc::new(Semaphore::new(max.max(1) as usize)),
@@ -157,6 +197,48 @@ impl<D: Dialect> Connections<D> {
     pub fn with_setup(mut self, setup: Setup<D>) -> Self {
         self.setup = Some(setup);
         self
+    }
+
+    /// With statements unanswered `within` past their own lock waits
+    /// failing with [`NoAnswer`], which names `via` (a pooler between the
+    /// store and the server, `None` for none) when given.
+    pub fn with_answer_bound(mut self, within: Duration, via: Option<String>) -> Self {
+        self.answer_within = within;
+        self.via = via;
+        self
+    }
+
+    /// When a statement of `attempt` fails unanswered: the store's bound
+    /// past the end of its lock waits (now, when it has no deadline).
+    fn answer_deadline(&self, attempt: Try) -> Instant {
+        let now = Instant::now();
+        let waits_end = attempt.bound.map_or(now, |bound| bound.max(now));
+        waits_end
+            .checked_add(self.answer_within)
+            .unwrap_or(waits_end)
+    }
+
+    /// `" through …"` for what stands between, or empty.
+    fn via_text(&self) -> String {
+        self.via
+            .as_ref()
+            .map_or_else(String::new, |via| format!(" through {via}"))
+    }
+
+    fn no_answer(&self) -> NoAnswer {
+        let hint = match &self.via {
+            Some(_) => {
+                " (a pooler holds a query while it has no server connection: \
+                 PgBouncer's query_wait_timeout, 120 s by default)"
+            }
+            None => "",
+        };
+        NoAnswer {
+            server: D::server(&self.options),
+            via: self.via_text(),
+            within: self.answer_within,
+            hint,
+        }
     }
 
     /// Runs one statement (`statement`, given the connection and the
@@ -180,6 +262,10 @@ impl<D: Dialect> Connections<D> {
     ///   deadline, so the second learns its outcome by then, and no try
     ///   outlives its wait without bound.
     ///
+    /// - A statement unanswered [`ANSWER_WITHIN`] (or the store's own
+    ///   bound) past its lock waits fails with [`NoAnswer`], its connection
+    ///   dropped; it is not run again (it may still commit).
+    ///
     /// Fails with [`Closed`] once the set closed, also for a call that was
     /// waiting for a connection when it did.
     pub async fn run<T, F>(
@@ -200,7 +286,14 @@ impl<D: Dialect> Connections<D> {
             let mut checkout = self
                 .get(!attempt.after_lost_connection, attempt.bound)
                 .await?;
-            let result = statement(checkout.conn(), attempt).await;
+            let answer_by = self.answer_deadline(attempt);
+            let answered =
+                tokio::time::timeout_at(answer_by.into(), statement(checkout.conn(), attempt))
+                    .await;
+            let Ok(result) = answered else {
+                // Dropped unclean: its socket closes.
+                return Err(self.no_answer().into());
+            };
             checkout.clean = result.is_ok();
             match result {
                 Ok(value) => return Ok(value),
@@ -262,13 +355,14 @@ impl<D: Dialect> Connections<D> {
                         None => Ok(()),
                     }
                 };
-                let first = tokio::time::timeout(CONNECT_TIMEOUT, first);
+                let first = tokio::time::timeout(self.answer_within.min(CONNECT_TIMEOUT), first);
                 let answered = match reuse {
                     true => first.await,
                     false => until(deadline, first).await?,
                 };
                 answered.map_err(|_| NoServerConnection {
                     server: D::server(&self.options),
+                    via: self.via_text(),
                     max: self.max,
                 })??;
                 // Closed while connecting: send nothing after `close()`.
@@ -392,6 +486,7 @@ pub async fn connect_pool_with<D: Dialect>(
                     Ok(answered) => answered,
                     Err(_) => Err(sqlx::Error::Configuration(Box::new(NoServerConnection {
                         server,
+                        via: String::new(),
                         max: DEFAULT_MAX_CONNECTIONS,
                     }))),
                 }

@@ -355,6 +355,13 @@ impl<S: Statements> SqlxEngine<S> {
         }
     }
 
+    /// With statements unanswered `within` past their lock waits failing
+    /// ([`Connections::with_answer_bound`]), naming `via` when given.
+    pub fn with_answer_bound(mut self, within: Duration, via: Option<String>) -> Self {
+        self.connections = self.connections.with_answer_bound(within, via);
+        self
+    }
+
     /// Where the store's objects live.
     pub fn namespace(&self) -> &Namespace {
         &self.namespace

@@ -62,9 +62,9 @@ pub mod lifecycle;
 mod namespace;
 
 pub use connections::{
-    CONNECT_TIMEOUT, ConnectError, Connections, DEFAULT_MAX_CONNECTIONS, NoServerConnection,
-    OnLostConnection, OutOfTime, RETRY_GRACE, ROLLED_BACK_RETRIES, Setup, StatementFuture, Try,
-    check_connect, connect, connect_pool, connect_pool_with, connect_url,
+    ANSWER_WITHIN, CONNECT_TIMEOUT, ConnectError, Connections, DEFAULT_MAX_CONNECTIONS, NoAnswer,
+    NoServerConnection, OnLostConnection, OutOfTime, RETRY_GRACE, ROLLED_BACK_RETRIES, Setup,
+    StatementFuture, Try, check_connect, connect, connect_pool, connect_pool_with, connect_url,
 };
 pub use dialect::{Conn, Dialect, Options, lock_wait_ms, no_fence_left, ran_out_of_time};
 pub use engine::{

@@ -124,6 +124,13 @@ pub enum Flaw {
     /// Keeps the ticket of a waiter granted its owner's own live grant
     /// back: the name stays queued behind a waiter that is gone.
     KeepsAGrantedWaitersTicket,
+    /// Keeps one queue per kind: a caller passes a waiter of another kind
+    /// queued before it (a permit or a reader past a lock's waiter).
+    PassesWaitersOfAnotherKind,
+    /// Refuses a waiting writer its turn while any ticket queued after it
+    /// is live (as a grant whose compare covers the whole queue would):
+    /// readers arriving behind it keep a free name from everyone.
+    WriterWaitsOutArrivals,
 }
 
 /// A list of contract cases by name, each checked by the compiler to be a
@@ -138,7 +145,7 @@ macro_rules! cases {
 
 impl Flaw {
     /// Every flaw in the gallery.
-    pub const ALL: [Flaw; 43] = [
+    pub const ALL: [Flaw; 45] = [
         Flaw::GrantsOverALiveRow,
         Flaw::NeverExpires,
         Flaw::KeepsTheFenceOnTakeover,
@@ -182,6 +189,8 @@ impl Flaw {
         Flaw::KeepsADeadWaitersPlace,
         Flaw::LeavingTheQueueDoesNothing,
         Flaw::KeepsAGrantedWaitersTicket,
+        Flaw::PassesWaitersOfAnotherKind,
+        Flaw::WriterWaitsOutArrivals,
     ];
 
     /// The rule of docs/contract.md it breaks.
@@ -242,6 +251,10 @@ impl Flaw {
                 "a waiter that stops waiting leaves the queue at once"
             }
             Flaw::KeepsAGrantedWaitersTicket => "a waiter granted leaves the queue with its grant",
+            Flaw::PassesWaitersOfAnotherKind => "one queue across kinds: no kind passes another",
+            Flaw::WriterWaitsOutArrivals => {
+                "a waiting writer is granted a free name whoever queues behind it"
+            }
         }
     }
 
@@ -267,6 +280,7 @@ impl Flaw {
                 lock_woken_by_forced_release,
                 lock_woken_by_release,
                 model_based_sequences,
+                no_kind_passes_a_waiter_of_another,
                 per_holder_owners_count_exactly,
                 raise_fences_lifts_every_later_fence,
                 reacquire_same_owner_keeps_grant,
@@ -427,6 +441,7 @@ impl Flaw {
                 dropping_a_handle_leaves_its_grant,
                 keepalive_holds_a_permit_past_its_ttl,
                 lock_and_semaphore_names_never_mix,
+                no_kind_passes_a_waiter_of_another,
                 permit_expiry_lets_another_owner_in,
                 semaphore_admits_at_most_its_permits,
                 waiters_are_granted_in_arrival_order
@@ -449,12 +464,14 @@ impl Flaw {
             ),
             Flaw::TwoWriters => cases!(
                 a_reader_waits_for_at_most_one_writer,
+                no_kind_passes_a_waiter_of_another,
                 readers_and_writers_never_overlap,
                 readers_share_a_name_and_a_writer_holds_it_alone
             ),
             Flaw::WriterBesideReader => cases!(
                 a_reader_waits_for_at_most_one_writer,
                 a_waiting_writer_holds_new_readers_back,
+                a_waiting_writer_is_granted_among_arriving_readers,
                 a_writers_intent_ends_with_its_wait,
                 dropping_a_handle_leaves_its_grant,
                 readers_and_writers_never_overlap,
@@ -466,6 +483,7 @@ impl Flaw {
                 a_reader_waits_for_at_most_one_writer,
                 a_stream_of_readers_cannot_starve_a_writer,
                 a_waiting_writer_holds_new_readers_back,
+                a_waiting_writer_is_granted_among_arriving_readers,
                 a_writers_intent_ends_with_its_wait,
                 rw_grants_are_listed_and_released_by_force_one_at_a_time
             ),
@@ -482,13 +500,16 @@ impl Flaw {
             Flaw::ServesInAnyOrder => cases!(
                 a_dead_waiters_place_is_freed_within_the_ticket_lease,
                 a_waiting_writer_holds_new_readers_back,
+                a_waiting_writer_is_granted_among_arriving_readers,
                 a_writers_intent_ends_with_its_wait,
+                no_kind_passes_a_waiter_of_another,
                 rw_grants_are_listed_and_released_by_force_one_at_a_time,
                 try_never_queues_nor_jumps_the_queue
             ),
             Flaw::TryJumpsTheQueue => cases!(
                 a_waiting_writer_holds_new_readers_back,
                 a_writers_intent_ends_with_its_wait,
+                no_kind_passes_a_waiter_of_another,
                 rw_grants_are_listed_and_released_by_force_one_at_a_time,
                 try_never_queues_nor_jumps_the_queue
             ),
@@ -499,6 +520,12 @@ impl Flaw {
             ),
             Flaw::LeavingTheQueueDoesNothing => cases!(a_dropped_waiter_leaves_the_queue_at_once),
             Flaw::KeepsAGrantedWaitersTicket => cases!(waiters_are_granted_in_arrival_order),
+            Flaw::PassesWaitersOfAnotherKind => cases!(no_kind_passes_a_waiter_of_another),
+            Flaw::WriterWaitsOutArrivals => cases!(
+                a_reader_waits_for_at_most_one_writer,
+                a_stream_of_readers_cannot_starve_a_writer,
+                a_waiting_writer_is_granted_among_arriving_readers
+            ),
         }
     }
 
@@ -646,17 +673,24 @@ impl Broken {
         rows: &mut Rows,
         name: &str,
         queue: Queue,
-        mode: Option<RwMode>,
+        kind: TicketKind,
     ) -> Vec<((String, u64), TicketRow)> {
         let own = match queue {
             Queue::Waiting { ticket, .. } => ticket,
             Queue::Never => None,
         };
-        let ignored = |number: u64, ticket: &TicketRow| match (self.flaw, mode) {
+        // Locks, permits, and a reader-writer lock's two sides.
+        let family = |kind: TicketKind| match kind {
+            TicketKind::Lock => 0,
+            TicketKind::Permit => 1,
+            TicketKind::Read | TicketKind::Write => 2,
+        };
+        let ignored = |number: u64, ticket: &TicketRow| match (self.flaw, kind) {
             (Flaw::ServesInAnyOrder, _) => Some(number) != own,
             (Flaw::TryJumpsTheQueue, _) => queue == Queue::Never,
-            (Flaw::StarvesWaitingWriters, Some(RwMode::Read)) => ticket.kind == TicketKind::Write,
-            (Flaw::StarvesWaitingReaders, Some(RwMode::Write)) => ticket.kind == TicketKind::Read,
+            (Flaw::StarvesWaitingWriters, TicketKind::Read) => ticket.kind == TicketKind::Write,
+            (Flaw::StarvesWaitingReaders, TicketKind::Write) => ticket.kind == TicketKind::Read,
+            (Flaw::PassesWaitersOfAnotherKind, _) => family(ticket.kind) != family(kind),
             _ => false,
         };
         let keys: Vec<(String, u64)> = rows
@@ -765,7 +799,7 @@ impl Engine for Broken {
             return Ok(attempt);
         }
         let attempt = self.with_rows(|rows| {
-            let aside = self.set_aside(rows, name, queue, None);
+            let aside = self.set_aside(rows, name, queue, TicketKind::Lock);
             // The attempt's own ticket, for `KeepsAGrantedWaitersTicket`.
             let own_ticket = match queue {
                 Queue::Waiting {
@@ -820,7 +854,7 @@ impl Engine for Broken {
         let queue = self.flawed_queue(queue);
         let (now, ttl) = (Instant::now(), ttl.as_duration());
         let attempt = self.with_rows(|rows| {
-            let aside = self.set_aside(rows, name, queue, None);
+            let aside = self.set_aside(rows, name, queue, TicketKind::Permit);
             let attempt = self.flawed_permit(rows, name, permits, owner, ttl, queue, now);
             put_back(rows, aside);
             attempt
@@ -857,8 +891,26 @@ impl Engine for Broken {
             if mode == RwMode::Write && flawed_write {
                 return rows.grant_rw(name, Access::Write, owner, ttl, now);
             }
+            if self.flaw == Flaw::WriterWaitsOutArrivals && mode == RwMode::Write {
+                if let Queue::Waiting {
+                    ticket: Some(own), ..
+                } = queue
+                {
+                    let range = (name.to_owned(), own + 1)..=(name.to_owned(), u64::MAX);
+                    if rows.tickets.range(range).any(|(_, t)| t.expires_at > now) {
+                        let line = rows.line(name, queue, now);
+                        let write = TicketKind::Write;
+                        let queued = rows.queue_up(name, owner, write, queue, &line, false, now);
+                        return RwAttempt::refused(None, queued);
+                    }
+                }
+            }
             let before = rows.last_fence;
-            let aside = self.set_aside(rows, name, queue, Some(mode));
+            let kind = match mode {
+                RwMode::Read => TicketKind::Read,
+                RwMode::Write => TicketKind::Write,
+            };
+            let aside = self.set_aside(rows, name, queue, kind);
             let owed_before = rows.owed_tickets(name);
             let attempt = rows.acquire_rw(name, mode, owner, ttl, queue, now);
             if self.flaw == Flaw::OwesNoReadersAfterAWriter {

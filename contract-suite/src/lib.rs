@@ -69,8 +69,10 @@ macro_rules! case {
 
 /// The fair-waiting cases: what an engine that does not queue its waiters
 /// opts out of ([`Fresh::without_queues`]).
-pub const FAIR_WAITING_CASES: [&str; 5] = [
+pub const FAIR_WAITING_CASES: [&str; 7] = [
     case!(waiters_are_granted_in_arrival_order),
+    case!(no_kind_passes_a_waiter_of_another),
+    case!(a_waiting_writer_is_granted_among_arriving_readers),
     case!(a_reader_waits_for_at_most_one_writer),
     case!(a_dead_waiters_place_is_freed_within_the_ticket_lease),
     case!(a_dropped_waiter_leaves_the_queue_at_once),
@@ -165,7 +167,9 @@ macro_rules! __with_cases {
             a_reader_waits_for_at_most_one_writer,
             a_dead_waiters_place_is_freed_within_the_ticket_lease,
             a_dropped_waiter_leaves_the_queue_at_once,
-            try_never_queues_nor_jumps_the_queue
+            try_never_queues_nor_jumps_the_queue,
+            no_kind_passes_a_waiter_of_another,
+            a_waiting_writer_is_granted_among_arriving_readers
         );
     };
 }

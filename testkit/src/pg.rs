@@ -227,6 +227,41 @@ fn new_cluster(bin: PathBuf, settings: Vec<String>) -> Result<(Cluster, String),
     Ok((cluster, password))
 }
 
+/// A throwaway cluster of a test's own, to stop and start (the shared
+/// [`server`] must stay up for the other tests), removed by its watchdog
+/// when this process ends.
+#[derive(Debug)]
+pub struct Own {
+    /// The cluster.
+    pub cluster: Cluster,
+    /// Its superuser's URL.
+    pub url: String,
+}
+
+impl Own {
+    /// Starts one; `None` (the reason printed, or a panic when PostgreSQL
+    /// is required) when there are no server binaries, or when a server is
+    /// given by URL.
+    pub fn start() -> Option<Own> {
+        if std::env::var(URL_VAR).is_ok_and(|url| !url.is_empty()) {
+            eprintln!("SKIPPED: this test needs a cluster of its own, not {URL_VAR}");
+            return None;
+        }
+        let Some(bin) = find_bin_dir() else {
+            process::skip_or_fail(
+                "postgres",
+                "no PostgreSQL server binaries (initdb, pg_ctl) found",
+                "install PostgreSQL's server binaries",
+            );
+            return None;
+        };
+        let (cluster, password) =
+            new_cluster(resolved(bin), Vec::new()).expect("start a cluster of the test's own");
+        let url = cluster.url(&password);
+        Some(Own { cluster, url })
+    }
+}
+
 /// A primary with one streaming standby, both throwaway clusters of their
 /// own (for failover tests: each test makes its own pair), removed by their
 /// watchdogs when this process ends.

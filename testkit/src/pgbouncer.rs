@@ -71,6 +71,13 @@ impl Bouncer {
     /// when there is no server or no `pgbouncer` binary.
     pub fn start(mode: Mode, settings: &[&str]) -> Option<Bouncer> {
         let server = crate::pg::server()?;
+        Self::start_for(&server.url, mode, settings)
+    }
+
+    /// As [`Bouncer::start`], in front of the server `server_url` names
+    /// (`postgres://user:password@host:port/db`: a cluster of a test's
+    /// own, [`crate::pg::Own`]).
+    pub fn start_for(server_url: &str, mode: Mode, settings: &[&str]) -> Option<Bouncer> {
         let Some(binary) = process::find_tool("pgbouncer") else {
             process::skip_or_fail(
                 REQUIRE_NAME,
@@ -79,7 +86,7 @@ impl Bouncer {
             );
             return None;
         };
-        match start(&binary, &server.url, mode, settings) {
+        match start(&binary, server_url, mode, settings) {
             Ok(bouncer) => Some(bouncer),
             Err(why) => {
                 process::skip_or_fail(REQUIRE_NAME, &why, "see PgBouncer's log in the message");

@@ -17,8 +17,8 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use alkstore_core::{BoxError, LeaseMillis, Line, Queue, Queued, Ticket, TicketKind, Waiter};
 
 use super::{EtcdEngine, NameState, attempt_bound, ran_out};
-use crate::client::{self, Txn};
-use crate::keys::TicketValue;
+use crate::client::{self, Is, Target, Txn};
+use crate::keys::{Slot, TicketValue};
 use crate::proto::mvccpb::KeyValue;
 
 /// The shortest lease of a ticket, in seconds
@@ -173,7 +173,7 @@ impl EtcdEngine {
                 };
                 // Owed because a writer holds: unless a grant changed since.
                 let txn = self
-                    .grants_unchanged_since(name, state)
+                    .while_the_writer_holds(self.grants_unchanged_since(name, state), state)
                     .when_created_at(mine.kv.key.clone(), mine.kv.create_revision)
                     .put_keeping_lease(mine.kv.key.clone(), value.encode());
                 if !self.client.txn(txn).await?.succeeded {
@@ -216,13 +216,15 @@ impl EtcdEngine {
         // that owes it the next turn. Tickets drawn meanwhile do not count:
         // this one is behind them all the same, and the queue is read again
         // in the draw's own transaction, for its place and cue.
-        let txn = self
-            .grants_unchanged_since(name, state)
-            .put(key.clone(), value.encode(), lease)
-            .read(
-                self.layout.tickets_start(name),
-                self.layout.tickets_end(name),
-            );
+        let since = self.grants_unchanged_since(name, state);
+        let since = match owed {
+            true => self.while_the_writer_holds(since, state),
+            false => since,
+        };
+        let txn = since.put(key.clone(), value.encode(), lease).read(
+            self.layout.tickets_start(name),
+            self.layout.tickets_end(name),
+        );
         // Revoked unless answered: a ticket whose number its waiter never
         // learnt (its future dropped, or the answer lost) would stand in
         // the queue for a whole lease. A ticket promises nothing to
@@ -245,6 +247,24 @@ impl EtcdEngine {
         Ok(Standing::Queued(line.queued(number, kind, owed)))
     }
 
+    /// `txn`, failing unless the writer that holds in `state` still holds:
+    /// its key there with the mod revision read. A reader's ticket is
+    /// written owed only under it, so that no ticket turns owed after a
+    /// waiting writer saw the name free (deleted keys do not fail the
+    /// compare on grant keys; this one fails on a key gone).
+    fn while_the_writer_holds(&self, txn: Txn, state: &NameState) -> Txn {
+        match state.of(Slot::Writer) {
+            Some(writer) => txn.when(
+                writer.kv.key.clone(),
+                Vec::new(),
+                Target::Mod,
+                Is::Equal,
+                writer.kv.mod_revision,
+            ),
+            None => txn,
+        }
+    }
+
     /// Renews `mine`'s lease if 500 ms passed since its last renewal.
     pub(super) async fn renew_if_due(
         &self,
@@ -263,8 +283,11 @@ impl EtcdEngine {
 
     /// A grant's transaction, also deleting the attempt's own ticket
     /// (`mine`, if live) and, for a writer's grant, owing every waiting
-    /// reader the next turn (each compared live: a put of a gone key fails
-    /// the transaction).
+    /// reader the next turn: each in a transaction of its own inside the
+    /// grant's, compared live (a put of a gone key would be an error), so
+    /// that a reader leaving meanwhile does not fail the grant (with short
+    /// waiting readers arriving and leaving all the time, it would fail
+    /// again and again).
     pub(super) fn dequeue_with(
         &self,
         txn: Txn,
@@ -289,8 +312,11 @@ impl EtcdEngine {
                     owed: true,
                     ..reader.value.clone()
                 };
-                txn.when_created_at(reader.kv.key.clone(), reader.kv.create_revision)
-                    .put_keeping_lease(reader.kv.key.clone(), owed.encode())
+                txn.then_if(
+                    Txn::new()
+                        .when_created_at(reader.kv.key.clone(), reader.kv.create_revision)
+                        .put_keeping_lease(reader.kv.key.clone(), owed.encode()),
+                )
             })
     }
 

@@ -472,3 +472,264 @@ pub async fn try_never_queues_nor_jumps_the_queue(stores: Stores) {
     }
     panic!("in three rounds, the waiter's ticket never outlived the try_lock after the release");
 }
+
+impl Ask {
+    /// One `try_` call of this kind.
+    async fn attempt(
+        self,
+        store: &dyn Store,
+        name: &str,
+        owner: &str,
+    ) -> alkstore_core::Result<Option<Box<dyn Lock>>> {
+        match self {
+            Ask::Lock => store.try_lock(name, owner, LONG).await,
+            Ask::Permit(permits) => store.try_acquire_permit(name, permits, owner, LONG).await,
+            Ask::Read => store.try_read_lock(name, owner, LONG).await,
+            Ask::Write => store.try_write_lock(name, owner, LONG).await,
+        }
+    }
+
+    /// One waiting call of this kind.
+    async fn wait(
+        self,
+        store: &dyn Store,
+        name: &str,
+        owner: &str,
+        wait: Duration,
+    ) -> alkstore_core::Result<Option<Box<dyn Lock>>> {
+        match self {
+            Ask::Lock => store.lock(name, owner, LONG, wait).await,
+            Ask::Permit(permits) => store.acquire_permit(name, permits, owner, LONG, wait).await,
+            Ask::Read => store.read_lock(name, owner, LONG, wait).await,
+            Ask::Write => store.write_lock(name, owner, LONG, wait).await,
+        }
+    }
+
+    /// What holds a name so that a waiter of this kind queues: the same
+    /// kind (a semaphore of one permit), or a writer before a reader.
+    fn holder(self) -> Ask {
+        match self {
+            Ask::Read => Ask::Write,
+            other => other,
+        }
+    }
+}
+
+/// One round of [`no_kind_passes_a_waiter_of_another`] for a waiter of
+/// `first` and a caller of `then`, on names of its own: `Ok(true)` when
+/// it proved the rule, `Ok(false)` when the dead waiter's place lapsed
+/// before the `try_` call was looked at (a stalled machine: nothing to
+/// pass, the round proves nothing).
+async fn kinds_in_one_queue(
+    viewer: &dyn Store,
+    dying: Arc<dyn Store>,
+    caller: &dyn Store,
+    name: &str,
+    first: Ask,
+    then: Ask,
+) -> bool {
+    let holder = granted(first.holder().attempt(viewer, name, "holder").await);
+    let waiting = {
+        let (dying, name) = (dying.clone(), name.to_owned());
+        tokio::spawn(async move { first.wait(dying.as_ref(), &name, "first", LONG).await })
+    };
+    until_queued(viewer, name, 1).await;
+    // It can no longer take its turn; its place stays until it lapses.
+    dying.close().await.unwrap();
+    assert!(
+        waiting.await.unwrap().is_err(),
+        "a waiting call of a store closed under it fails closed"
+    );
+    assert!(holder.release().await.unwrap());
+    let tried = then.attempt(caller, name, "then").await;
+    let looked = Instant::now();
+    let still = store_waiter(viewer, name, "first").await;
+    let Some(lasts) = still else {
+        if let Ok(Some(lock)) = tried {
+            assert!(lock.release().await.unwrap());
+        }
+        return false;
+    };
+    assert!(
+        matches!(tried, Ok(None)),
+        "rule: one queue across kinds: a try_ call ({then:?}) never takes a name that a waiter of \
+         another kind ({first:?}) is first in line for; it answered {tried:?}"
+    );
+    // A waiting call of the other kind waits behind it too.
+    let waited = then.wait(caller, name, "then", LONG).await;
+    let granted_after = looked.elapsed();
+    let lock = waited
+        .unwrap()
+        .expect("granted once the dead waiter's place lapsed");
+    assert!(
+        granted_after >= lasts,
+        "rule: one queue across kinds: a waiting call ({then:?}) does not pass a waiter of another \
+         kind ({first:?}) queued before it; granted {granted_after:?} after that place was seen \
+         to last {lasts:?} more"
+    );
+    assert!(lock.release().await.unwrap());
+    true
+}
+
+/// How long `owner`'s place in `name`'s queue lasts, as `viewer` sees it
+/// (`None`: not queued).
+async fn store_waiter(viewer: &dyn Store, name: &str, owner: &str) -> Option<Duration> {
+    viewer
+        .waiters(name)
+        .await
+        .unwrap()
+        .iter()
+        .find(|w| w.owner == owner)
+        .map(|w| w.expires_in)
+}
+
+/// One queue across kinds. For each pair of kinds that may not share a
+/// name at once (a lock, a semaphore's permit, a reader-writer lock's
+/// reader or writer): a waiter of the first kind that is first in line
+/// (kept there dead: its store closed, so it cannot take its turn) is
+/// passed neither by a `try_` call of the other kind nor by a waiting call
+/// of it, which is granted only once that place lapsed — where a caller
+/// of another kind granted first would turn the waiter's next attempt into
+/// an "held as another kind" error.
+pub async fn no_kind_passes_a_waiter_of_another(stores: Stores) {
+    let pairs = [
+        (Ask::Lock, Ask::Permit(3)),
+        (Ask::Lock, Ask::Read),
+        (Ask::Lock, Ask::Write),
+        (Ask::Permit(1), Ask::Lock),
+        (Ask::Permit(1), Ask::Read),
+        (Ask::Permit(1), Ask::Write),
+        (Ask::Read, Ask::Lock),
+        (Ask::Read, Ask::Permit(3)),
+        (Ask::Write, Ask::Lock),
+        (Ask::Write, Ask::Permit(3)),
+    ];
+    const ROUNDS: usize = 3;
+    let callers = stores.open(2).await;
+    let (viewer, caller) = (stores.store.as_ref(), callers[1].as_ref());
+    let stores = &stores;
+    let runs = pairs.iter().enumerate().map(|(i, &(first, then))| {
+        async move {
+            for round in 0..ROUNDS {
+                let name = format!("kinds/{i}/{round}");
+                // A store of its own, to close with its waiter in line.
+                let dying = stores.open(2).await.remove(1);
+                if kinds_in_one_queue(viewer, dying, caller, &name, first, then).await {
+                    return;
+                }
+                eprintln!("{first:?} then {then:?}, round {round}: the dead place lapsed first");
+            }
+            panic!(
+                "{first:?} then {then:?}: in {ROUNDS} rounds the dead waiter's place never \
+                 outlived the try_ call after the release"
+            );
+        }
+    });
+    futures::future::join_all(runs).await;
+}
+
+/// A waiting writer first in line is granted a free name however many
+/// waiting readers arrive behind it. A reader holds; a writer queues;
+/// eight stores loop short waiting `read_lock` calls (30 ms each) on the
+/// name, so that tickets are drawn and left behind the writer all the
+/// time; the reader releases. The writer is granted within the ticket
+/// lease (and a margin for a loaded machine) of the release, and no
+/// reader of the stream before it (they queued behind it: their fences
+/// are above its).
+pub async fn a_waiting_writer_is_granted_among_arriving_readers(stores: Stores) {
+    const STREAMS: usize = 8;
+    const TASKS: usize = 4;
+    let peers = stores.open(STREAMS + 2).await;
+    let store = &stores.store;
+    let name = "arrivals";
+    let reader = granted(store.try_read_lock(name, "reader", LONG).await);
+    let writing = {
+        let peer = peers[1].clone();
+        tokio::spawn(async move {
+            let asked = peer.write_lock(name, "writer", LONG, Duration::from_secs(20));
+            let lock = asked.await.unwrap();
+            (Instant::now(), lock)
+        })
+    };
+    until_queued(store.as_ref(), name, 1).await;
+    let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let done = Arc::new(std::sync::atomic::AtomicU32::new(0));
+    let seen: Seen = Arc::default();
+    let streams: Vec<_> = peers[2..]
+        .iter()
+        .cycle()
+        .take(STREAMS * TASKS)
+        .enumerate()
+        .map(|(i, peer)| {
+            let (peer, stop, seen) = (peer.clone(), stop.clone(), seen.clone());
+            let done = done.clone();
+            tokio::spawn(async move {
+                let mut asked = 0u32;
+                while !stop.load(std::sync::atomic::Ordering::Acquire) {
+                    asked += 1;
+                    let owner = format!("r{i}-{asked}");
+                    let read = peer.read_lock(name, &owner, LONG, ms(30)).await.unwrap();
+                    if let Some(read) = read {
+                        seen.lock().unwrap().push((owner, read.fence()));
+                        assert!(read.release().await.unwrap());
+                    }
+                    done.fetch_add(1, std::sync::atomic::Ordering::AcqRel);
+                }
+                asked
+            })
+        })
+        .collect();
+    // The stream at its steady pace: every store asked a few times, each
+    // reader drawing a ticket behind the writer and leaving it.
+    let asked = Instant::now();
+    let steady = (4 * STREAMS * TASKS) as u32;
+    while done.load(std::sync::atomic::Ordering::Acquire) < steady {
+        assert!(
+            asked.elapsed() < Duration::from_secs(20),
+            "precondition: the stream of readers asks {steady} times in 20 s"
+        );
+        tokio::time::sleep(ms(5)).await;
+    }
+    let queued = store.waiters(name).await.unwrap();
+    assert!(
+        queued.first().is_some_and(|w| w.owner == "writer"),
+        "precondition: the writer is first in line; the queue shows {queued:?}"
+    );
+    let released = Instant::now();
+    assert!(reader.release().await.unwrap());
+    let bound = clock().ticket_lease + clock().end_slack() + LANDING;
+    let granted_in = tokio::time::timeout(bound, writing).await;
+    stop.store(true, std::sync::atomic::Ordering::Release);
+    let mut calls = 0;
+    for stream in streams {
+        calls += stream.await.unwrap();
+    }
+    let (at, writer) = granted_in
+        .unwrap_or_else(|_| {
+            panic!(
+                "rule: a waiting writer is granted a free name however many waiting readers \
+                 arrive behind it; not granted {bound:?} after the release, with {STREAMS} \
+                 stores asking to read ({calls} calls, {} granted)",
+                seen.lock().unwrap().len()
+            )
+        })
+        .unwrap();
+    let writer = writer.expect("a writer of a 20 s wait is granted");
+    eprintln!(
+        "the writer was granted {:?} after the release, among {calls} waiting reads",
+        at - released
+    );
+    let before: Vec<_> = seen
+        .lock()
+        .unwrap()
+        .iter()
+        .filter(|(_, fence)| *fence < writer.fence())
+        .cloned()
+        .collect();
+    assert!(
+        before.is_empty(),
+        "rule: readers that queued behind a waiting writer go after it; granted before it: \
+         {before:?}"
+    );
+    assert!(writer.release().await.unwrap());
+}
