@@ -301,7 +301,9 @@ impl<E: Engine> EngineStore<E> {
                 let (expires_in, queued) = match tried {
                     Tried::Granted(granted) => {
                         place.granted(started);
-                        waiting.granted();
+                        // Whether a release woke the attempt that won, or
+                        // its poll did (the contract's wake-up cases read it).
+                        tracing::Span::current().record("woken", waiting.granted());
                         if place.queueing && matches!(ask, Ask::Rw(RwMode::Read)) {
                             // Readers go in together: the release that let
                             // this one in is passed on to the next waiter.
@@ -701,7 +703,8 @@ impl<E: Engine> Store for EngineStore<E> {
             owner,
             outcome = field::Empty,
             fence = field::Empty,
-            attempts = field::Empty
+            attempts = field::Empty,
+            woken = field::Empty
         );
         self.acquire_waiting(span, "lock", Ask::Lock, name, owner, ttl, wait)
             .await
@@ -744,7 +747,8 @@ impl<E: Engine> Store for EngineStore<E> {
             outcome = field::Empty,
             fence = field::Empty,
             slot = field::Empty,
-            attempts = field::Empty
+            attempts = field::Empty,
+            woken = field::Empty
         );
         let ask = Ask::Permit(permits);
         self.acquire_waiting(span, "acquire_permit", ask, name, owner, ttl, wait)
@@ -784,7 +788,8 @@ impl<E: Engine> Store for EngineStore<E> {
             outcome = field::Empty,
             fence = field::Empty,
             slot = field::Empty,
-            attempts = field::Empty
+            attempts = field::Empty,
+            woken = field::Empty
         );
         let ask = Ask::Rw(RwMode::Read);
         self.acquire_waiting(span, "read_lock", ask, name, owner, ttl, wait)
@@ -822,7 +827,8 @@ impl<E: Engine> Store for EngineStore<E> {
             owner,
             outcome = field::Empty,
             fence = field::Empty,
-            attempts = field::Empty
+            attempts = field::Empty,
+            woken = field::Empty
         );
         let ask = Ask::Rw(RwMode::Write);
         self.acquire_waiting(span, "write_lock", ask, name, owner, ttl, wait)

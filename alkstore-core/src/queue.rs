@@ -154,7 +154,10 @@ pub struct Line {
     /// The attempt's own live ticket.
     pub mine: Option<Ticket>,
     /// Whether any live ticket of the name (before or after the attempt's)
-    /// is a reader's owed the next turn: a writer waits while one is.
+    /// is a reader's owed the next turn that can take it (no lock's or
+    /// permit's ticket older than its: such a reader waits for that one
+    /// first, and a writer waiting for it in turn would close a cycle): a
+    /// writer waits while one is.
     pub owed_readers: bool,
 }
 
@@ -162,7 +165,10 @@ impl Line {
     /// The line of an attempt standing as `queue` among the name's `live`
     /// tickets (oldest first).
     pub fn of(live: Vec<Ticket>, queue: Queue) -> Line {
-        let owed_readers = live.iter().any(|t| t.kind == TicketKind::Read && t.owed);
+        let other_kind = |t: &Ticket| matches!(t.kind, TicketKind::Lock | TicketKind::Permit);
+        let owed_readers = live.iter().enumerate().any(|(at, t)| {
+            t.kind == TicketKind::Read && t.owed && !live[..at].iter().any(other_kind)
+        });
         let own = match queue {
             Queue::Waiting {
                 ticket: Some(ticket),
@@ -353,6 +359,15 @@ mod tests {
             assert!(!Line::of(live.clone(), Queue::Never).read_turn(10));
             assert!(!Line::of(live, waiting(Some(2))).read_turn(10), "{first:?}");
         }
+        // An owed reader behind a lock's waiter holds no writer back: the
+        // writer, the lock's waiter and the reader would wait in a ring.
+        let ring = vec![
+            ticket(2, TicketKind::Write, false),
+            ticket(3, TicketKind::Lock, false),
+            ticket(4, TicketKind::Read, true),
+        ];
+        assert!(Line::of(ring.clone(), waiting(Some(2))).write_turn());
+        assert!(!Line::of(ring, waiting(Some(4))).read_turn(10));
         // Behind its own kind, as before.
         let permits = vec![ticket(1, TicketKind::Permit, false)];
         assert!(Line::of(permits, Queue::Never).permit_turn(2));

@@ -107,12 +107,13 @@ impl<'e, E: Engine> Waiting<'e, E> {
     }
 
     /// After a grant: how long it took from the release that woke this
-    /// waiter, when one did.
-    pub(crate) fn granted(&self) {
+    /// waiter, when one did; whether one did (not its poll).
+    pub(crate) fn granted(&self) -> bool {
         if let Some(woken) = self.woken {
             let engine = self.engine.name();
             metrics::observe(HANDOFF_SECONDS, &[("engine", engine)], woken.elapsed());
         }
+        self.woken.is_some()
     }
 
     /// After a refused attempt: waits for a release (`released`, enabled

@@ -598,7 +598,17 @@ impl EtcdEngine {
                     state.base.mod_revision,
                 )
                 .put(key.clone(), value.encode(), lease);
-            let txn = self.dequeue_with(txn, &state, mine, slot == Slot::Writer);
+            let writer = slot == Slot::Writer;
+            let txn = self.dequeue_with(txn, &state, mine, writer);
+            // A writer's grant reads the queue as it commits: readers that
+            // queued after its read are owed their turn too.
+            let txn = match writer {
+                true => txn.read(
+                    self.layout.tickets_start(name),
+                    self.layout.tickets_end(name),
+                ),
+                false => txn,
+            };
             // An error leaves the lease to its TTL: the grant may have
             // landed, and its owner's next ask adopts it (revoking the lease
             // would remove a grant the owner may then be told it holds).
@@ -641,6 +651,11 @@ impl EtcdEngine {
             }
             if let Some(mine) = mine {
                 self.dequeued(name, mine);
+            }
+            if writer {
+                // Before the grant is answered, so that its holder cannot
+                // have released it yet.
+                self.owe_latecomers(&key, revision, &state, answer).await;
             }
             let fence = fence::of(state.base.value, revision);
             self.remember(

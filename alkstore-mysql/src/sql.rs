@@ -335,12 +335,17 @@ impl Statements {
         DECLARE q_expires BIGINT;
 ";
         let read_the_line = format!(
-            "            SELECT COALESCE(MAX(ticket = p_ticket), FALSE),
-                   COALESCE(MAX(ticket = p_ticket AND owed), FALSE),
-                   COALESCE(MAX(kind = 'read' AND owed), FALSE),
-                   MAX(IF(ticket = p_ticket, expires_at, NULL))
+            "            SELECT COALESCE(MAX(t.ticket = p_ticket), FALSE),
+                   COALESCE(MAX(t.ticket = p_ticket AND t.owed), FALSE),
+                   -- An owed reader behind a lock's or permit's waiter
+                   -- holds no writer back (a ring otherwise).
+                   COALESCE(MAX(t.kind = 'read' AND t.owed AND NOT EXISTS (
+                       SELECT 1 FROM {tickets} o
+                        WHERE o.name = p_name AND o.expires_at > now_ms
+                          AND o.kind IN ('lock', 'permit') AND o.ticket < t.ticket)), FALSE),
+                   MAX(IF(t.ticket = p_ticket, t.expires_at, NULL))
               INTO q_mine, q_owed, q_owed_readers, q_expires
-              FROM {tickets} WHERE name = p_name AND expires_at > now_ms;
+              FROM {tickets} t WHERE t.name = p_name AND t.expires_at > now_ms;
             SELECT COUNT(*), COUNT(IF(kind = 'read', 1, NULL)),
                    COUNT(IF(kind = 'permit', 1, NULL)),
                    COUNT(IF(kind IN ('lock', 'permit'), 1, NULL)),

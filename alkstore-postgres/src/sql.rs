@@ -329,7 +329,12 @@ impl Statements {
     -- ticket older than its own (every live one when it has none).
     SELECT coalesce(bool_or(t.ticket = p_ticket), false),
            coalesce(bool_or(t.ticket = p_ticket AND t.owed), false),
-           coalesce(bool_or(t.kind = 'read' AND t.owed), false),
+           -- An owed reader behind a lock's or permit's waiter holds no
+           -- writer back (it waits for that one first: a ring otherwise).
+           coalesce(bool_or(t.kind = 'read' AND t.owed AND NOT EXISTS (
+               SELECT 1 FROM {tickets} o
+                WHERE o.name = p_name AND o.expires_at > now_ms
+                  AND o.kind IN ('lock', 'permit') AND o.ticket < t.ticket)), false),
            max(t.expires_at) FILTER (WHERE t.ticket = p_ticket)
       INTO q_mine, q_owed, q_owed_readers, q_expires
       FROM {tickets} t WHERE t.name = p_name AND t.expires_at > now_ms;

@@ -34,6 +34,7 @@ pub mod load;
 pub mod opening;
 pub mod reference;
 pub mod safety;
+pub mod spans;
 pub mod support;
 
 pub use clock::LeaseClock;

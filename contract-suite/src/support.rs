@@ -336,3 +336,36 @@ pub async fn queues_and_grants_in_turn(
     assert!(granted.release().await.unwrap());
     assert!(store.waiters(name).await.unwrap().is_empty());
 }
+
+/// One round's handoff: how long from the let-go to the grant, and
+/// whether the attempt that won was woken by a release (its `alkstore.*`
+/// span's `woken`), not by its poll.
+#[derive(Debug, Clone, Copy)]
+pub struct Handoff {
+    /// From the let-go to the grant.
+    pub took: Duration,
+    /// Whether a release woke the attempt that won.
+    pub woken: bool,
+}
+
+/// Asserts that most rounds (the median one) were woken by `what`, not by
+/// a poll: a round passes when the span of the winning attempt says a
+/// release woke it, however long a loaded machine took, or when it came
+/// sooner than any poll would (30 ms: on an engine whose first waiter
+/// polls that often, a poll may land before the wake-up). A waiter that
+/// only polls, every 100 ms or more, takes longer in at least three of
+/// the rounds ([`crate::support::before_letting_go`]'s offsets).
+#[track_caller]
+pub fn assert_woken(handoffs: &[Handoff], what: &str) {
+    let polled: Vec<&Handoff> = handoffs
+        .iter()
+        .filter(|h| !h.woken && h.took >= Duration::from_millis(30))
+        .collect();
+    assert!(
+        polled.len() * 2 < handoffs.len(),
+        "rule: a waiter is woken by {what}, not by its poll; {} of {} rounds were granted by a \
+         poll 30 ms or more after it: {handoffs:?}",
+        polled.len(),
+        handoffs.len()
+    );
+}

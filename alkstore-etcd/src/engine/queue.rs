@@ -307,17 +307,43 @@ impl EtcdEngine {
             .iter()
             .filter(|t| t.value.kind == TicketKind::Read && !t.value.owed)
             .take(OWED_IN_ONE_GRANT)
-            .fold(txn, |txn, reader| {
-                let owed = TicketValue {
-                    owed: true,
-                    ..reader.value.clone()
-                };
-                txn.then_if(
-                    Txn::new()
-                        .when_created_at(reader.kv.key.clone(), reader.kv.create_revision)
-                        .put_keeping_lease(reader.kv.key.clone(), owed.encode()),
-                )
+            .fold(txn, |txn, reader| txn.then_if(owe(reader)))
+    }
+
+    /// After a writer's grant (its key `key`, written at `revision`, on
+    /// the name read as `state`; `answer` its transaction's, whose one read
+    /// is the queue as it committed): the readers that queued after the
+    /// read, which the grant did not owe the turn, are owed it now, while
+    /// the grant still holds (its key unchanged). A reader that leaves
+    /// meanwhile is passed over; a failure leaves them to owe themselves
+    /// at their next attempt while the writer holds.
+    pub(super) async fn owe_latecomers(
+        &self,
+        key: &[u8],
+        revision: i64,
+        state: &NameState,
+        answer: crate::proto::etcdserverpb::TxnResponse,
+    ) {
+        let queue = client::reads(answer).into_iter().next().unwrap_or_default();
+        let latecomers: Vec<FoundTicket> = self
+            .decode(queue.kvs)
+            .1
+            .into_iter()
+            .filter(|t| {
+                t.value.kind == TicketKind::Read
+                    && !t.value.owed
+                    && t.kv.create_revision > state.revision
             })
+            .take(OWED_IN_ONE_GRANT)
+            .collect();
+        if latecomers.is_empty() {
+            return;
+        }
+        let txn = latecomers.iter().fold(
+            Txn::new().when(key.to_vec(), Vec::new(), Target::Mod, Is::Equal, revision),
+            |txn, reader| txn.then_if(owe(reader)),
+        );
+        let _ = self.client.txn(txn).await;
     }
 
     /// After a grant deleted `mine` (or answered its owner's grant back):
@@ -380,6 +406,19 @@ impl EtcdEngine {
             })
             .collect()
     }
+}
+
+/// A transaction of its own, to nest in a writer's: `reader`'s ticket
+/// owed the next turn, if it is still the ticket read (a put of a gone key
+/// would be an error; a failed nested compare fails nothing else).
+fn owe(reader: &FoundTicket) -> Txn {
+    let owed = TicketValue {
+        owed: true,
+        ..reader.value.clone()
+    };
+    Txn::new()
+        .when_created_at(reader.kv.key.clone(), reader.kv.create_revision)
+        .put_keeping_lease(reader.kv.key.clone(), owed.encode())
 }
 
 /// A drawn ticket's lease while its draw is under way: revoked if dropped

@@ -1,82 +1,14 @@
 //! Every operation in a `tracing` span that names it and records its outcome.
 
-use std::collections::BTreeMap;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Duration;
 
 use alkstore_core::{Lock, Result, Store};
-use tracing::Dispatch;
-use tracing::field::{Field, Visit};
 use tracing::instrument::WithSubscriber;
-use tracing::span::{Attributes, Id, Record};
-use tracing::subscriber::NoSubscriber;
-use tracing_subscriber::layer::{Context, SubscriberExt};
-use tracing_subscriber::registry::LookupSpan;
-use tracing_subscriber::{Layer, Registry};
+
+use crate::spans::{Seen, collecting};
 
 const LONG: Duration = Duration::from_secs(30);
-
-/// One span: its name and every field recorded on it, as text.
-#[derive(Debug, Clone, Default)]
-struct Seen {
-    name: &'static str,
-    fields: BTreeMap<&'static str, String>,
-}
-
-impl Seen {
-    fn field(&self, field: &str) -> Option<&str> {
-        self.fields.get(field).map(String::as_str)
-    }
-}
-
-impl Visit for Seen {
-    fn record_str(&mut self, field: &Field, value: &str) {
-        self.fields.insert(field.name(), value.to_owned());
-    }
-
-    fn record_debug(&mut self, field: &Field, value: &dyn std::fmt::Debug) {
-        // `%value` fields arrive here too; their Debug is their Display.
-        self.fields.insert(field.name(), format!("{value:?}"));
-    }
-}
-
-/// Collects the `alkstore.*` spans in the order they open — the order of
-/// the operations, which run one after another — with every field recorded
-/// on them. Not in the order they close: tracing drops a span's last
-/// reference when it will, which was once after the next two operations
-/// had ended (seen under load).
-#[derive(Clone, Default)]
-struct Spans(Arc<Mutex<Vec<Seen>>>);
-
-/// Where a span's record sits in [`Spans`].
-struct At(usize);
-
-impl<S: tracing::Subscriber + for<'a> LookupSpan<'a>> Layer<S> for Spans {
-    fn on_new_span(&self, attrs: &Attributes<'_>, id: &Id, ctx: Context<'_, S>) {
-        let name = attrs.metadata().name();
-        if !name.starts_with("alkstore.") {
-            return;
-        }
-        let mut seen = Seen {
-            name,
-            ..Seen::default()
-        };
-        attrs.record(&mut seen);
-        if let Some(span) = ctx.span(id) {
-            let mut all = self.0.lock().unwrap();
-            all.push(seen);
-            span.extensions_mut().insert(At(all.len() - 1));
-        }
-    }
-
-    fn on_record(&self, id: &Id, values: &Record<'_>, ctx: Context<'_, S>) {
-        if let Some(span) = ctx.span(id)
-            && let Some(At(at)) = span.extensions().get::<At>()
-        {
-            values.record(&mut self.0.lock().unwrap()[*at]);
-        }
-    }
-}
 
 /// A span's name and the fields it must carry (`None`: must not carry).
 type Expected = (&'static str, Vec<(&'static str, Option<String>)>);
@@ -126,15 +58,7 @@ fn ended(op: &'static str, fence: u64, answered: bool) -> Expected {
 /// purged, and a waiting acquire's attempts. Each span is held against what
 /// its own call answered, so the case asks nothing of the engine's grants.
 pub async fn operations_are_traced_with_their_outcome(store: Arc<dyn Store>) {
-    let spans = Spans::default();
-    let subscriber = Dispatch::new(Registry::default().with(spans.clone()));
-    // tracing caches each callsite's interest for the whole process, and
-    // while one dispatcher is registered it asks only the registering
-    // thread's: a test thread without a subscriber touching these callsites
-    // first would silence them here for good (tokio-rs/tracing#3611). With
-    // a second live dispatcher every registration asks all of them.
-    let _second = Dispatch::new(NoSubscriber::default());
-    tracing::callsite::rebuild_interest_cache();
+    let (subscriber, spans, _second) = collecting();
     let expected: Vec<Expected> = async {
         let mut expected = Vec::new();
         let first = store.try_lock("traced", "a", LONG).await;
@@ -179,7 +103,7 @@ pub async fn operations_are_traced_with_their_outcome(store: Arc<dyn Store>) {
     .with_subscriber(subscriber)
     .await;
 
-    let seen: Vec<Seen> = std::mem::take(&mut *spans.0.lock().unwrap());
+    let seen: Vec<Seen> = spans.take();
     let names: Vec<&str> = seen.iter().map(|s| s.name).collect();
     let wanted: Vec<&str> = expected.iter().map(|(op, _)| *op).collect();
     assert_eq!(
