@@ -232,7 +232,10 @@ async fn a_release_in_one_store_wakes_a_waiter_in_another() {
                 let lock = waiter.lock(&name, "b", ttl, Duration::from_secs(20)).await;
                 (asked, Instant::now(), lock.unwrap().expect("granted"))
             };
-            tokio::spawn(alkstore_contract_suite::spans::collected(waiting, &subscriber))
+            tokio::spawn(alkstore_contract_suite::spans::collected(
+                waiting,
+                &subscriber,
+            ))
         };
         tokio::time::sleep(alkstore_contract_suite::support::before_letting_go(round)).await;
         assert!(!waiting.is_finished(), "round {round}: granted while held");

@@ -10,12 +10,17 @@ use alkstore_core::{Error, Store};
 
 const TTL: Duration = Duration::from_secs(30);
 
-/// The server's counters of rows written and of handler writes.
+/// The server's counters of what statements write: rows written,
+/// updated and deleted through the handler, commits and rollbacks. Not the redo log's sequence number: InnoDB's own background
+/// work (the page cleaner's checkpoints, purge) logs redo of its own at
+/// moments no wait excludes (16 bytes seen in the middle of a count on a
+/// loaded machine), and counts no row; every row a statement writes is
+/// counted here, as the control at the end shows.
 async fn writes(pool: &sqlx::MySqlPool) -> Vec<(String, i64)> {
     let rows: Vec<(String, String)> = sqlx::query_as(
         "SELECT VARIABLE_NAME, VARIABLE_VALUE FROM information_schema.GLOBAL_STATUS
          WHERE VARIABLE_NAME IN ('HANDLER_WRITE', 'HANDLER_UPDATE', 'HANDLER_DELETE',
-             'INNODB_LSN_CURRENT', 'COM_COMMIT', 'COM_ROLLBACK')
+             'COM_COMMIT', 'COM_ROLLBACK')
          ORDER BY VARIABLE_NAME",
     )
     .fetch_all(pool)
@@ -36,44 +41,8 @@ fn changed(before: &[(String, i64)], after: &[(String, i64)]) -> Vec<(String, i6
         .collect()
 }
 
-/// Waits until InnoDB's background work has caught up with what came
-/// before, so that a count that follows does not take it for the
-/// refusals': purge (MariaDB 10.11: `SET GLOBAL innodb_max_purge_lag_wait
-/// = 0` returns once the history list is empty), then the page cleaner:
-/// each of its flushes (about one a second) ends with a checkpoint that
-/// logs redo of its own — 250 bytes, seen in the middle of a count, a
-/// second after the writes before it — so it waits until no page is dirty
-/// and the redo log stood still for 100 ms.
-async fn settle(pool: &sqlx::MySqlPool) {
-    sqlx::query("SET GLOBAL innodb_max_purge_lag_wait = 0")
-        .execute(pool)
-        .await
-        .unwrap();
-    let status = |name: &'static str| async move {
-        let (value,): (String,) = sqlx::query_as(
-            "SELECT VARIABLE_VALUE FROM information_schema.GLOBAL_STATUS WHERE VARIABLE_NAME = ?",
-        )
-        .bind(name)
-        .fetch_one(pool)
-        .await
-        .unwrap();
-        value
-    };
-    let mut last = status("INNODB_LSN_CURRENT").await;
-    for _ in 0..300 {
-        tokio::time::sleep(Duration::from_millis(100)).await;
-        let lsn = status("INNODB_LSN_CURRENT").await;
-        let dirty = status("INNODB_BUFFER_POOL_PAGES_DIRTY").await;
-        if lsn == last && dirty == "0" {
-            return;
-        }
-        last = lsn;
-    }
-    panic!("InnoDB did not flush every dirty page within 30 s");
-}
-
 /// 1000 refused acquires move no write counter (handler writes, updates and
-/// deletes, the redo log's sequence number, commits and rollbacks), nor do
+/// deletes, commits and rollbacks), nor do
 /// 1000 refusals a semaphore brings (every permit held, another count, a
 /// permit of a lock's name, a lock of a semaphore's name), nor 1000 that a
 /// reader-writer lock brings (a writer beside a reader, a reader beside a
@@ -84,22 +53,17 @@ async fn refused_acquires_write_nothing() {
     let Some((store, db)) = common::store("refusal").await else {
         return;
     };
-    // This test's own server: no background statistics updates (they log
-    // redo of their own a while after rows change).
-    for setting in [
-        "SET GLOBAL innodb_stats_auto_recalc = OFF",
-        // Every dirty page flushed soon, so that `settle` can wait for the
-        // checkpoint to reach the end of the redo log.
-        "SET GLOBAL innodb_max_dirty_pages_pct = 0",
-    ] {
-        sqlx::query(setting).execute(store.pool()).await.unwrap();
-    }
+    // This test's own server: no background statistics updates (they
+    // write rows of their own a while after rows change).
+    sqlx::query("SET GLOBAL innodb_stats_auto_recalc = OFF")
+        .execute(store.pool())
+        .await
+        .unwrap();
     let held = store.try_lock("busy", "a", TTL).await.unwrap().unwrap();
     // Warm: every statement prepared, the holder's row cached.
     for _ in 0..10 {
         assert!(store.try_lock("busy", "b", TTL).await.unwrap().is_none());
     }
-    settle(store.pool()).await;
     let before = writes(store.pool()).await;
     for _ in 0..1000 {
         assert!(store.try_lock("busy", "b", TTL).await.unwrap().is_none());
@@ -123,7 +87,6 @@ async fn refused_acquires_write_nothing() {
     // Every other refusal a semaphore brings, by a plain read too: another
     // count, a permit of a lock's name, a lock of a semaphore's name.
     let lock = store.try_lock("locked", "a", TTL).await.unwrap().unwrap();
-    settle(store.pool()).await;
     let before = writes(store.pool()).await;
     for _ in 0..250 {
         let refused = store.try_acquire_permit("pool", 2, "c", TTL).await;
@@ -167,7 +130,6 @@ async fn refused_acquires_write_nothing() {
     for _ in 0..10 {
         refuse_beside().await;
     }
-    settle(store.pool()).await;
     let before = writes(store.pool()).await;
     for _ in 0..200 {
         refuse_beside().await;
@@ -198,10 +160,10 @@ async fn refused_acquires_write_nothing() {
         of(&granted).unwrap() - of(&after).unwrap()
     };
     assert!(
-        delta("HANDLER_WRITE") >= 1000 && delta("INNODB_LSN_CURRENT") > 0,
-        "1000 grants: {} handler writes, redo log moved {} bytes",
+        delta("HANDLER_WRITE") >= 1000 && delta("COM_COMMIT") > 0,
+        "1000 grants: {} handler writes, {} commits",
         delta("HANDLER_WRITE"),
-        delta("INNODB_LSN_CURRENT")
+        delta("COM_COMMIT")
     );
     for lock in grants {
         assert!(lock.release().await.unwrap());

@@ -11,8 +11,12 @@ use crate::clock::{clock, ms};
 use crate::fleet::{FleetLog, run_fleet};
 
 /// Slots of the fleet cases: long enough that a try at the start of a slot
-/// is answered well inside it on a loaded machine.
-const PERIOD: Duration = Duration::from_millis(400);
+/// is answered well inside it on a loaded machine, and that its three tries
+/// are not all lost to one stall of the machine (400 ms slots saw a slot
+/// run by nobody, four healthy replicas, with a second test run beside).
+const PERIOD: Duration = Duration::from_secs(1);
+/// The retry case's slot: the run lease and the run fit three times in it.
+const RETRY_PERIOD: Duration = Duration::from_millis(1200);
 /// The declared bound on clock disagreement, and the offsets within it.
 const SKEW: Duration = Duration::from_millis(100);
 /// How long a run works, and how long before its slot's end a replica's
@@ -46,7 +50,7 @@ fn check_each_slot_once(log: &FleetLog, what: &str) {
 
 /// Four replicas on independent stores, clocks 0, 33, 66 and 100 ms ahead
 /// (the bound is 100 ms), each trying every slot at its start, middle and
-/// just before its end: each of 6 slots of 400 ms runs exactly once.
+/// just before its end: each of 6 slots of 1 s runs exactly once.
 pub async fn schedule_runs_each_slot_once_across_skewed_clocks(stores: Stores) {
     let replicas = stores.open(4).await;
     let log = run_fleet(
@@ -107,7 +111,7 @@ pub async fn schedule_retry_runs_a_crashed_slot_once_more(stores: Stores) {
     // rounded up to a coarse clock's granule would lapse too late for a
     // retry within a 1.2 s slot); one slot fewer on such a clock, so that
     // the case stays well within its time.
-    let base = Schedule::every("fleet/retry", 3 * PERIOD * clock().scale())
+    let base = Schedule::every("fleet/retry", RETRY_PERIOD * clock().scale())
         .unwrap()
         .max_clock_skew(SKEW)
         .unwrap()

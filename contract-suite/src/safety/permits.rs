@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 use alkstore_core::Store;
 
 use super::history::{Interval, Violation};
-use super::workload::{MAX_RACE_GRANTS, Race, Racer, hold_then_release, racers};
+use super::workload::{Race, Racer, hold_then_release, racers, racing};
 
 /// One permit's grant as its holder saw it, and its slot.
 #[derive(Debug, Clone)]
@@ -125,7 +125,7 @@ pub async fn race_permits(
 ) -> Vec<PermitInterval> {
     let ttl = Duration::from_secs(30);
     let history = Arc::new(Mutex::new(Vec::new()));
-    let stop = Instant::now() + race.duration;
+    let ends = race.ends();
     let mut tasks = Vec::new();
     for racer in racers(stores, race, seed) {
         let (name, history) = (name.to_owned(), history.clone());
@@ -137,7 +137,7 @@ pub async fn race_permits(
         } = racer;
         tasks.push(tokio::spawn(async move {
             let grants = || history.lock().unwrap().len();
-            while Instant::now() < stop && grants() < MAX_RACE_GRANTS {
+            while racing(ends, grants()) {
                 let requested = Instant::now();
                 let got = if waits {
                     let wait = Duration::from_millis(50);

@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 use alkstore_core::{Access, Store};
 
 use super::history::{Interval, Violation};
-use super::workload::{MAX_RACE_GRANTS, Race, Racer, hold_then_release, racers};
+use super::workload::{Race, Racer, hold_then_release, racers, racing};
 
 /// One reader-writer grant as its holder saw it.
 #[derive(Debug, Clone)]
@@ -88,7 +88,7 @@ pub async fn race_rw(
 ) -> Vec<RwInterval> {
     let ttl = Duration::from_secs(30);
     let history = Arc::new(Mutex::new(Vec::new()));
-    let stop = Instant::now() + race.duration;
+    let ends = race.ends();
     let mut tasks = Vec::new();
     for racer in racers(stores, race, seed) {
         let (name, history) = (name.to_owned(), history.clone());
@@ -100,7 +100,7 @@ pub async fn race_rw(
         } = racer;
         tasks.push(tokio::spawn(async move {
             let grants = || history.lock().unwrap().len();
-            while Instant::now() < stop && grants() < MAX_RACE_GRANTS {
+            while racing(ends, grants()) {
                 let write = rng.below(one_write_in) == 0;
                 let requested = Instant::now();
                 let wait = Duration::from_secs(2);

@@ -169,6 +169,27 @@ pub const MIN_RACE_GRANTS: usize = 60;
 /// The most grants one [`race`] records.
 pub const MAX_RACE_GRANTS: usize = 5_000;
 
+impl Race {
+    /// When a race that starts now stops at the latest: its duration, and
+    /// twice that more for one short of [`MIN_RACE_GRANTS`].
+    pub fn ends(self) -> (Instant, Instant) {
+        let stop = Instant::now() + self.duration;
+        (stop, stop + self.duration * 2)
+    }
+}
+
+/// Whether a racer goes on, with `grants` recorded so far, of a race that
+/// ends at `ends` ([`Race::ends`]): until its duration is over, then until
+/// it has [`MIN_RACE_GRANTS`] (a slow engine on a loaded machine), never
+/// past the hard stop nor [`MAX_RACE_GRANTS`] (an engine in memory grants
+/// millions in the time a server grants hundreds, and the checker compares
+/// grants pairwise).
+pub fn racing(ends: (Instant, Instant), grants: usize) -> bool {
+    let (stop, hard_stop) = ends;
+    let now = Instant::now();
+    grants < MAX_RACE_GRANTS && (now < stop || (grants < MIN_RACE_GRANTS && now < hard_stop))
+}
+
 /// Races tasks on independent stores (each with its own connections) for
 /// one name: each task loops `try_lock` with a long lease, and when granted
 /// increments the shared counter and releases at once. Every third task
@@ -180,8 +201,7 @@ pub const MAX_RACE_GRANTS: usize = 5_000;
 pub async fn race(stores: &[Arc<dyn Store>], name: &str, race: Race, seed: u64) -> Outcome {
     let ttl = Duration::from_secs(30);
     let recorder = Arc::new(Recorder::default());
-    let stop = Instant::now() + race.duration;
-    let hard_stop = stop + race.duration * 2;
+    let ends = race.ends();
     let mut tasks = Vec::new();
     for racer in racers(stores, race, seed) {
         let (name, recorder) = (name.to_owned(), recorder.clone());
@@ -192,16 +212,7 @@ pub async fn race(stores: &[Arc<dyn Store>], name: &str, race: Race, seed: u64) 
             mut rng,
         } = racer;
         tasks.push(tokio::spawn(async move {
-            // Bounded in grants too: an engine in memory grants millions
-            // in the time a server grants hundreds, and the checker
-            // compares grants pairwise.
-            let racing = || {
-                let now = Instant::now();
-                let grants = recorder.grants();
-                grants < MAX_RACE_GRANTS
-                    && (now < stop || (grants < MIN_RACE_GRANTS && now < hard_stop))
-            };
-            while racing() {
+            while racing(ends, recorder.grants()) {
                 let requested = Instant::now();
                 let got = if waits {
                     store.lock(&name, &owner, ttl, RACE_WAIT).await
