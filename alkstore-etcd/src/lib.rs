@@ -156,9 +156,11 @@ impl EtcdStore {
         })
     }
 
-    /// Whether this store's waiting calls wait in turn, once etcd keeps
-    /// queues (docs/fair-waiting.md): today it does not, and every waiting
-    /// call wins the name when its attempt lands first, whatever this says
+    /// Whether this store's waiting calls wait in turn: `true` by default
+    /// (first come, first served, tickets on leases of their own;
+    /// docs/fair-waiting.md). With `false` they take no place in the queue
+    /// and win the name when their attempt lands first, never ahead of a
+    /// fair store's queued waiters
     /// ([`EngineStore::fair_waiting`](alkstore_core::EngineStore::fair_waiting)).
     pub fn fair_waiting(self, fair: bool) -> Self {
         EtcdStore {

@@ -131,6 +131,12 @@ pub enum Flaw {
     /// is live (as a grant whose compare covers the whole queue would):
     /// readers arriving behind it keep a free name from everyone.
     WriterWaitsOutArrivals,
+    /// A waiting lock's attempts do not renew its ticket: its place lapses
+    /// while it waits, and it queues again at the back.
+    TicketLapsesWhileWaiting,
+    /// Refuses the same owner's lock asked again while others queue,
+    /// where its own live grant should be answered at once.
+    KeepsTheOwnerBehindTheQueue,
 }
 
 /// A list of contract cases by name, each checked by the compiler to be a
@@ -145,7 +151,7 @@ macro_rules! cases {
 
 impl Flaw {
     /// Every flaw in the gallery.
-    pub const ALL: [Flaw; 45] = [
+    pub const ALL: [Flaw; 47] = [
         Flaw::GrantsOverALiveRow,
         Flaw::NeverExpires,
         Flaw::KeepsTheFenceOnTakeover,
@@ -191,6 +197,8 @@ impl Flaw {
         Flaw::KeepsAGrantedWaitersTicket,
         Flaw::PassesWaitersOfAnotherKind,
         Flaw::WriterWaitsOutArrivals,
+        Flaw::TicketLapsesWhileWaiting,
+        Flaw::KeepsTheOwnerBehindTheQueue,
     ];
 
     /// The rule of docs/contract.md it breaks.
@@ -254,6 +262,10 @@ impl Flaw {
             Flaw::PassesWaitersOfAnotherKind => "one queue across kinds: no kind passes another",
             Flaw::WriterWaitsOutArrivals => {
                 "a waiting writer is granted a free name whoever queues behind it"
+            }
+            Flaw::TicketLapsesWhileWaiting => "a waiter keeps its place for as long as it waits",
+            Flaw::KeepsTheOwnerBehindTheQueue => {
+                "an owner asking again is answered at once with its grant"
             }
         }
     }
@@ -521,6 +533,10 @@ impl Flaw {
             Flaw::LeavingTheQueueDoesNothing => cases!(a_dropped_waiter_leaves_the_queue_at_once),
             Flaw::KeepsAGrantedWaitersTicket => cases!(waiters_are_granted_in_arrival_order),
             Flaw::PassesWaitersOfAnotherKind => cases!(no_kind_passes_a_waiter_of_another),
+            Flaw::TicketLapsesWhileWaiting => cases!(a_waiters_place_is_kept_while_it_waits),
+            Flaw::KeepsTheOwnerBehindTheQueue => {
+                cases!(an_owner_asking_again_is_answered_at_once_while_others_queue)
+            }
             Flaw::WriterWaitsOutArrivals => cases!(
                 a_reader_waits_for_at_most_one_writer,
                 a_stream_of_readers_cannot_starve_a_writer,
@@ -810,6 +826,15 @@ impl Engine for Broken {
             }
             .map(|(key, row)| (key.clone(), row.clone()));
             let before = rows.last_fence;
+            let owners_again = rows.live(name, now).is_some_and(|row| row.owner == owner);
+            let others_queue = rows
+                .tickets
+                .range((name.to_owned(), 0)..=(name.to_owned(), u64::MAX))
+                .any(|(_, t)| t.expires_at > now && t.owner != owner);
+            if self.flaw == Flaw::KeepsTheOwnerBehindTheQueue && owners_again && others_queue {
+                put_back(rows, aside);
+                return Ok(Attempt::Held { expires_in: None });
+            }
             let attempt = match rows.acquire(name, owner, ttl.as_duration(), queue, now) {
                 Attempt::HeldAsSemaphore { .. } if self.flaw == Flaw::LockIgnoresLivePermits => {
                     rows.grant(name, owner, ttl.as_duration(), now)
@@ -819,7 +844,15 @@ impl Engine for Broken {
             let given_back =
                 matches!(attempt, Attempt::Granted { .. }) && rows.last_fence == before;
             if self.flaw == Flaw::KeepsAGrantedWaitersTicket && given_back {
-                rows.tickets.extend(own_ticket);
+                rows.tickets.extend(own_ticket.clone());
+            }
+            // Its ticket as it was before this attempt: not renewed.
+            if self.flaw == Flaw::TicketLapsesWhileWaiting {
+                if let Some((key, was)) = own_ticket {
+                    if let Some(ticket) = rows.tickets.get_mut(&key) {
+                        ticket.expires_at = was.expires_at;
+                    }
+                }
             }
             put_back(rows, aside);
             rows.no_fence_left(attempt)

@@ -70,8 +70,11 @@ macro_rules! case {
 
 /// The fair-waiting cases: what an engine that does not queue its waiters
 /// opts out of ([`Fresh::without_queues`]).
-pub const FAIR_WAITING_CASES: [&str; 7] = [
+pub const FAIR_WAITING_CASES: [&str; 10] = [
     case!(waiters_are_granted_in_arrival_order),
+    case!(a_waiters_place_is_kept_while_it_waits),
+    case!(an_owner_asking_again_is_answered_at_once_while_others_queue),
+    case!(waiters_are_listed_oldest_first_with_their_whole_wait),
     case!(no_kind_passes_a_waiter_of_another),
     case!(a_waiting_writer_is_granted_among_arriving_readers),
     case!(a_reader_waits_for_at_most_one_writer),
@@ -107,6 +110,8 @@ macro_rules! __with_cases {
             validation_rejects_bad_owners,
             duration_guard_on_acquire,
             sub_millisecond_ttl_rounds_up,
+            sub_millisecond_ttl_rounds_up_for_every_kind,
+            waiters_validates_and_fails_closed,
             closed_store_fails_closed,
             calls_racing_close_finish_or_fail_closed,
             lock_times_out_with_none,
@@ -170,7 +175,10 @@ macro_rules! __with_cases {
             a_dropped_waiter_leaves_the_queue_at_once,
             try_never_queues_nor_jumps_the_queue,
             no_kind_passes_a_waiter_of_another,
-            a_waiting_writer_is_granted_among_arriving_readers
+            a_waiting_writer_is_granted_among_arriving_readers,
+            a_waiters_place_is_kept_while_it_waits,
+            an_owner_asking_again_is_answered_at_once_while_others_queue,
+            waiters_are_listed_oldest_first_with_their_whole_wait
         );
     };
 }

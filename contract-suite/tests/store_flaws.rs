@@ -11,6 +11,7 @@ use alkstore_contract_suite::reference::MemoryEngine;
 use alkstore_contract_suite::{Case, Fresh, list, verdict};
 use alkstore_core::{
     __private::async_trait, Access, EngineStore, Holder, Listed, Lock, PermitSlot, Result, Store,
+    TICKET_LEASE, Waiter,
 };
 use tokio::sync::Notify;
 
@@ -25,6 +26,19 @@ enum Flaw {
     ReaderRenewAddsToTheOldWindow,
     /// A handle offers a deadline-lowering signal it never notifies.
     SignalNeverNotified,
+    /// A handle's deadline-lowering signal is notified 2 s late.
+    SignalTwoSecondsLate,
+    /// A permit's, a reader's or a writer's ttl under a millisecond is
+    /// rounded down (to zero, which the duration guard refuses).
+    RoundsSubMillisecondDown,
+    /// `waiters` answers an empty queue for a bad name, or on a closed
+    /// store, instead of refusing.
+    WaitersAnswerAnything,
+    /// `waiters` lists the queue newest first.
+    WaitersNewestFirst,
+    /// `waiters` counts `waited` from a waiter's last attempt (its ticket's
+    /// last renewal), not from its arrival.
+    WaitedSinceTheLastAttempt,
 }
 
 /// The reference store with `flaw` on top.
@@ -43,6 +57,14 @@ struct Handle {
 }
 
 impl Flawed {
+    /// The ttl the flaw asks with: under a millisecond, rounded down.
+    fn ttl(&self, ttl: Duration) -> Duration {
+        match self.flaw {
+            Flaw::RoundsSubMillisecondDown if ttl < Duration::from_millis(1) => Duration::ZERO,
+            _ => ttl,
+        }
+    }
+
     fn wrap(&self, lock: Result<Option<Box<dyn Lock>>>) -> Result<Option<Box<dyn Lock>>> {
         Ok(lock?.map(|inner| {
             Box::new(Handle {
@@ -95,6 +117,16 @@ impl Lock for Handle {
     fn valid_until_lowered(&self) -> Option<Arc<Notify>> {
         match self.flaw {
             Flaw::SignalNeverNotified => Some(self.silent.clone()),
+            Flaw::SignalTwoSecondsLate => {
+                let inner = self.inner().valid_until_lowered()?;
+                let late = self.silent.clone();
+                tokio::spawn(async move {
+                    inner.notified().await;
+                    tokio::time::sleep(Duration::from_secs(2)).await;
+                    late.notify_waiters();
+                });
+                Some(self.silent.clone())
+            }
             _ => self.inner().valid_until_lowered(),
         }
     }
@@ -152,7 +184,7 @@ impl Store for Flawed {
     ) -> Result<Option<Box<dyn Lock>>> {
         self.wrap(
             self.inner
-                .try_acquire_permit(name, permits, owner, ttl)
+                .try_acquire_permit(name, permits, owner, self.ttl(ttl))
                 .await,
         )
     }
@@ -188,7 +220,7 @@ impl Store for Flawed {
         owner: &str,
         ttl: Duration,
     ) -> Result<Option<Box<dyn Lock>>> {
-        self.wrap(self.inner.try_read_lock(name, owner, ttl).await)
+        self.wrap(self.inner.try_read_lock(name, owner, self.ttl(ttl)).await)
     }
     async fn read_lock(
         &self,
@@ -205,7 +237,7 @@ impl Store for Flawed {
         owner: &str,
         ttl: Duration,
     ) -> Result<Option<Box<dyn Lock>>> {
-        self.wrap(self.inner.try_write_lock(name, owner, ttl).await)
+        self.wrap(self.inner.try_write_lock(name, owner, self.ttl(ttl)).await)
     }
     async fn write_lock(
         &self,
@@ -218,6 +250,22 @@ impl Store for Flawed {
     }
     async fn holder(&self, name: &str) -> Result<Option<Holder>> {
         self.inner.holder(name).await
+    }
+    async fn waiters(&self, name: &str) -> Result<Vec<Waiter>> {
+        let waiters = self.inner.waiters(name).await;
+        match self.flaw {
+            Flaw::WaitersAnswerAnything => Ok(waiters.unwrap_or_default()),
+            Flaw::WaitersNewestFirst => waiters.map(|w| w.into_iter().rev().collect()),
+            Flaw::WaitedSinceTheLastAttempt => waiters.map(|w| {
+                w.into_iter()
+                    .map(|w| Waiter {
+                        waited: TICKET_LEASE.saturating_sub(w.expires_in),
+                        ..w
+                    })
+                    .collect()
+            }),
+            _ => waiters,
+        }
     }
     async fn purge_expired(&self) -> Result<u64> {
         self.inner.purge_expired().await
@@ -296,5 +344,45 @@ fn a_deadline_signal_never_notified_is_caught() {
     rejects(
         Flaw::SignalNeverNotified,
         alkstore_contract_suite::case!(a_lowered_deadline_is_signalled),
+    );
+}
+
+#[test]
+fn a_deadline_signal_two_seconds_late_is_caught() {
+    rejects(
+        Flaw::SignalTwoSecondsLate,
+        alkstore_contract_suite::case!(a_lowered_deadline_is_signalled),
+    );
+}
+
+#[test]
+fn a_sub_millisecond_ttl_rounded_down_is_caught() {
+    rejects(
+        Flaw::RoundsSubMillisecondDown,
+        alkstore_contract_suite::case!(sub_millisecond_ttl_rounds_up_for_every_kind),
+    );
+}
+
+#[test]
+fn waiters_that_answer_anything_are_caught() {
+    rejects(
+        Flaw::WaitersAnswerAnything,
+        alkstore_contract_suite::case!(waiters_validates_and_fails_closed),
+    );
+}
+
+#[test]
+fn waiters_listed_newest_first_are_caught() {
+    rejects(
+        Flaw::WaitersNewestFirst,
+        alkstore_contract_suite::case!(waiters_are_listed_oldest_first_with_their_whole_wait),
+    );
+}
+
+#[test]
+fn a_wait_counted_from_the_last_attempt_is_caught() {
+    rejects(
+        Flaw::WaitedSinceTheLastAttempt,
+        alkstore_contract_suite::case!(waiters_are_listed_oldest_first_with_their_whole_wait),
     );
 }

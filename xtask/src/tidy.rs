@@ -16,6 +16,9 @@
 //! - every xtask command is in its usage line and its module doc;
 //! - every page that shows Rust (a ```` ```rust ```` block) is compiled as a
 //!   doctest: included by `alkstore/src/lib.rs`'s `documented_examples`;
+//! - what the docs say is opted out is what the in-tree fixtures opt out
+//!   of: a case named in a sentence saying so is one a fixture opts out of,
+//!   and every such case is named in `docs/contract.md`;
 //! - the engines a doc names are the engines there are: every
 //!   `alkstore-<name>` is a package, "four engines" counts the engines
 //!   (packages with an `ENGINE` descriptor), "both server engines" the
@@ -51,7 +54,82 @@ fn problems(root: &Path) -> Result<(Vec<String>, usize), String> {
     xtask_usage(root, &mut problems)?;
     doctested_pages(root, &mut problems)?;
     engines_named(root, &mut problems)?;
+    opt_outs_documented(root, &cases, &mut problems)?;
     Ok((problems, cases.len()))
+}
+
+/// The cases an in-tree fixture opts out of (`.opting_out(case!(NAME), …)`
+/// in a test crate), by name.
+fn opted_out(root: &Path) -> Result<BTreeSet<String>, String> {
+    let mut cases = BTreeSet::new();
+    for member in members(root)? {
+        for file in rust_files(&root.join(&member).join("tests")) {
+            let text = read(&file)?.replace(char::is_whitespace, "");
+            for name in names_after(&text, ".opting_out(case!(") {
+                cases.insert(name.to_owned());
+            }
+        }
+    }
+    // The suite's own test of opting out is no engine's.
+    cases.remove("exclusion_two_owners");
+    Ok(cases)
+}
+
+/// What the docs say is opted out is what the fixtures opt out of: every
+/// contract case a doc names within a sentence that says "opted out",
+/// "opts out" or "opt out" is one an in-tree fixture opts out of (a doc
+/// still saying a case is opted out that the contract table runs is
+/// drift), and every case a fixture opts out of is named in
+/// docs/contract.md.
+fn opt_outs_documented(
+    root: &Path,
+    cases: &BTreeSet<String>,
+    problems: &mut Vec<String>,
+) -> Result<(), String> {
+    let opted = opted_out(root)?;
+    let contract = read(&root.join("docs/contract.md"))?;
+    for case in &opted {
+        if !contract.contains(&format!("`{case}`")) {
+            problems.push(format!(
+                "a fixture opts out of `{case}`, which docs/contract.md does not name"
+            ));
+        }
+    }
+    let mut pages = markdown_files(root);
+    pages.retain(|p| !p.ends_with("CHANGELOG.md"));
+    for page in pages {
+        let text = read(&page)?;
+        // Sentences: a table's rows one by one, a paragraph's split at
+        // its full stops.
+        let sentences = text.split("\n\n").flat_map(|paragraph| {
+            let parts: Vec<String> = match paragraph.trim_start().starts_with('|') {
+                true => paragraph.lines().map(str::to_owned).collect(),
+                false => paragraph
+                    .replace('\n', " ")
+                    .split(". ")
+                    .map(str::to_owned)
+                    .collect(),
+            };
+            parts
+        });
+        for sentence in sentences {
+            let says_opted = ["opted out", "opts out", "opt out"]
+                .iter()
+                .any(|phrase| sentence.contains(phrase));
+            if !says_opted {
+                continue;
+            }
+            for case in cases {
+                if sentence.contains(&format!("`{case}`")) && !opted.contains(case) {
+                    problems.push(format!(
+                        "{} says `{case}` is opted out of, which no in-tree fixture does",
+                        page.strip_prefix(root).unwrap_or(&page).display()
+                    ));
+                }
+            }
+        }
+    }
+    Ok(())
 }
 
 fn read(path: &Path) -> Result<String, String> {

@@ -733,3 +733,131 @@ pub async fn a_waiting_writer_is_granted_among_arriving_readers(stores: Stores) 
     );
     assert!(writer.release().await.unwrap());
 }
+
+/// A waiter keeps its place for as long as it waits: its attempts renew
+/// its ticket (the same number all along), so that a waiter queued after
+/// it, more than two ticket leases later, is still behind it.
+pub async fn a_waiters_place_is_kept_while_it_waits(stores: Stores) {
+    let peers = stores.open(3).await;
+    let store = &stores.store;
+    let seen: Seen = Arc::default();
+    let holder = granted(store.try_lock("kept", "holder", LONG).await);
+    let viewer = store.as_ref();
+    let first = queue_up(&peers[1], viewer, "kept", "first", Ask::Lock, 0, &seen).await;
+    let ticket = |waiters: &[alkstore_core::Waiter]| {
+        waiters
+            .iter()
+            .find(|w| w.owner == "first")
+            .map(|w| w.ticket)
+    };
+    let drawn = ticket(&store.waiters("kept").await.unwrap());
+    tokio::time::sleep(2 * clock().ticket_lease + ms(500)).await;
+    let later = store.waiters("kept").await.unwrap();
+    assert_eq!(
+        ticket(&later),
+        drawn,
+        "rule: a waiter's attempts renew its place; after two ticket leases the queue shows \
+         {later:?}, expected the first waiter's ticket {drawn:?} still there"
+    );
+    let second = queue_up(&peers[2], viewer, "kept", "second", Ask::Lock, 1, &seen).await;
+    assert!(holder.release().await.unwrap());
+    for waiter in [first, second] {
+        waiter.await.unwrap();
+    }
+    assert_eq!(
+        by_fence(&seen),
+        ["first", "second"],
+        "rule: a waiter keeps its place for as long as it waits"
+    );
+}
+
+/// The same owner asking again while others queue is answered at once
+/// with its own grant (the same fence): an owner names one holder, and
+/// its own live grant is no turn to wait for. For a lock, a permit and a
+/// reader, by `try_` and by a waiting call.
+pub async fn an_owner_asking_again_is_answered_at_once_while_others_queue(stores: Stores) {
+    let peers = stores.open(2).await;
+    let store = &stores.store;
+    let seen: Seen = Arc::default();
+    // What holds, and what queues behind it: a writer behind a reader.
+    for (hold, queued) in [
+        (Ask::Lock, Ask::Lock),
+        (Ask::Permit(1), Ask::Permit(1)),
+        (Ask::Read, Ask::Write),
+    ] {
+        let name = format!("again/{hold:?}");
+        let held = granted(hold.attempt(store.as_ref(), &name, "owner").await);
+        let waiter = queue_up(&peers[1], store.as_ref(), &name, "waiter", queued, 0, &seen).await;
+        let tried = granted(hold.attempt(store.as_ref(), &name, "owner").await);
+        let asked = Instant::now();
+        let waited = hold
+            .wait(store.as_ref(), &name, "owner", Duration::from_secs(2))
+            .await;
+        let took = asked.elapsed();
+        let waited = granted(waited);
+        assert!(
+            tried.fence() == held.fence() && waited.fence() == held.fence(),
+            "rule: the same owner asking again gets its own grant back while others queue; \
+             {hold:?}: fences {} and {}, expected {}",
+            tried.fence(),
+            waited.fence(),
+            held.fence()
+        );
+        assert!(
+            took < Duration::from_secs(1),
+            "rule: the same owner asking again is answered at once, not kept waiting behind \
+             the queue; {hold:?}: {took:?}"
+        );
+        assert!(held.release().await.unwrap());
+        tried.let_lapse();
+        waited.let_lapse();
+        waiter.await.unwrap();
+    }
+}
+
+/// `waiters` lists a name's queue oldest first (owners in the order they
+/// queued, tickets rising), and each waiter's `waited` counts from its
+/// arrival, not from its last attempt (a waiter attempts again at least
+/// every half ticket lease).
+pub async fn waiters_are_listed_oldest_first_with_their_whole_wait(stores: Stores) {
+    let peers = stores.open(4).await;
+    let store = &stores.store;
+    let seen: Seen = Arc::default();
+    let holder = granted(store.try_lock("listed", "holder", LONG).await);
+    let viewer = store.as_ref();
+    let mut waiters = Vec::new();
+    for (i, owner) in ["w0", "w1", "w2"].into_iter().enumerate() {
+        let peer = &peers[1 + i];
+        waiters.push(queue_up(peer, viewer, "listed", owner, Ask::Lock, i, &seen).await);
+    }
+    let queued = Instant::now();
+    let whole = clock().ticket_lease + ms(500);
+    tokio::time::sleep(whole).await;
+    let listed = store.waiters("listed").await.unwrap();
+    let owners: Vec<&str> = listed.iter().map(|w| w.owner.as_str()).collect();
+    assert_eq!(
+        owners,
+        ["w0", "w1", "w2"],
+        "rule: waiters lists the queue oldest first; saw {listed:?}"
+    );
+    assert!(
+        listed.windows(2).all(|w| w[0].ticket < w[1].ticket),
+        "rule: waiters lists tickets rising; saw {listed:?}"
+    );
+    // The last of them queued before `queued`: each has waited at least
+    // this long (less a millisecond of the engine's clock rounding).
+    let at_least = queued.elapsed().saturating_sub(ms(50));
+    for waiter in &listed {
+        assert!(
+            waiter.waited >= at_least,
+            "rule: a waiter's `waited` counts from its arrival; {} shows {:?}, expected at \
+             least {at_least:?}",
+            waiter.owner,
+            waiter.waited
+        );
+    }
+    assert!(holder.release().await.unwrap());
+    for waiter in waiters {
+        waiter.await.unwrap();
+    }
+}

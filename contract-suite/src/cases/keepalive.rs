@@ -139,12 +139,15 @@ pub async fn a_lowered_deadline_is_signalled(store: Arc<dyn Store>) {
         lowered.as_mut().enable();
         let before = kept.valid_until();
         assert!(twin.release().await.unwrap());
+        // Notified as the release is answered (in this process); 500 ms
+        // for a loaded machine's scheduler, far below a signal that only
+        // comes with some later look (a keep-alive's next renewal).
         assert!(
-            tokio::time::timeout(Duration::from_secs(5), lowered)
+            tokio::time::timeout(Duration::from_millis(500), lowered)
                 .await
                 .is_ok(),
             "rule: a handle's deadline-lowering signal is notified when its deadline comes down; \
-             the {kind}'s twin released the grant and no signal came within 5 s"
+             the {kind}'s twin released the grant and no signal came within 500 ms"
         );
         assert!(
             kept.valid_until() < before && kept.valid_until() <= Instant::now(),

@@ -202,6 +202,67 @@ pub async fn sub_millisecond_ttl_rounds_up(store: Arc<dyn Store>) {
     );
 }
 
+/// A sub-millisecond ttl of a permit, a reader or a writer is a 1 ms
+/// lease too, not a refused zero: each is granted, and lapses for another
+/// owner to take its place with a higher fence.
+pub async fn sub_millisecond_ttl_rounds_up_for_every_kind(store: Arc<dyn Store>) {
+    let tiny = Duration::from_nanos(999_999);
+    let over =
+        crate::clock::clock().lease_end(Duration::from_millis(1)) + Duration::from_millis(30);
+    for kind in ["permit", "reader", "writer"] {
+        let name = format!("tiny-{kind}");
+        let first = match kind {
+            "permit" => store.try_acquire_permit(&name, 1, "a", tiny).await,
+            "reader" => store.try_read_lock(&name, "a", tiny).await,
+            _ => store.try_write_lock(&name, "a", tiny).await,
+        };
+        let first = match first {
+            Ok(Some(lock)) => lock,
+            other => panic!(
+                "rule: a {kind}'s ttl under a millisecond rounds up to 1 ms, not down to a \
+                 refused zero; saw {other:?}, expected a grant"
+            ),
+        };
+        tokio::time::sleep(over).await;
+        let next = match kind {
+            "permit" => store.try_acquire_permit(&name, 1, "b", TTL).await,
+            // A writer after a reader or a writer: it waits for neither.
+            _ => store.try_write_lock(&name, "b", TTL).await,
+        };
+        let next = granted(next);
+        assert!(
+            next.fence() > first.fence(),
+            "rule: a {kind}'s 1 ms lease lapses and the next grant carries a higher fence; saw \
+             fence {} after {}",
+            next.fence(),
+            first.fence()
+        );
+        assert!(next.release().await.unwrap());
+        first.let_lapse();
+    }
+}
+
+/// `waiters` validates the name as every call does (empty, a control
+/// character, the reserved namespace: refused before storage), and fails
+/// closed once the store is closed.
+pub async fn waiters_validates_and_fails_closed(store: Arc<dyn Store>) {
+    for (bad, reserved) in [("", false), ("bad\n", false), ("alkstore.x", true)] {
+        let answer = store.waiters(bad).await;
+        let refused = match (&answer, reserved) {
+            (Err(Error::ReservedName { .. }), true) => true,
+            (Err(Error::InvalidName { .. }), false) => true,
+            _ => false,
+        };
+        assert!(
+            refused,
+            "rule: waiters refuses a bad name as every call does; waiters({bad:?}) answered \
+             {answer:?}"
+        );
+    }
+    store.close().await.unwrap();
+    crate::support::assert_closed(store.waiters("job").await);
+}
+
 /// The name limit counts bytes, not characters: 64 four-byte characters
 /// (256 bytes) are refused before storage, 63 (252 bytes) are a name the
 /// engine keeps whole.
