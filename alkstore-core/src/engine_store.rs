@@ -301,8 +301,9 @@ impl<E: Engine> EngineStore<E> {
                 let (expires_in, queued) = match tried {
                     Tried::Granted(granted) => {
                         place.granted(started);
-                        // Whether a release woke the attempt that won, or
-                        // its poll did (the contract's wake-up cases read it).
+                        // Whether a notification (a release, a cue from the
+                        // ticket ahead) woke the attempt that won, or its
+                        // poll did (the contract's wake-up cases read it).
                         tracing::Span::current().record("woken", waiting.granted());
                         if place.queueing && matches!(ask, Ask::Rw(RwMode::Read)) {
                             // Readers go in together: the release that let

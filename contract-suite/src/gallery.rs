@@ -277,6 +277,8 @@ impl Flaw {
             Flaw::GrantsOverALiveRow => cases!(
                 a_dead_waiters_place_is_freed_within_the_ticket_lease,
                 a_dropped_waiter_leaves_the_queue_at_once,
+                a_waiters_place_is_kept_while_it_waits,
+                an_owner_asking_again_is_answered_at_once_while_others_queue,
                 calls_racing_close_finish_or_fail_closed,
                 dropping_a_handle_leaves_its_grant,
                 exclusion_many_contenders,
@@ -302,7 +304,8 @@ impl Flaw {
                 schedule_runs_each_slot_once_across_skewed_clocks,
                 try_never_queues_nor_jumps_the_queue,
                 valid_until_never_outlasts_the_lease,
-                waiters_are_granted_in_arrival_order
+                waiters_are_granted_in_arrival_order,
+                waiters_are_listed_oldest_first_with_their_whole_wait
             ),
             Flaw::NeverExpires => cases!(
                 expired_rows_stay_until_purged,
@@ -334,6 +337,7 @@ impl Flaw {
             ),
             Flaw::RegrantsTheSameOwner => cases!(
                 a_lowered_deadline_is_signalled,
+                an_owner_asking_again_is_answered_at_once_while_others_queue,
                 dropping_a_handle_leaves_its_grant,
                 fences_strictly_increase,
                 handles_of_one_grant_are_one_grant,
@@ -450,6 +454,7 @@ impl Flaw {
             }
             Flaw::GrantsOneMorePermit => cases!(
                 acquire_permit_woken_by_release,
+                an_owner_asking_again_is_answered_at_once_while_others_queue,
                 dropping_a_handle_leaves_its_grant,
                 keepalive_holds_a_permit_past_its_ttl,
                 lock_and_semaphore_names_never_mix,
@@ -460,12 +465,14 @@ impl Flaw {
             ),
             Flaw::PermitTakeoverKeepsTheFence => cases!(
                 permit_expiry_lets_another_owner_in,
-                permit_handle_never_touches_a_later_grant_of_its_slot
+                permit_handle_never_touches_a_later_grant_of_its_slot,
+                sub_millisecond_ttl_rounds_up_for_every_kind
             ),
             Flaw::IgnoresThePermitCount => cases!(permit_count_mismatch_is_refused),
             Flaw::LockIgnoresLivePermits => cases!(lock_and_semaphore_names_never_mix),
             Flaw::RegrantsTheSameOwnersPermit => cases!(
                 a_lowered_deadline_is_signalled,
+                an_owner_asking_again_is_answered_at_once_while_others_queue,
                 dropping_a_handle_leaves_its_grant,
                 permit_same_owner_gets_its_permit_back,
                 raise_fences_lifts_every_later_fence
@@ -485,6 +492,7 @@ impl Flaw {
                 a_waiting_writer_holds_new_readers_back,
                 a_waiting_writer_is_granted_among_arriving_readers,
                 a_writers_intent_ends_with_its_wait,
+                an_owner_asking_again_is_answered_at_once_while_others_queue,
                 dropping_a_handle_leaves_its_grant,
                 readers_and_writers_never_overlap,
                 readers_share_a_name_and_a_writer_holds_it_alone,
@@ -533,7 +541,10 @@ impl Flaw {
             Flaw::LeavingTheQueueDoesNothing => cases!(a_dropped_waiter_leaves_the_queue_at_once),
             Flaw::KeepsAGrantedWaitersTicket => cases!(waiters_are_granted_in_arrival_order),
             Flaw::PassesWaitersOfAnotherKind => cases!(no_kind_passes_a_waiter_of_another),
-            Flaw::TicketLapsesWhileWaiting => cases!(a_waiters_place_is_kept_while_it_waits),
+            Flaw::TicketLapsesWhileWaiting => cases!(
+                a_waiters_place_is_kept_while_it_waits,
+                waiters_are_listed_oldest_first_with_their_whole_wait
+            ),
             Flaw::KeepsTheOwnerBehindTheQueue => {
                 cases!(an_owner_asking_again_is_answered_at_once_while_others_queue)
             }
