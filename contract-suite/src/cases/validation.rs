@@ -248,11 +248,10 @@ pub async fn sub_millisecond_ttl_rounds_up_for_every_kind(store: Arc<dyn Store>)
 pub async fn waiters_validates_and_fails_closed(store: Arc<dyn Store>) {
     for (bad, reserved) in [("", false), ("bad\n", false), ("alkstore.x", true)] {
         let answer = store.waiters(bad).await;
-        let refused = match (&answer, reserved) {
-            (Err(Error::ReservedName { .. }), true) => true,
-            (Err(Error::InvalidName { .. }), false) => true,
-            _ => false,
-        };
+        let refused = matches!(
+            (&answer, reserved),
+            (Err(Error::ReservedName { .. }), true) | (Err(Error::InvalidName { .. }), false)
+        );
         assert!(
             refused,
             "rule: waiters refuses a bad name as every call does; waiters({bad:?}) answered \
