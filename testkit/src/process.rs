@@ -91,13 +91,23 @@ pub fn random_password() -> Result<String, String> {
     Ok(bytes.iter().map(|b| format!("{b:02x}")).collect())
 }
 
-/// A loopback port nothing listens on right now.
+/// A loopback port nothing listens on right now, and none this process
+/// was given before: the kernel may hand a port just let go of out again
+/// (two members of one etcd cluster were once given the same port), and
+/// the server it was given for may not listen on it yet.
 pub fn free_port() -> Result<u16, String> {
-    let listener = TcpListener::bind("127.0.0.1:0").map_err(|e| format!("no free port: {e}"))?;
-    listener
-        .local_addr()
-        .map(|a| a.port())
-        .map_err(|e| e.to_string())
+    static GIVEN: std::sync::Mutex<Vec<u16>> = std::sync::Mutex::new(Vec::new());
+    let mut given = GIVEN.lock().unwrap_or_else(|e| e.into_inner());
+    for _ in 0..100 {
+        let listener =
+            TcpListener::bind("127.0.0.1:0").map_err(|e| format!("no free port: {e}"))?;
+        let port = listener.local_addr().map_err(|e| e.to_string())?.port();
+        if !given.contains(&port) {
+            given.push(port);
+            return Ok(port);
+        }
+    }
+    Err("no free port this process was not given before, in 100 tries".into())
 }
 
 /// Runs the shell command `stop` and removes `dir` once this process is
