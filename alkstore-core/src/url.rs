@@ -11,7 +11,7 @@ use crate::store::Store;
 
 /// A store URL that could not be used; found in the source chain of the
 /// [`Error::Database`](crate::Error::Database) `open` returns. Every URL in
-/// it is [masked](masked).
+/// it is [`masked`].
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[non_exhaustive]
 pub enum UrlError {

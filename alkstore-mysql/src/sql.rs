@@ -19,7 +19,7 @@ use sqlx::{MySqlConnection, SqlStr};
 /// 1's acquire procedure rolled the caller's transaction back when it
 /// refused to run inside one; 2's fences were the sequence's values alone,
 /// which a promoted replica hands out again: both upgraded in place
-/// ([`UPGRADABLE`]), since only the procedure changed (and a `meta` row is
+/// (`UPGRADABLE`), since only the procedure changed (and a `meta` row is
 /// added).
 /// 3's answered the same owner's grant again by reading it back, which a
 /// grant whose wait for a semi-sync replica's acknowledgement was cut short

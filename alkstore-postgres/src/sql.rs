@@ -29,7 +29,7 @@ use crate::protocol::{Call, Protocol};
 /// whose wait for a synchronous standby was cut short is too (committed on
 /// the primary only); 6 had no semaphores (`permits`, `acquire_permit`,
 /// and an acquire function that refuses a name live permits hold): all
-/// upgraded in place ([`UPGRADABLE`]), since only the functions changed
+/// upgraded in place (`UPGRADABLE`), since only the functions changed
 /// and a table was added (and 5's fences are above every fence of 4's); 7
 /// had no reader-writer locks (`acquire_rw`; their rows live in `permits`,
 /// marked with permits 0, which 7's functions read as a semaphore's); 8's

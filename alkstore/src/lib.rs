@@ -28,6 +28,10 @@
 //! can also be used directly: `alkstore_sqlite::SqliteStore`,
 //! `alkstore_postgres::PgStore`, `alkstore_mysql::MySqlStore`,
 //! `alkstore_etcd::EtcdStore`.
+//!
+//! # Features
+#![doc = document_features::document_features!()]
+#![cfg_attr(docsrs, feature(doc_cfg))]
 
 // What a lock user needs, at the root.
 pub use alkstore_core::{
@@ -56,6 +60,7 @@ macro_rules! engines {
     ($($feature:literal => $module:ident = $krate:ident),* $(,)?) => {
         $(
             #[cfg(feature = $feature)]
+            #[cfg_attr(docsrs, doc(cfg(feature = $feature)))]
             pub use $krate as $module;
         )*
 

@@ -32,7 +32,7 @@ const TTL: Duration = Duration::from_secs(60);
 pub enum Kind {
     /// A lock (`try_lock`).
     Lock,
-    /// A permit of a semaphore of [`PERMITS`] (`try_acquire_permit`).
+    /// A permit of a semaphore of `PERMITS` (`try_acquire_permit`).
     Permit,
     /// A reader (`try_read_lock`).
     Read,
@@ -148,7 +148,7 @@ pub struct Kept {
     handles: Vec<Box<dyn Lock>>,
 }
 
-/// Takes [`KEPT`] grants of each kind (names `kn0`, `kp0`, …, owner `k`)
+/// Takes `KEPT` grants of each kind (names `kn0`, `kp0`, …, owner `k`)
 /// and keeps their handles. Wait until the replica has them before the
 /// cut.
 pub async fn keep(store: &dyn Store) -> Kept {
