@@ -227,6 +227,25 @@ fn new_cluster(bin: PathBuf, settings: Vec<String>) -> Result<(Cluster, String),
     Ok((cluster, password))
 }
 
+/// The server binaries, for a test that starts clusters of its own
+/// (`why`); `None` (the reason printed, or a panic when PostgreSQL is
+/// required) when there are none, or when a server is given by URL.
+fn bin_dir_of_its_own(why: &str) -> Option<PathBuf> {
+    if std::env::var(URL_VAR).is_ok_and(|url| !url.is_empty()) {
+        eprintln!("SKIPPED: {why}, not {URL_VAR}");
+        return None;
+    }
+    let bin = find_bin_dir();
+    if bin.is_none() {
+        process::skip_or_fail(
+            "postgres",
+            "no PostgreSQL server binaries (initdb, pg_ctl) found",
+            "install PostgreSQL's server binaries",
+        );
+    }
+    bin
+}
+
 /// A throwaway cluster of a test's own, to stop and start (the shared
 /// [`server`] must stay up for the other tests), removed by its watchdog
 /// when this process ends.
@@ -243,18 +262,7 @@ impl Own {
     /// is required) when there are no server binaries, or when a server is
     /// given by URL.
     pub fn start() -> Option<Own> {
-        if std::env::var(URL_VAR).is_ok_and(|url| !url.is_empty()) {
-            eprintln!("SKIPPED: this test needs a cluster of its own, not {URL_VAR}");
-            return None;
-        }
-        let Some(bin) = find_bin_dir() else {
-            process::skip_or_fail(
-                "postgres",
-                "no PostgreSQL server binaries (initdb, pg_ctl) found",
-                "install PostgreSQL's server binaries",
-            );
-            return None;
-        };
+        let bin = bin_dir_of_its_own("this test needs a cluster of its own")?;
         let (cluster, password) =
             new_cluster(resolved(bin), Vec::new()).expect("start a cluster of the test's own");
         let url = cluster.url(&password);
@@ -284,18 +292,7 @@ impl Pair {
     /// `None` (the reason printed) when there are no server binaries, or
     /// when a server is given by URL (a pair needs clusters of its own).
     pub fn start(synchronous: bool) -> Option<Pair> {
-        if std::env::var(URL_VAR).is_ok_and(|url| !url.is_empty()) {
-            eprintln!("SKIPPED: a failover test needs clusters of its own, not {URL_VAR}");
-            return None;
-        }
-        let Some(bin) = find_bin_dir() else {
-            process::skip_or_fail(
-                "postgres",
-                "no PostgreSQL server binaries (initdb, pg_ctl) found",
-                "install PostgreSQL's server binaries",
-            );
-            return None;
-        };
+        let bin = bin_dir_of_its_own("a failover test needs clusters of its own")?;
         Some(Self::start_with(bin, synchronous).expect("start a primary and a standby"))
     }
 
