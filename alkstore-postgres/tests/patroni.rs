@@ -190,13 +190,16 @@ async fn check_after_promotion(store: &dyn Store, told: &Told, round: &str) {
     fresh.release().await.unwrap();
 }
 
-/// Polls `done` every 20 ms, for a minute at most.
-async fn until(done: &dyn Fn() -> bool, what: &str) {
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
+/// Polls `done` every 20 ms, for three minutes at most (a crashed leader
+/// replaced while a second full test run loads the machine once took more
+/// than one), then fails naming `what` and what `seen` tells of it.
+async fn until(done: &dyn Fn() -> bool, what: &str, seen: &dyn Fn() -> String) {
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(180);
     while !done() {
         assert!(
             tokio::time::Instant::now() < deadline,
-            "waited a minute for {what}"
+            "waited three minutes for {what}: {}",
+            seen()
         );
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
@@ -222,7 +225,21 @@ async fn under_load(
         let ok = move || fences(&told.lock().unwrap().fences);
         ok()
     };
-    until(&|| granted(&|f| f.len() >= 20), "grants before").await;
+    // What the writers heard so far, should a wait run out.
+    let seen = || {
+        let told = told.lock().unwrap();
+        let errors: Vec<String> = told
+            .errors
+            .iter()
+            .map(|(kind, all)| format!("{kind}: {} (last {:?})", all.len(), all.last()))
+            .collect();
+        format!(
+            "{} grants, fences {:?}…, errors {errors:?}",
+            told.grants,
+            told.fences.iter().rev().take(3).collect::<Vec<_>>()
+        )
+    };
+    until(&|| granted(&|f| f.len() >= 20), "grants before", &seen).await;
     let before = told
         .lock()
         .unwrap()
@@ -236,6 +253,7 @@ async fn under_load(
     until(
         &|| granted(&|f| f.iter().filter(|&&x| timeline(x) > before).count() >= 20),
         "grants after",
+        &seen,
     )
     .await;
     stop.store(true, Ordering::Relaxed);
