@@ -21,7 +21,8 @@ pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
 /// answers a direct connection at once (refused, reset); a pooler in front
 /// of it holds the query instead (PgBouncer for `query_wait_timeout`,
 /// 120 s by default), and a server cut off by the network answers nothing.
-/// Settable per store (the PostgreSQL and MariaDB URLs' `timeout=`).
+/// Settable per store (the PostgreSQL URL's `timeout=`; MariaDB stores
+/// keep this default).
 pub const ANSWER_WITHIN: Duration = Duration::from_secs(10);
 
 /// How many times a statement the server rolled back whole (a deadlock
@@ -147,7 +148,7 @@ pub struct NoServerConnection {
 pub struct NoAnswer {
     /// Host and port (or socket) the connection went to.
     pub server: String,
-    /// What stands between, as the store was told (`" through PgBouncer in
+    /// What stands between, as the store was told (`" through a pooler in
     /// transaction mode"`), or empty.
     pub via: String,
     /// The bound that passed, past the statement's own lock waits.
@@ -261,7 +262,6 @@ impl<D: Dialect> Connections<D> {
     ///   its connect as well: the first try's own lock waits ended at the
     ///   deadline, so the second learns its outcome by then, and no try
     ///   outlives its wait without bound.
-    ///
     /// - A statement unanswered [`ANSWER_WITHIN`] (or the store's own
     ///   bound) past its lock waits fails with [`NoAnswer`], its connection
     ///   dropped; it is not run again (it may still commit).
