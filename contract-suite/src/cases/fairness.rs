@@ -543,7 +543,7 @@ async fn kinds_in_one_queue(
     assert!(holder.release().await.unwrap());
     let tried = then.attempt(caller, name, "then").await;
     let looked = Instant::now();
-    let still = store_waiter(viewer, name, "first").await;
+    let still = place_lasts(viewer, name, "first").await;
     let Some(lasts) = still else {
         if let Ok(Some(lock)) = tried {
             assert!(lock.release().await.unwrap());
@@ -573,7 +573,7 @@ async fn kinds_in_one_queue(
 
 /// How long `owner`'s place in `name`'s queue lasts, as `viewer` sees it
 /// (`None`: not queued).
-async fn store_waiter(viewer: &dyn Store, name: &str, owner: &str) -> Option<Duration> {
+async fn place_lasts(viewer: &dyn Store, name: &str, owner: &str) -> Option<Duration> {
     viewer
         .waiters(name)
         .await
