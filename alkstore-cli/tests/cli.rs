@@ -1238,3 +1238,37 @@ async fn doctor_names_the_pooler_and_its_mode() {
     assert!(pooler(&sessions).contains("session mode"), "{sessions}");
     assert_eq!(warnings(&sessions), 0, "{sessions}");
 }
+
+/// The CLI reaches a PostgreSQL that accepts only TLS with libpq's
+/// parameters in its URL: `list` reads the store, `doctor` says what the
+/// URL asks and what the server saw; a bad `sslmode` is refused with the
+/// parameter named and the password masked.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_cli_speaks_tls_with_libpqs_parameters() {
+    let Some(server) = alkstore_testkit::pg::TlsOwn::start() else {
+        return;
+    };
+    let schema = alkstore_testkit::pg::unique_schema("clitls");
+    let url = format!(
+        "{}?schema={schema}&sslmode=verify-full&sslrootcert={}",
+        server.url,
+        server.certs.ca.display()
+    );
+    let store = alkstore::open(&url).await.unwrap();
+    let lock = store.try_lock("n", "a", TTL).await.unwrap().unwrap();
+    let listed = run(&url, &["list", "--json"], None);
+    assert_eq!(listed.code, 0, "{listed:?}");
+    assert_eq!(grants(&listed.stdout).len(), 1, "{listed:?}");
+    lock.release().await.unwrap();
+    store.close().await.unwrap();
+    let report = run(&url, &["doctor"], None);
+    assert!(
+        report.stdout.contains("(sslmode=verify-full)") && report.stdout.contains("TLSv1.3"),
+        "{report:?}"
+    );
+    let password = server.url.split(['@', ':']).nth(2).unwrap();
+    let bad = run(&format!("{}?sslmode=bogus", server.url), &["list"], None);
+    assert_ne!(bad.code, 0, "{bad:?}");
+    assert!(bad.stderr.contains("`sslmode` is one of"), "{bad:?}");
+    assert!(!bad.stderr.contains(password), "{bad:?}");
+}

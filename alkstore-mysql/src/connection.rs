@@ -1,7 +1,8 @@
 //! What the shared connection layer needs to know about MariaDB and MySQL.
 
-use alkstore_sqlx::Dialect;
-use sqlx::mysql::{MySqlConnectOptions, MySqlConnection, MySqlDatabaseError};
+use alkstore_core::BoxError;
+use alkstore_sqlx::{Dialect, TlsNames};
+use sqlx::mysql::{MySqlConnectOptions, MySqlConnection, MySqlDatabaseError, MySqlSslMode};
 
 /// MariaDB's and MySQL's answers to the connection layer's questions.
 #[derive(Debug)]
@@ -20,6 +21,19 @@ pub(crate) fn error_number(error: &sqlx::Error) -> Option<u16> {
 /// `ER_SERVER_SHUTDOWN`, `ER_CONNECTION_KILLED` (MariaDB),
 /// `ER_CLIENT_INTERACTION_TIMEOUT` (MySQL 8): the server ended the session.
 const SESSION_ENDED: [u16; 3] = [1053, 1927, 4031];
+
+/// `ER_ACCESS_DENIED_ERROR`.
+const ACCESS_DENIED: u16 = 1045;
+
+/// A login without TLS refused as "Access denied", which is also how
+/// MariaDB refuses one on a server that accepts only TLS.
+#[derive(Debug, thiserror::Error)]
+#[error(
+    "access denied to a login without TLS (ssl-mode=DISABLED): if the user and password \
+     are right, the server accepts only TLS (require_secure_transport, as managed \
+     services set it): use ssl-mode=VERIFY_IDENTITY (or REQUIRED)"
+)]
+struct DeniedWithoutTls(#[source] sqlx::Error);
 
 /// `ER_NO_SUCH_TABLE`.
 const NO_SUCH_TABLE: u16 = 1146;
@@ -44,6 +58,22 @@ impl Dialect for MySql {
 
     const ENGINE: &'static str = "mysql";
 
+    /// The `mysql` client's names and values, and the driver's aliases.
+    const TLS: TlsNames = TlsNames {
+        mode: &["ssl-mode", "sslmode"],
+        modes: &[
+            "DISABLED",
+            "PREFERRED",
+            "REQUIRED",
+            "VERIFY_CA",
+            "VERIFY_IDENTITY",
+        ],
+        root_cert: &["ssl-ca", "sslca"],
+        system_roots: None,
+        cert: &["ssl-cert", "sslcert"],
+        key: &["ssl-key", "sslkey"],
+    };
+
     /// The session time zone pinned to UTC (the statements read
     /// `UTC_TIMESTAMP`, which needs none; a user's own reads of the table
     /// are then in UTC too).
@@ -63,6 +93,17 @@ impl Dialect for MySql {
     /// rolled back, nothing written.
     fn no_fence_left(error: &sqlx::Error) -> bool {
         sequence_ran_out(error)
+    }
+
+    /// `ER_ACCESS_DENIED_ERROR` on a login the URL sent without TLS:
+    /// MariaDB answers so when `require_secure_transport` refuses it.
+    fn explain_connect(error: sqlx::Error, options: &MySqlConnectOptions) -> BoxError {
+        if error_number(&error) == Some(ACCESS_DENIED)
+            && matches!(options.get_ssl_mode(), MySqlSslMode::Disabled)
+        {
+            return Box::new(DeniedWithoutTls(error));
+        }
+        error.into()
     }
 
     fn connection_lost(error: &sqlx::Error) -> bool {

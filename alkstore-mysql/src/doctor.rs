@@ -8,6 +8,8 @@ use alkstore_core::BoxError;
 use alkstore_core::doctor::{Finding, InspectFuture, Promise, Report, Verdict, inspecting};
 use sqlx::Connection;
 
+use alkstore_sqlx::TlsLevel;
+
 use crate::connection::MySql;
 use crate::sql;
 
@@ -27,6 +29,7 @@ pub(crate) fn inspect_url(url: &str) -> InspectFuture<'_> {
 
 async fn inspect(url: &str, database: &str) -> Result<Report, BoxError> {
     let (server, mut conn) = alkstore_sqlx::connect_url::<MySql>(url).await?;
+    let asked = tls_asked(alkstore_sqlx::driver_options::<MySql>(url)?.get_ssl_mode());
     let mut shown: Vec<(String, String)> = sqlx::query_as(sql::DOCTOR_VARIABLES)
         .fetch_all(&mut conn)
         .await?;
@@ -42,13 +45,44 @@ async fn inspect(url: &str, database: &str) -> Result<Report, BoxError> {
         .await
         .map(|(next,)| alkstore_core::fence_from_sql(next))
         .map_err(|e| format!("unknown: no store's fences in database {database:?} ({e})"));
+    let session_tls = sqlx::query_as::<_, (String, String)>(sql::DOCTOR_TLS)
+        .fetch_all(&mut conn)
+        .await
+        .map(|rows| {
+            let get = |name: &str| rows.iter().find(|(k, _)| k == name).map(|(_, v)| v.clone());
+            match (get("Ssl_version"), get("Ssl_cipher")) {
+                (Some(version), Some(cipher)) if !cipher.is_empty() => {
+                    format!("{version}, {cipher}")
+                }
+                _ => "not encrypted".to_owned(),
+            }
+        })
+        .unwrap_or_else(|e| format!("unknown: {e}"));
     let _ = conn.close().await;
     shown.push(alkstore_core::doctor::fences_left(next));
+    shown.push(("TLS asked (URL)".into(), asked));
+    shown.push((
+        "TLS of this session (Ssl_version, Ssl_cipher)".into(),
+        session_tls,
+    ));
     let observed = shown
         .iter()
         .map(|(k, v)| (k.to_ascii_lowercase(), v.to_ascii_uppercase()))
         .collect();
     Ok(Report::new("mysql", server, shown, judge(&observed)))
+}
+
+/// What the URL's `ssl-mode` asks for, as doctor reports it.
+fn tls_asked(mode: sqlx::mysql::MySqlSslMode) -> String {
+    use sqlx::mysql::MySqlSslMode;
+    let (name, level) = match mode {
+        MySqlSslMode::Disabled => ("DISABLED", TlsLevel::Off),
+        MySqlSslMode::Preferred => ("PREFERRED", TlsLevel::IfOffered),
+        MySqlSslMode::Required => ("REQUIRED", TlsLevel::Unverified),
+        MySqlSslMode::VerifyCa => ("VERIFY_CA", TlsLevel::CaVerified),
+        MySqlSslMode::VerifyIdentity => ("VERIFY_IDENTITY", TlsLevel::FullyVerified),
+    };
+    format!("{level} (ssl-mode={name})")
 }
 
 /// The promises, judged by the variables and status the server showed

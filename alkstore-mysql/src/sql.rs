@@ -233,6 +233,11 @@ pub(crate) const DOCTOR_VARIABLES: &str = "SHOW GLOBAL VARIABLES WHERE Variable_
 pub(crate) const DOCTOR_STATUS: &str = "SHOW GLOBAL STATUS WHERE Variable_name IN (
     'Rpl_semi_sync_master_status', 'Rpl_semi_sync_master_clients', 'Slaves_running')";
 
+/// `alkstore doctor`: this session's TLS protocol and cipher (empty when
+/// not encrypted).
+pub(crate) const DOCTOR_TLS: &str =
+    "SHOW SESSION STATUS WHERE Variable_name IN ('Ssl_version', 'Ssl_cipher')";
+
 /// `alkstore doctor`: the `fences` sequence's next value that no
 /// connection has cached yet, in `database` (read, not drawn).
 pub(crate) fn doctor_next_fence(database: &str) -> SqlStr {

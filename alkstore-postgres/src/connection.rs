@@ -1,14 +1,13 @@
 //! What the shared connection layer needs to know about PostgreSQL.
 
 use alkstore_core::{BoxError, Error};
-use alkstore_sqlx::Dialect;
+use alkstore_sqlx::{Dialect, TlsNames};
 use sqlx::postgres::{PgConnectOptions, PgConnection};
 
 /// The connect options of a driver URL, as the store makes its connections.
 pub(crate) fn options(url: &str) -> Result<PgConnectOptions, Error> {
-    let options: PgConnectOptions = url
-        .parse()
-        .map_err(|e: sqlx::Error| Error::database("connect", e))?;
+    let options = alkstore_sqlx::driver_options::<Postgres>(url)
+        .map_err(|e| Error::database("connect", e))?;
     Ok(store_options(&options))
 }
 
@@ -37,6 +36,24 @@ impl Dialect for Postgres {
     type Database = sqlx::Postgres;
 
     const ENGINE: &'static str = "postgres";
+
+    /// libpq's names and values, and the driver's aliases. `allow`
+    /// (plain, then TLS if refused) is taken as libpq takes it.
+    const TLS: TlsNames = TlsNames {
+        mode: &["sslmode", "ssl-mode"],
+        modes: &[
+            "disable",
+            "allow",
+            "prefer",
+            "require",
+            "verify-ca",
+            "verify-full",
+        ],
+        root_cert: &["sslrootcert", "ssl-root-cert", "ssl-ca"],
+        system_roots: Some("system"),
+        cert: &["sslcert", "ssl-cert"],
+        key: &["sslkey", "ssl-key"],
+    };
 
     /// As [`store_options`]; READ COMMITTED is pinned by the statements'
     /// [`Setup`](alkstore_sqlx::Setup), or per transaction.

@@ -8,7 +8,7 @@ use alkstore_core::BoxError;
 use alkstore_core::doctor::{Finding, InspectFuture, Promise, Report, Verdict, inspecting};
 use sqlx::Connection;
 
-use alkstore_sqlx::Dialect;
+use alkstore_sqlx::{Dialect, TlsLevel};
 
 use crate::connection::Postgres;
 use crate::protocol::{Call, Protocol};
@@ -165,6 +165,16 @@ async fn inspect(url: &crate::url::Parsed) -> Result<Report, BoxError> {
             }
             Err(error) => PatroniSeen::Unknown(error.to_string()),
         };
+    let session_tls = read::<(String,)>(protocol, &mut conn, Call::new(sql::DOCTOR_TLS))
+        .await
+        .map_err(|e| format!("unknown: {e}"))
+        .and_then(|rows| {
+            rows.into_iter()
+                .next()
+                .map(|(tls,)| tls)
+                .ok_or_else(|| "unknown".into())
+        })
+        .unwrap_or_else(|why| why);
     let _ = conn.close().await;
     // Bounded: a session pooler with no server connection free queues a
     // probe's statements without end.
@@ -224,6 +234,15 @@ async fn inspect(url: &crate::url::Parsed) -> Result<Report, BoxError> {
             PoolerSeen::Unknown(why) => format!("unknown: {why}"),
         },
     ));
+    shown.push(("TLS asked (URL)".into(), tls_asked(options.get_ssl_mode())));
+    shown.push((
+        match url.pooler {
+            crate::Pooler::None => "TLS of this session (pg_stat_ssl)",
+            _ => "TLS of the pooler's session to the server (pg_stat_ssl)",
+        }
+        .into(),
+        session_tls,
+    ));
     shown.push((
         "URL pooler".into(),
         format!("{:?}", url.pooler).to_lowercase(),
@@ -232,6 +251,20 @@ async fn inspect(url: &crate::url::Parsed) -> Result<Report, BoxError> {
     Ok(Report::new("postgres", server, shown, judge(&observed))
         .with_warnings(warnings)
         .with_standby(in_recovery))
+}
+
+/// What the URL's `sslmode` asks for, as doctor reports it.
+fn tls_asked(mode: sqlx::postgres::PgSslMode) -> String {
+    use sqlx::postgres::PgSslMode;
+    let (name, level) = match mode {
+        PgSslMode::Disable => ("disable", TlsLevel::Off),
+        PgSslMode::Allow => ("allow", TlsLevel::IfOffered),
+        PgSslMode::Prefer => ("prefer", TlsLevel::IfOffered),
+        PgSslMode::Require => ("require", TlsLevel::Unverified),
+        PgSslMode::VerifyCa => ("verify-ca", TlsLevel::CaVerified),
+        PgSslMode::VerifyFull => ("verify-full", TlsLevel::FullyVerified),
+    };
+    format!("{level} (sslmode={name})")
 }
 
 /// What to warn of: a pooler in transaction mode the URL does not name.

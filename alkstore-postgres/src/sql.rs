@@ -104,6 +104,12 @@ SELECT pg_is_in_recovery(),
        (SELECT count(*) FROM pg_stat_replication),
        (SELECT count(*) FROM pg_stat_replication WHERE sync_state IN ('sync', 'quorum'))";
 
+/// `alkstore doctor`: this session's TLS as the server sees it (behind a
+/// pooler: the pooler's connection to the server).
+pub(crate) const DOCTOR_TLS: &str = "
+SELECT coalesce((SELECT CASE WHEN ssl THEN version || ', ' || cipher END
+                 FROM pg_stat_ssl WHERE pid = pg_backend_pid()), 'not encrypted')";
+
 /// `alkstore doctor`: the setting its probe connection sets through the
 /// startup `options` parameter, to see whether they reach the server.
 pub(crate) const DOCTOR_PROBE_SETTING: &str = "alkstore.doctor_probe";

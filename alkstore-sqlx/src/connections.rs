@@ -6,11 +6,11 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use alkstore_core::{BoxError, Closed};
+use alkstore_core::{BoxError, Closed, UrlError};
 use sqlx::{ConnectOptions, Connection};
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
-use crate::{Conn, Dialect, Options};
+use crate::{Conn, Dialect, Options, TlsParams};
 
 /// How long opening a connection may take before the operation fails.
 pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
@@ -86,14 +86,14 @@ pub async fn connect<D: Dialect>(options: &Options<D>) -> Result<Conn<D>, Connec
     tokio::time::timeout(CONNECT_TIMEOUT, options.connect())
         .await
         .map_err(|_| failed(format!("no answer within {CONNECT_TIMEOUT:?}").into()))?
-        .map_err(|e| failed(e.into()))
+        .map_err(|e| failed(D::explain_connect(e, options)))
 }
 
 /// Connects to the server a driver URL names, for a one-off look (what
 /// `alkstore doctor` reads): where it is, for a report (never a password),
 /// and the connection.
 pub async fn connect_url<D: Dialect>(url: &str) -> Result<(String, Conn<D>), BoxError> {
-    let options: Options<D> = url.parse()?;
+    let options = driver_options::<D>(url)?;
     let conn = connect::<D>(&options).await?;
     Ok((D::server(&options), conn))
 }
@@ -456,10 +456,19 @@ pub const DEFAULT_MAX_CONNECTIONS: u32 = 10;
 pub async fn connect_pool<D: Dialect>(
     url: &str,
 ) -> Result<sqlx::Pool<D::Database>, alkstore_core::Error> {
-    let options: Options<D> = url
-        .parse()
-        .map_err(|e: sqlx::Error| alkstore_core::Error::database("connect", e))?;
+    let options =
+        driver_options::<D>(url).map_err(|e| alkstore_core::Error::database("connect", e))?;
     connect_pool_with::<D>(options).await
+}
+
+/// The connect options of a driver URL, its TLS parameters
+/// ([`Dialect::TLS`]) checked first: each given once, a known mode, the
+/// files they name readable. Errors mask the URL's password.
+pub fn driver_options<D: Dialect>(url: &str) -> Result<Options<D>, BoxError> {
+    let tls = TlsParams::of(&D::TLS, url)?;
+    tls.check_files(&D::TLS)
+        .map_err(|problem| UrlError::malformed(url, problem))?;
+    Ok(TlsParams::driver_url(&D::TLS, url)?.parse::<Options<D>>()?)
 }
 
 /// As [`connect_pool`], with connect options made already.

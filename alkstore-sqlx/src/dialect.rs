@@ -6,6 +6,7 @@ use alkstore_core::BoxError;
 use sqlx::{Connection, Database};
 
 use crate::connections::OutOfTime;
+use crate::tls::TlsNames;
 
 /// What the connection layer needs to know about one database.
 pub trait Dialect: Send + Sync + 'static {
@@ -15,6 +16,9 @@ pub trait Dialect: Send + Sync + 'static {
     /// The engine's name, as metrics label it and URLs' engines are
     /// listed (`"postgres"`, `"mysql"`).
     const ENGINE: &'static str;
+
+    /// How its URLs name their TLS parameters.
+    const TLS: TlsNames;
 
     /// The connect options of the store's own connections, made from the
     /// pool's: with whatever the statements rely on pinned (an isolation
@@ -58,6 +62,15 @@ pub trait Dialect: Send + Sync + 'static {
     /// a pooler dropping prepared statements), an error that names the cause
     /// and the fix, with the raw one as its source. The default: as it is.
     fn explain(error: sqlx::Error) -> BoxError {
+        error.into()
+    }
+
+    /// A connection's refusal as the store answers it: where the server's
+    /// own words hide the cause (MariaDB answers a login without TLS on a
+    /// server that requires it with "Access denied"), an error that names
+    /// it, with the raw one as its source. The default: as it is.
+    fn explain_connect(error: sqlx::Error, options: &Options<Self>) -> BoxError {
+        let _ = options;
         error.into()
     }
 

@@ -14,7 +14,7 @@
 //! connection, and which errors prove what about the statement.
 //!
 //! ```
-//! use alkstore_sqlx::{Connections, Dialect, OnLostConnection};
+//! use alkstore_sqlx::{Connections, Dialect, OnLostConnection, TlsNames};
 //! use sqlx::postgres::{PgConnectOptions, PgConnection};
 //!
 //! struct Postgres;
@@ -22,6 +22,14 @@
 //! impl Dialect for Postgres {
 //!     type Database = sqlx::Postgres;
 //!     const ENGINE: &'static str = "postgres";
+//!     const TLS: TlsNames = TlsNames {
+//!         mode: &["sslmode"],
+//!         modes: &["disable", "prefer", "require", "verify-ca", "verify-full"],
+//!         root_cert: &["sslrootcert"],
+//!         system_roots: None,
+//!         cert: &["sslcert"],
+//!         key: &["sslkey"],
+//!     };
 //!     fn store_options(pool: &PgConnectOptions) -> PgConnectOptions {
 //!         pool.clone()
 //!     }
@@ -60,11 +68,13 @@ mod dialect;
 mod engine;
 pub mod lifecycle;
 mod namespace;
+mod tls;
 
 pub use connections::{
     ANSWER_WITHIN, CONNECT_TIMEOUT, ConnectError, Connections, DEFAULT_MAX_CONNECTIONS, NoAnswer,
     NoServerConnection, OnLostConnection, OutOfTime, RETRY_GRACE, ROLLED_BACK_RETRIES, Setup,
     StatementFuture, Try, check_connect, connect, connect_pool, connect_pool_with, connect_url,
+    driver_options,
 };
 pub use dialect::{Conn, Dialect, Options, lock_wait_ms, no_fence_left, ran_out_of_time};
 pub use engine::{
@@ -74,6 +84,7 @@ pub use engine::{
 pub use namespace::{
     ForeignObjectsError, Layout, LostFencesError, MARKER_KEY, Meta, Namespace, Objects,
 };
+pub use tls::{TlsLevel, TlsNames, TlsParams};
 
 use alkstore_core::BoxError;
 

@@ -159,6 +159,18 @@ async fn no_error_of_open_holds_the_password() {
     }
     if cfg!(feature = "postgres") {
         urls.push("postgres://app@127.0.0.1:1/app?token=s3cret");
+        // TLS parameters: a bad mode, given twice, a certificate without
+        // its key, an unreadable file.
+        urls.push("postgres://app:s3cret@127.0.0.1:1/app?sslmode=bogus");
+        urls.push("postgres://app:s3cret@127.0.0.1:1/app?sslmode=require&ssl-mode=require");
+        urls.push("postgres://app:s3cret@127.0.0.1:1/app?sslcert=/c.pem");
+        urls.push("postgres://app:s3cret@127.0.0.1:1/app?sslrootcert=/no/such/ca.pem");
+    }
+    if cfg!(feature = "mysql") {
+        urls.push("mysql://app:s3cret@127.0.0.1:1/app?ssl-mode=bogus");
+        urls.push("mysql://app:s3cret@127.0.0.1:1/app?ssl-mode=REQUIRED&sslmode=REQUIRED");
+        urls.push("mysql://app:s3cret@127.0.0.1:1/app?ssl-key=/k.pem");
+        urls.push("mysql://app:s3cret@127.0.0.1:1/app?ssl-ca=/no/such/ca.pem");
     }
     if cfg!(feature = "etcd") {
         urls.push("etcd://app:s3cret@127.0.0.1:1/x?timeout=1s");

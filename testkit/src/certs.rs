@@ -40,7 +40,11 @@ impl Certificates {
             "ec_paramgen_curve:prime256v1",
             "-nodes",
         ];
-        for ca in ["ca", "other-ca"] {
+        // Named apart: a verifier looks the issuer up by name.
+        for (ca, subject) in [
+            ("ca", "/CN=alkstore test CA"),
+            ("other-ca", "/CN=alkstore other test CA"),
+        ] {
             let (key, cert) = (
                 text(&path(&format!("{ca}.key")))?,
                 text(&path(&format!("{ca}.pem")))?,
@@ -48,14 +52,7 @@ impl Certificates {
             let mut args = vec!["req", "-x509"];
             args.extend(new_key);
             args.extend([
-                "-keyout",
-                &key,
-                "-out",
-                &cert,
-                "-days",
-                "2",
-                "-subj",
-                "/CN=alkstore test CA",
+                "-keyout", &key, "-out", &cert, "-days", "2", "-subj", subject,
             ]);
             openssl(&args)?;
         }

@@ -12,6 +12,7 @@ use std::process::Stdio;
 use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
+use crate::certs::Certificates;
 use crate::process;
 
 /// The URL of a server to use instead of starting one.
@@ -190,12 +191,23 @@ fn start_instance(
     mariadbd: PathBuf,
     settings: Vec<String>,
 ) -> Result<(Instance, String), String> {
+    start_instance_with(install_db, mariadbd, settings, false).map(|(i, p, _)| (i, p))
+}
+
+/// [`start_instance`], and with `tls_only` a server that accepts only TLS
+/// over TCP, with its certificates.
+fn start_instance_with(
+    install_db: &Path,
+    mariadbd: PathBuf,
+    settings: Vec<String>,
+    tls_only: bool,
+) -> Result<(Instance, String, Option<Certificates>), String> {
     let as_mysql_user = process::is_root();
     let dir = process::kept_temp_dir("alkstore-mysql-")?;
     if as_mysql_user {
         process::hand_to("mysql", &dir)?;
     }
-    let instance = Instance {
+    let mut instance = Instance {
         dir,
         mariadbd,
         port: process::free_port()?,
@@ -224,25 +236,53 @@ fn start_instance(
     // The TCP superuser, made by the server itself at its first start; the
     // file is gone once the server is up.
     let password = process::random_password()?;
+    let mut init_sql = format!(
+        "CREATE USER 'alkstore'@'127.0.0.1' IDENTIFIED BY '{password}';\n\
+         GRANT ALL PRIVILEGES ON *.* TO 'alkstore'@'127.0.0.1' WITH GRANT OPTION;\n"
+    );
+    let certs = match tls_only {
+        true => Some(instance.require_tls(&mut init_sql)?),
+        false => None,
+    };
     let init = instance.dir.join("init.sql");
-    std::fs::write(
-        &init,
-        format!(
-            "CREATE USER 'alkstore'@'127.0.0.1' IDENTIFIED BY '{password}';\n\
-             GRANT ALL PRIVILEGES ON *.* TO 'alkstore'@'127.0.0.1' WITH GRANT OPTION;\n"
-        ),
-    )
-    .map_err(|e| format!("cannot write the init file: {e}"))?;
+    std::fs::write(&init, init_sql).map_err(|e| format!("cannot write the init file: {e}"))?;
     if as_mysql_user {
         process::hand_to("mysql", &init)?;
     }
     let started = instance.start_with(Some(&init));
     let _ = std::fs::remove_file(&init);
     started?;
-    Ok((instance, password))
+    Ok((instance, password, certs))
 }
 
 impl Instance {
+    /// Makes certificates in its directory and settings that accept only
+    /// TLS over TCP; adds to `init_sql` the user `alk`, a superuser who
+    /// logs in with a client certificate of common name `alk` signed by
+    /// the CA, and no password.
+    fn require_tls(&mut self, init_sql: &mut String) -> Result<Certificates, String> {
+        let dir = self.dir.join("certs");
+        std::fs::create_dir(&dir).map_err(|e| format!("cannot make {dir:?}: {e}"))?;
+        let certs = Certificates::make(&dir)?;
+        if self.as_mysql_user {
+            for entry in std::fs::read_dir(&dir).map_err(|e| e.to_string())? {
+                process::hand_to("mysql", &entry.map_err(|e| e.to_string())?.path())?;
+            }
+            process::hand_to("mysql", &dir)?;
+        }
+        self.settings.extend([
+            format!("--ssl-ca={}", certs.ca.display()),
+            format!("--ssl-cert={}", certs.server_cert.display()),
+            format!("--ssl-key={}", certs.server_key.display()),
+            "--require-secure-transport=ON".to_owned(),
+        ]);
+        init_sql.push_str(
+            "CREATE USER 'alk'@'127.0.0.1' REQUIRE SUBJECT '/CN=alk';\n\
+             GRANT ALL PRIVILEGES ON *.* TO 'alk'@'127.0.0.1';\n",
+        );
+        Ok(certs)
+    }
+
     /// The superuser's URL over TCP.
     fn url(&self, password: &str) -> String {
         format!("mysql://alkstore:{password}@127.0.0.1:{}", self.port)
@@ -330,6 +370,40 @@ pub fn own_server(settings: &[&str]) -> Option<Server> {
         url: instance.url(&password),
         instance: Some(instance),
     })
+}
+
+/// A throwaway server of a test's own that accepts only TLS over TCP
+/// (`require_secure_transport`), with throwaway certificates
+/// ([`Certificates`]): the server's for `127.0.0.1`, signed by
+/// [`Certificates::ca`]. Removed by its watchdog when this process ends.
+#[derive(Debug)]
+pub struct TlsServer {
+    /// The server.
+    pub instance: Instance,
+    /// The superuser's URL (a password), with no TLS parameter.
+    pub url: String,
+    /// The URL of the user `alk`, who has no password and logs in with
+    /// the client certificate (`ssl-cert`, `ssl-key`), with no TLS
+    /// parameter.
+    pub cert_url: String,
+    /// The certificates.
+    pub certs: Certificates,
+}
+
+impl TlsServer {
+    /// Starts one; `None` (the reason printed) as for [`Pair::start`].
+    pub fn start() -> Option<TlsServer> {
+        let (install_db, mariadbd) = own_binaries("a TLS test needs a server")?;
+        let (instance, password, certs) =
+            start_instance_with(&install_db, mariadbd, Vec::new(), true)
+                .expect("start a TLS-only server");
+        Some(TlsServer {
+            url: instance.url(&password),
+            cert_url: format!("mysql://alk@127.0.0.1:{}", instance.port),
+            instance,
+            certs: certs.expect("a TLS-only server has certificates"),
+        })
+    }
 }
 
 /// A primary with one replica (GTID replication, binary logs on both),

@@ -1,5 +1,6 @@
 //! Finding or starting the PostgreSQL server the tests run against.
 
+use crate::certs::Certificates;
 use crate::process;
 
 use std::path::{Path, PathBuf};
@@ -185,6 +186,14 @@ impl Cluster {
 
 /// A new cluster, started, with `settings`; and its superuser's password.
 fn new_cluster(bin: PathBuf, settings: Vec<String>) -> Result<(Cluster, String), String> {
+    let (cluster, password) = init_cluster(bin, settings)?;
+    cluster.start()?;
+    Ok((cluster, password))
+}
+
+/// A new cluster, made but not started, with `settings`; and its
+/// superuser's password.
+fn init_cluster(bin: PathBuf, settings: Vec<String>) -> Result<(Cluster, String), String> {
     let (dir, as_postgres_user) = cluster_dir()?;
     let cluster = Cluster {
         dir,
@@ -223,7 +232,6 @@ fn new_cluster(bin: PathBuf, settings: Vec<String>) -> Result<(Cluster, String),
     )?;
     let _ = std::fs::remove_file(&pwfile);
     spawn_watchdog(&cluster)?;
-    cluster.start()?;
     Ok((cluster, password))
 }
 
@@ -268,6 +276,84 @@ impl Own {
         let url = cluster.url(&password);
         Some(Own { cluster, url })
     }
+}
+
+/// A throwaway cluster of a test's own that accepts only TLS connections
+/// over TCP, with throwaway certificates ([`Certificates`]): the server's
+/// for `127.0.0.1`, signed by [`Certificates::ca`].
+///
+/// Its `pg_hba.conf`: the role `alk` logs in with its client certificate
+/// alone (`cert`: signed by the CA, common name `alk`); every other role
+/// with its password over TLS; any connection without TLS is refused.
+#[derive(Debug)]
+pub struct TlsOwn {
+    /// The cluster.
+    pub cluster: Cluster,
+    /// Its superuser's URL, with no TLS parameter.
+    pub url: String,
+    /// The URL of the role `alk` (a superuser with no password), with no
+    /// TLS parameter: it needs `sslcert` and `sslkey`.
+    pub cert_url: String,
+    /// The certificates.
+    pub certs: Certificates,
+}
+
+/// The lines of a [`TlsOwn`]'s `pg_hba.conf`.
+const TLS_ONLY_HBA: &str = "\
+local all all trust
+hostssl all alk 127.0.0.1/32 cert
+hostssl all all 127.0.0.1/32 scram-sha-256
+hostnossl all all all reject
+";
+
+impl TlsOwn {
+    /// Starts one; `None` as for [`Own::start`].
+    pub fn start() -> Option<TlsOwn> {
+        let bin = bin_dir_of_its_own("this test needs a TLS-only cluster of its own")?;
+        Some(Self::start_with(resolved(bin)).expect("start a TLS-only cluster"))
+    }
+
+    fn start_with(bin: PathBuf) -> Result<TlsOwn, String> {
+        let (mut cluster, password) = init_cluster(bin, Vec::new())?;
+        let certs_dir = cluster.dir.join("certs");
+        std::fs::create_dir(&certs_dir).map_err(|e| format!("cannot make {certs_dir:?}: {e}"))?;
+        let certs = Certificates::make(&certs_dir)?;
+        // The server refuses a key others may read, and must read its own.
+        for entry in std::fs::read_dir(&certs_dir).map_err(|e| e.to_string())? {
+            let path = entry.map_err(|e| e.to_string())?.path();
+            set_mode(&path, 0o600)?;
+            if cluster.as_postgres_user {
+                process::hand_to("postgres", &path)?;
+            }
+        }
+        if cluster.as_postgres_user {
+            process::hand_to("postgres", &certs_dir)?;
+        }
+        let file = |p: &Path| p.to_str().map(str::to_owned).ok_or("temp dir not UTF-8");
+        cluster.settings = vec![
+            "ssl=on".to_owned(),
+            format!("ssl_cert_file={}", file(&certs.server_cert)?),
+            format!("ssl_key_file={}", file(&certs.server_key)?),
+            format!("ssl_ca_file={}", file(&certs.ca)?),
+        ];
+        let hba = cluster.data().join("pg_hba.conf");
+        std::fs::write(&hba, TLS_ONLY_HBA).map_err(|e| format!("cannot write {hba:?}: {e}"))?;
+        cluster.start()?;
+        cluster.query("CREATE ROLE alk LOGIN SUPERUSER")?;
+        Ok(TlsOwn {
+            url: cluster.url(&password),
+            cert_url: format!("postgres://alk@127.0.0.1:{}/postgres", cluster.port),
+            cluster,
+            certs,
+        })
+    }
+}
+
+/// Sets `path`'s permission bits.
+fn set_mode(path: &Path, mode: u32) -> Result<(), String> {
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(path, std::fs::Permissions::from_mode(mode))
+        .map_err(|e| format!("cannot set {path:?}'s mode: {e}"))
 }
 
 /// A primary with one streaming standby, both throwaway clusters of their
