@@ -231,10 +231,20 @@ async fn under_load(
         let errors: Vec<String> = told
             .errors
             .iter()
-            .map(|(kind, all)| format!("{kind}: {} (last {:?})", all.len(), all.last()))
+            .map(|(kind, all)| {
+                format!(
+                    "{kind}: {} (last two {:?})",
+                    all.len(),
+                    all.iter().rev().take(2).collect::<Vec<_>>()
+                )
+            })
             .collect();
+        // And what Patroni says of its members.
+        let members = cluster
+            .patronictl(&["list"])
+            .unwrap_or_else(|e| format!("patronictl list failed: {e}"));
         format!(
-            "{} grants, fences {:?}…, errors {errors:?}",
+            "{} grants, fences {:?}…, errors {errors:?}; members:\n{members}",
             told.grants,
             told.fences.iter().rev().take(3).collect::<Vec<_>>()
         )
