@@ -68,10 +68,25 @@ impl Dialect for MySql {
             "VERIFY_CA",
             "VERIFY_IDENTITY",
         ],
+        taken_as: &[],
+        unverified: ("REQUIRED", "VERIFY_CA"),
+        fully_verified: "VERIFY_IDENTITY",
         root_cert: &["ssl-ca", "sslca"],
         system_roots: None,
         cert: &["ssl-cert", "sslcert"],
         key: &["ssl-key", "sslkey"],
+        unsupported: &[
+            "ssl",
+            "ssl-verify-server-cert",
+            "ssl-capath",
+            "ssl-cipher",
+            "ssl-crl",
+            "ssl-crlpath",
+            "ssl-fp",
+            "ssl-fplist",
+            "tls-version",
+            "tls-ciphersuites",
+        ],
     };
 
     /// The session time zone pinned to UTC (the statements read

@@ -179,5 +179,5 @@ async fn a_client_certificate_logs_in_where_the_server_demands_one() {
         &[("ssl-mode", "VERIFY_IDENTITY"), ("ssl-ca", file(&certs.ca))],
     );
     let text = chain(&store_works_encrypted(&bare).await.unwrap_err());
-    assert!(text.contains("Access denied"), "{text}");
+    assert!(text.contains("Access denied for user 'alk'"), "{text}");
 }

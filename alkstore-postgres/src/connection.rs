@@ -37,8 +37,7 @@ impl Dialect for Postgres {
 
     const ENGINE: &'static str = "postgres";
 
-    /// libpq's names and values, and the driver's aliases. `allow`
-    /// (plain, then TLS if refused) is taken as libpq takes it.
+    /// libpq's names and values, and the driver's aliases.
     const TLS: TlsNames = TlsNames {
         mode: &["sslmode", "ssl-mode"],
         modes: &[
@@ -49,10 +48,24 @@ impl Dialect for Postgres {
             "verify-ca",
             "verify-full",
         ],
+        taken_as: &[("allow", "prefer")],
+        unverified: ("require", "verify-ca"),
+        fully_verified: "verify-full",
         root_cert: &["sslrootcert", "ssl-root-cert", "ssl-ca"],
         system_roots: Some("system"),
         cert: &["sslcert", "ssl-cert"],
         key: &["sslkey", "ssl-key"],
+        unsupported: &[
+            "sslpassword",
+            "sslcrl",
+            "sslcrldir",
+            "sslsni",
+            "sslcompression",
+            "sslnegotiation",
+            "sslcertmode",
+            "ssl_min_protocol_version",
+            "ssl_max_protocol_version",
+        ],
     };
 
     /// As [`store_options`]; READ COMMITTED is pinned by the statements'

@@ -52,10 +52,13 @@ impl Pooler {
 /// use alkstore_postgres::{Deployment, Pooler};
 /// use sqlx::postgres::PgConnectOptions;
 ///
-/// // PgBouncer in transaction mode on :6432; LISTEN straight at the server.
+/// // PgBouncer in transaction mode on :6432; LISTEN straight at the
+/// // server, with the pool's user, password and TLS settings.
+/// let pool: PgConnectOptions =
+///     "postgres://app@bouncer:6432/app?sslmode=verify-full".parse().unwrap();
 /// let deployment = Deployment::new()
 ///     .pooler(Pooler::Transaction)
-///     .listen_directly(PgConnectOptions::new().host("db.internal").port(5432));
+///     .listen_directly(pool.clone().host("db.internal").port(5432));
 /// assert_eq!(deployment.get_pooler(), Pooler::Transaction);
 /// ```
 #[derive(Debug, Clone)]
@@ -115,7 +118,9 @@ impl Deployment {
     /// LISTEN for other processes' releases over a connection made with
     /// `options`: straight to the server, past a pooler in transaction mode
     /// (which cannot keep a LISTEN). Without it, a store behind such a
-    /// pooler polls.
+    /// pooler polls. Made from the pool's options with another host and
+    /// port, it keeps their TLS settings (`sslmode`, the CA), checked
+    /// against its own host name.
     pub fn listen_directly(mut self, options: PgConnectOptions) -> Self {
         self.listen = Some(options);
         self

@@ -235,10 +235,13 @@ async fn inspect(url: &crate::url::Parsed) -> Result<Report, BoxError> {
         },
     ));
     shown.push(("TLS asked (URL)".into(), tls_asked(options.get_ssl_mode())));
+    // Behind a pooler the server sees the pooler's session, not this one.
+    let behind_a_pooler =
+        url.pooler != crate::Pooler::None || matches!(pooler, PoolerSeen::Seen { .. });
     shown.push((
-        match url.pooler {
-            crate::Pooler::None => "TLS of this session (pg_stat_ssl)",
-            _ => "TLS of the pooler's session to the server (pg_stat_ssl)",
+        match behind_a_pooler {
+            false => "TLS of this session (pg_stat_ssl)",
+            true => "TLS of the pooler's session to the server (pg_stat_ssl)",
         }
         .into(),
         session_tls,

@@ -468,7 +468,7 @@ pub fn driver_options<D: Dialect>(url: &str) -> Result<Options<D>, BoxError> {
     let tls = TlsParams::of(&D::TLS, url)?;
     tls.check_files(&D::TLS)
         .map_err(|problem| UrlError::malformed(url, problem))?;
-    Ok(TlsParams::driver_url(&D::TLS, url)?.parse::<Options<D>>()?)
+    Ok(tls.driver_url(&D::TLS, url)?.parse::<Options<D>>()?)
 }
 
 /// As [`connect_pool`], with connect options made already.

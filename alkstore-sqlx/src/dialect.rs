@@ -69,8 +69,7 @@ pub trait Dialect: Send + Sync + 'static {
     /// own words hide the cause (MariaDB answers a login without TLS on a
     /// server that requires it with "Access denied"), an error that names
     /// it, with the raw one as its source. The default: as it is.
-    fn explain_connect(error: sqlx::Error, options: &Options<Self>) -> BoxError {
-        let _ = options;
+    fn explain_connect(error: sqlx::Error, _options: &Options<Self>) -> BoxError {
         error.into()
     }
 

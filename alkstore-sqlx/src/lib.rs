@@ -25,10 +25,14 @@
 //!     const TLS: TlsNames = TlsNames {
 //!         mode: &["sslmode"],
 //!         modes: &["disable", "prefer", "require", "verify-ca", "verify-full"],
+//!         taken_as: &[],
+//!         unverified: ("require", "verify-ca"),
+//!         fully_verified: "verify-full",
 //!         root_cert: &["sslrootcert"],
 //!         system_roots: None,
 //!         cert: &["sslcert"],
 //!         key: &["sslkey"],
+//!         unsupported: &[],
 //!     };
 //!     fn store_options(pool: &PgConnectOptions) -> PgConnectOptions {
 //!         pool.clone()

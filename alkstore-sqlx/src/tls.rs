@@ -15,21 +15,45 @@ pub struct TlsNames {
     pub mode: &'static [&'static str],
     /// The mode's values, weakest first (any ASCII case is taken).
     pub modes: &'static [&'static str],
+    /// Modes the driver does not have, and the stronger one taken instead
+    /// (libpq's `allow`, which sqlx treats as `disable`, taken as `prefer`).
+    pub taken_as: &'static [(&'static str, &'static str)],
+    /// The mode that encrypts without verifying, and the one that verifies
+    /// the CA: given a CA file, the first is raised to the second, as
+    /// libpq and the `mysql` client do (the driver would ignore the file).
+    pub unverified: (&'static str, &'static str),
+    /// The mode that verifies the certificate and the host name.
+    pub fully_verified: &'static str,
     /// The CA certificate file to verify the server's certificate with.
     pub root_cert: &'static [&'static str],
     /// The value of `root_cert` that names no file but the system's roots
-    /// (libpq's `sslrootcert=system`), if the engine has one.
+    /// (libpq's `sslrootcert=system`), if the engine has one: as in libpq
+    /// 16, it needs [`TlsNames::fully_verified`], the default with it.
     pub system_roots: Option<&'static str>,
     /// The client certificate file.
     pub cert: &'static [&'static str],
     /// The client certificate's key file.
     pub key: &'static [&'static str],
+    /// Other TLS parameters of the engine's clients that the driver does
+    /// not take: refused by name, never ignored.
+    pub unsupported: &'static [&'static str],
+}
+
+impl TlsNames {
+    /// Whether `key` looks like a TLS parameter (`ssl…`, `tls…`, any
+    /// case): one this engine does not know is refused, not ignored.
+    fn looks_like_tls(key: &str) -> bool {
+        let key = key.to_ascii_lowercase();
+        key.starts_with("ssl") || key.starts_with("tls")
+    }
 }
 
 /// The TLS parameters one URL gives.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct TlsParams {
-    /// The mode, spelled as in [`TlsNames::modes`].
+    /// The mode the driver is given, spelled as in [`TlsNames::modes`]:
+    /// the URL's, or the one it implies ([`TlsNames::taken_as`],
+    /// [`TlsNames::unverified`], [`TlsNames::system_roots`]).
     pub mode: Option<&'static str>,
     /// The CA file (never the system-roots value).
     pub root_cert: Option<String>,
@@ -42,16 +66,30 @@ pub struct TlsParams {
 impl TlsParams {
     /// The TLS parameters of `url`, checked: each given once, a mode among
     /// `names.modes`, no empty file name, a client certificate and its key
-    /// together. Errors never repeat a mode's value (a value out of place
-    /// may be a secret) and mask the URL's password.
+    /// together, no TLS parameter the driver would ignore, the system's
+    /// roots only with full verification. The problem never repeats a
+    /// value (a value out of place may be a secret); the URL shown masks
+    /// the password.
     pub fn of(names: &TlsNames, url: &str) -> Result<TlsParams, UrlError> {
         let malformed = |problem: String| UrlError::malformed(url, problem);
         let parsed = ::url::Url::parse(url).map_err(|e| malformed(e.to_string()))?;
         let mut params = TlsParams::default();
         let kinds = [names.mode, names.root_cert, names.cert, names.key];
         let mut given = [false; 4];
+        let mut system_roots = false;
         for (key, value) in parsed.query_pairs() {
             let Some(at) = kinds.iter().position(|n| n.contains(&&*key)) else {
+                if TlsNames::looks_like_tls(&key) {
+                    let why = match names.unsupported.contains(&&*key) {
+                        true => "is not supported by this driver",
+                        false => "is not a TLS parameter of this engine",
+                    };
+                    let known: Vec<String> = kinds.iter().map(|n| format!("`{}`", n[0])).collect();
+                    return Err(malformed(format!(
+                        "`{key}` {why}: its TLS parameters are {}",
+                        known.join(", ")
+                    )));
+                }
                 continue;
             };
             let name = kinds[at][0];
@@ -70,7 +108,8 @@ impl TlsParams {
             }
             let file = Some(value.into_owned());
             match at {
-                1 => params.root_cert = file.filter(|f| Some(f.as_str()) != names.system_roots),
+                1 if file.as_deref() == names.system_roots => system_roots = true,
+                1 => params.root_cert = file,
                 2 => params.cert = file,
                 _ => params.key = file,
             }
@@ -81,24 +120,52 @@ impl TlsParams {
                 names.cert[0], names.key[0]
             )));
         }
+        if let Some((_, taken)) = names.taken_as.iter().find(|(a, _)| Some(*a) == params.mode) {
+            params.mode = Some(taken);
+        }
+        if params.root_cert.is_some() && params.mode == Some(names.unverified.0) {
+            params.mode = Some(names.unverified.1);
+        }
+        if system_roots {
+            match params.mode {
+                None => params.mode = Some(names.fully_verified),
+                Some(mode) if mode == names.fully_verified => {}
+                Some(_) => {
+                    return Err(malformed(format!(
+                        "`{}={}` needs `{}={}` (or no `{}`)",
+                        names.root_cert[0],
+                        names.system_roots.unwrap_or_default(),
+                        names.mode[0],
+                        names.fully_verified,
+                        names.mode[0],
+                    )));
+                }
+            }
+        }
         Ok(params)
     }
 
-    /// `url` as the driver takes it: with the system-roots value of the
-    /// CA parameter taken out (the driver trusts the system's roots always).
-    pub fn driver_url(names: &TlsNames, url: &str) -> Result<String, UrlError> {
-        let Some(system) = names.system_roots else {
-            return Ok(url.to_owned());
-        };
+    /// `url` as the driver takes it: its TLS parameters replaced by these
+    /// (the mode implied, the system-roots value taken out: the driver
+    /// trusts the system's roots always), the rest as given.
+    pub fn driver_url(&self, names: &TlsNames, url: &str) -> Result<String, UrlError> {
         let mut parsed =
             ::url::Url::parse(url).map_err(|e| UrlError::malformed(url, e.to_string()))?;
-        let kept: Vec<(String, String)> = parsed
+        let tls = [names.mode, names.root_cert, names.cert, names.key];
+        let mut kept: Vec<(String, String)> = parsed
             .query_pairs()
-            .filter(|(k, v)| !(names.root_cert.contains(&&**k) && v == system))
+            .filter(|(k, _)| !tls.iter().any(|n| n.contains(&&**k)))
             .map(|(k, v)| (k.into_owned(), v.into_owned()))
             .collect();
-        if kept.len() == parsed.query_pairs().count() {
-            return Ok(url.to_owned());
+        for (name, value) in [
+            (names.mode[0], self.mode.map(str::to_owned)),
+            (names.root_cert[0], self.root_cert.clone()),
+            (names.cert[0], self.cert.clone()),
+            (names.key[0], self.key.clone()),
+        ] {
+            if let Some(value) = value {
+                kept.push((name.to_owned(), value));
+            }
         }
         if kept.is_empty() {
             parsed.set_query(None);
@@ -108,9 +175,9 @@ impl TlsParams {
         Ok(parsed.into())
     }
 
-    /// Each file it names can be read, before the driver tries (which
-    /// would fail only at the TLS handshake, less clearly). A file's path
-    /// is shown: it is no secret, and says which one is wrong.
+    /// Each file it names is a file that can be read, before the driver
+    /// tries (which would fail only at the TLS handshake, less clearly). A
+    /// file's path is shown: it is no secret, and says which one is wrong.
     pub fn check_files(&self, names: &TlsNames) -> Result<(), String> {
         for (name, path) in [
             (names.root_cert[0], &self.root_cert),
@@ -118,8 +185,12 @@ impl TlsParams {
             (names.key[0], &self.key),
         ] {
             if let Some(path) = path {
-                std::fs::File::open(path)
-                    .map_err(|e| format!("`{name}`: cannot read {path:?}: {e}"))?;
+                let cannot = |why: String| format!("`{name}`: cannot read {path:?}: {why}");
+                let meta = std::fs::metadata(path).map_err(|e| cannot(e.to_string()))?;
+                if !meta.is_file() {
+                    return Err(cannot("not a file".into()));
+                }
+                std::fs::File::open(path).map_err(|e| cannot(e.to_string()))?;
             }
         }
         Ok(())
@@ -173,20 +244,32 @@ mod tests {
 
     const NAMES: TlsNames = TlsNames {
         mode: &["sslmode", "ssl-mode"],
-        modes: &["disable", "prefer", "require", "verify-full"],
+        modes: &[
+            "disable",
+            "allow",
+            "prefer",
+            "require",
+            "verify-ca",
+            "verify-full",
+        ],
+        taken_as: &[("allow", "prefer")],
+        unverified: ("require", "verify-ca"),
+        fully_verified: "verify-full",
         root_cert: &["sslrootcert", "ssl-ca"],
         system_roots: Some("system"),
         cert: &["sslcert"],
         key: &["sslkey"],
+        unsupported: &["sslpassword"],
     };
+
+    fn mode(url: &str) -> Option<&'static str> {
+        TlsParams::of(&NAMES, url).unwrap().mode
+    }
 
     #[test]
     fn the_parameters_are_read_under_every_name() {
-        let params = TlsParams::of(
-            &NAMES,
-            "postgres://db/a?ssl-mode=VERIFY-FULL&ssl-ca=%2Fca.pem&sslcert=c&sslkey=k&other=x",
-        )
-        .unwrap();
+        let url = "postgres://db/a?ssl-mode=VERIFY-FULL&ssl-ca=%2Fca.pem&sslcert=c&sslkey=k&x=1";
+        let params = TlsParams::of(&NAMES, url).unwrap();
         assert_eq!(
             params,
             TlsParams {
@@ -197,6 +280,10 @@ mod tests {
             }
         );
         assert_eq!(
+            params.driver_url(&NAMES, url).unwrap(),
+            "postgres://db/a?x=1&sslmode=verify-full&sslrootcert=%2Fca.pem&sslcert=c&sslkey=k"
+        );
+        assert_eq!(
             TlsParams::of(&NAMES, "postgres://db/a").unwrap(),
             TlsParams::default()
         );
@@ -204,55 +291,80 @@ mod tests {
 
     #[test]
     fn bad_parameters_are_refused_without_their_values() {
-        for (url, says) in [
+        let refused = [
+            ("sslmode=bogus", "`sslmode` is one of"),
+            ("sslmode=require&ssl-mode=require", "given twice"),
+            ("sslrootcert=a&ssl-ca=b", "given twice"),
+            ("sslrootcert=system&sslrootcert=system", "given twice"),
+            ("sslrootcert=", "names no file"),
+            ("sslcert=c", "go together"),
+            ("sslkey=k", "go together"),
+            ("sslpassword=bogus", "`sslpassword` is not supported"),
+            ("SSL_Mode=bogus", "`SSL_Mode` is not a TLS parameter"),
+            ("tls=bogus", "`tls` is not a TLS parameter"),
             (
-                "postgres://u:secret@db/a?sslmode=bogus",
-                "`sslmode` is one of",
+                "sslrootcert=system&sslmode=require",
+                "needs `sslmode=verify-full`",
             ),
-            (
-                "postgres://u:secret@db/a?sslmode=require&ssl-mode=require",
-                "given twice",
-            ),
-            (
-                "postgres://u:secret@db/a?sslrootcert=a&ssl-ca=b",
-                "given twice",
-            ),
-            (
-                "postgres://u:secret@db/a?sslrootcert=system&sslrootcert=system",
-                "given twice",
-            ),
-            ("postgres://u:secret@db/a?sslrootcert=", "names no file"),
-            ("postgres://u:secret@db/a?sslcert=c", "go together"),
-            ("postgres://u:secret@db/a?sslkey=k", "go together"),
-        ] {
-            let err = TlsParams::of(&NAMES, url).unwrap_err().to_string();
-            assert!(err.contains(says), "{url}: {err}");
-            assert!(!err.contains("secret"), "{url}: {err}");
+        ];
+        for (query, says) in refused {
+            let url = format!("postgres://u:secret@db/a?{query}");
+            let err = TlsParams::of(&NAMES, &url).unwrap_err();
+            let UrlError::Malformed {
+                problem,
+                url: shown,
+            } = &err
+            else {
+                panic!("{url}: {err}");
+            };
+            assert!(problem.contains(says), "{url}: {problem}");
+            assert!(!problem.contains("bogus"), "{url}: {problem}");
+            assert!(!shown.contains("secret"), "{url}: {shown}");
         }
     }
 
     #[test]
-    fn the_system_roots_value_is_no_file() {
-        let url = "postgres://db/a?sslmode=verify-full&sslrootcert=system&x=1";
-        assert_eq!(TlsParams::of(&NAMES, url).unwrap().root_cert, None);
+    fn modes_are_raised_as_libpq_raises_them() {
+        // The driver has no `allow`: taken as the stronger `prefer`.
+        assert_eq!(mode("postgres://db/a?sslmode=allow"), Some("prefer"));
+        // A CA file with `require` verifies against it.
         assert_eq!(
-            TlsParams::driver_url(&NAMES, url).unwrap(),
-            "postgres://db/a?sslmode=verify-full&x=1"
+            mode("postgres://db/a?sslmode=require&sslrootcert=c"),
+            Some("verify-ca")
         );
-        let kept = "postgres://db/a?sslrootcert=%2Fca.pem";
-        assert_eq!(TlsParams::driver_url(&NAMES, kept).unwrap(), kept);
+        assert_eq!(mode("postgres://db/a?sslmode=require"), Some("require"));
+        // The system's roots: full verification, by default.
+        assert_eq!(
+            mode("postgres://db/a?sslrootcert=system"),
+            Some("verify-full")
+        );
+        assert_eq!(
+            mode("postgres://db/a?sslrootcert=system&sslmode=verify-full"),
+            Some("verify-full")
+        );
+        assert_eq!(mode("postgres://db/a"), None);
+    }
+
+    #[test]
+    fn the_system_roots_value_is_no_file() {
+        let url = "postgres://db/a?sslrootcert=system&x=1";
+        let params = TlsParams::of(&NAMES, url).unwrap();
+        assert_eq!(params.root_cert, None);
+        assert_eq!(
+            params.driver_url(&NAMES, url).unwrap(),
+            "postgres://db/a?x=1&sslmode=verify-full"
+        );
     }
 
     #[test]
     fn unreadable_files_are_named() {
-        let params = TlsParams {
-            root_cert: Some("/no/such/ca.pem".into()),
-            ..TlsParams::default()
-        };
-        let err = params.check_files(&NAMES).unwrap_err();
-        assert!(
-            err.contains("`sslrootcert`") && err.contains("/no/such/ca.pem"),
-            "{err}"
-        );
+        for path in ["/no/such/ca.pem", "/"] {
+            let params = TlsParams {
+                root_cert: Some(path.into()),
+                ..TlsParams::default()
+            };
+            let err = params.check_files(&NAMES).unwrap_err();
+            assert!(err.contains("`sslrootcert`") && err.contains(path), "{err}");
+        }
     }
 }
