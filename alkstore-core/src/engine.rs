@@ -301,6 +301,21 @@ pub trait Engine: Send + Sync + 'static {
     /// its row is that slot's in the permits table.
     async fn renew(&self, grant: &GrantKey, ttl: LeaseMillis) -> Result<bool, BoxError>;
 
+    /// Renews each grant of `batch` for its ttl, as [`Engine::renew`]
+    /// would, in one round trip where the engine can: the core sends every
+    /// renewal a store's handles ask for within one beat as one batch. The
+    /// answers come in `batch`'s order, one per grant; an `Err` of the whole
+    /// says that none of them is known to have been renewed or not (as a
+    /// renewal's own error does). The default renews them one by one,
+    /// concurrently: an engine that cannot do better keeps working.
+    async fn renew_batch(
+        &self,
+        batch: &[(GrantKey, LeaseMillis)],
+    ) -> Result<Vec<Result<bool, BoxError>>, BoxError> {
+        let renewals = batch.iter().map(|(grant, ttl)| self.renew(grant, *ttl));
+        Ok(futures::future::join_all(renewals).await)
+    }
+
     /// Delete the grant's row, expired or not; `Ok(true)` if it was there.
     /// The core signals [`Engine::releases`] for waiters in this process
     /// when it answers `true`; an engine signals other processes (if it

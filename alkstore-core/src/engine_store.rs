@@ -20,6 +20,7 @@ use crate::metrics::{
 use crate::name::{validate_listing, validate_name, validate_owner};
 use crate::permit::{HeldAs, PermitSlot, validate_permits};
 use crate::queue::{Queue, Queued, Waiter, ticket_lease};
+use crate::renewals::Renewals;
 use crate::rw::{Access, MAX_INTENT, RwMode};
 use crate::store::{Holder, Listed, Lock, MAX_LIST_LIMIT, Store};
 use crate::wait::Waiting;
@@ -34,6 +35,8 @@ pub(crate) struct Shared<E> {
     /// Whether waiting calls take their turn in the engine's queue
     /// ([`EngineStore::fair_waiting`]).
     fair: AtomicBool,
+    /// Renewals waiting for their batch.
+    pub(crate) renewals: Renewals,
 }
 
 impl<E: Engine> Shared<E> {
@@ -76,6 +79,7 @@ impl<E: Engine> EngineStore<E> {
                 closed: AtomicBool::new(false),
                 grants: Grants::default(),
                 fair: AtomicBool::new(true),
+                renewals: Renewals::default(),
             }),
         }
     }

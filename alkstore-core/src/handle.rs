@@ -8,15 +8,15 @@ use async_trait::async_trait;
 use tokio::sync::Notify;
 use tracing::{Instrument, field};
 
-use crate::clock::valid_until;
 use crate::duration::LeaseMillis;
 use crate::engine::{Engine, GrantKey};
 use crate::engine_store::Shared;
 use crate::error::{Error, Result};
 use crate::finish::run_to_end;
-use crate::grant::{self, Renewal, SharedGrant};
+use crate::grant::{self, SharedGrant};
 use crate::metrics::{self, RELEASE_TOTAL, RENEW_TOTAL};
 use crate::permit::PermitSlot;
+use crate::renewals;
 use crate::rw::Access;
 use crate::store::Lock;
 
@@ -126,25 +126,13 @@ impl<E: Engine> Lock for EngineLock<E> {
         async {
             let ttl = LeaseMillis::new(ttl).map_err(|e| Error::database("renew", e))?;
             self.shared.check_open("renew")?;
-            let sent = Instant::now();
-            grant::renewal_sent(self.state(), valid_until(sent, ttl.as_duration()));
-            // The renewal runs to its answer, which it records, even if this
-            // future is dropped (then on a task of its own): a renewal given
-            // up on may still land (PostgreSQL runs a statement to its end
+            // Sent in the store's next batch, which runs to its answer and
+            // records it even if this future is dropped: a renewal given up
+            // on may still land (PostgreSQL runs a statement to its end
             // after the client left), and until its answer is known the
             // grant's deadline cannot go up.
-            let (shared, key, state) = (self.shared.clone(), key.clone(), self.state().clone());
-            let answer = run_to_end(async move {
-                let answer = shared.engine.renew(&key, ttl).await;
-                let outcome = match &answer {
-                    Ok(true) => Renewal::Renewed,
-                    Ok(false) => Renewal::Lost { sent },
-                    Err(_) => Renewal::Unknown,
-                };
-                grant::renewal_answered(&state, outcome);
-                answer
-            })
-            .await;
+            let answer =
+                renewals::renew(&self.shared, key.clone(), ttl, self.state().clone()).await;
             let outcome = metrics::outcome(&answer, "renewed", "lost");
             metrics::count(
                 RENEW_TOTAL,

@@ -29,6 +29,7 @@ mod name;
 mod owner;
 mod permit;
 pub mod queue;
+mod renewals;
 mod rw;
 pub mod schedule;
 mod store;

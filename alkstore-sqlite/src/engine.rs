@@ -627,9 +627,32 @@ pub(crate) fn release(conn: &Connection, grant: &GrantKey) -> rusqlite::Result<b
 /// a lease that grant saw expired (a grant of the other kind never touches
 /// this row, so nothing else would stop it).
 fn renew(conn: &mut Connection, grant: &GrantKey, ttl: i64) -> rusqlite::Result<bool> {
+    Ok(renew_batch(conn, &[(grant.clone(), ttl)])?[0])
+}
+
+/// Renews each grant of `batch` in one transaction, one commit (synced):
+/// each answers whether its row was still its own and live.
+fn renew_batch(conn: &mut Connection, batch: &[(GrantKey, i64)]) -> rusqlite::Result<Vec<bool>> {
     commit_mode(conn, Commit::Synced)?;
     let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
-    let (fence, now) = (fence_to_sql(grant.fence), system_millis());
+    let now = system_millis();
+    let mut renewed = Vec::with_capacity(batch.len());
+    for (grant, ttl) in batch {
+        renewed.push(renew_row(&tx, grant, *ttl, now)?);
+    }
+    tx.commit()?;
+    Ok(renewed)
+}
+
+/// Sets one grant's row to expire `ttl` after `now`, if it is still its
+/// own and live.
+fn renew_row(
+    tx: &rusqlite::Transaction<'_>,
+    grant: &GrantKey,
+    ttl: i64,
+    now: i64,
+) -> rusqlite::Result<bool> {
+    let fence = fence_to_sql(grant.fence);
     let changed = match grant.row_slot() {
         None => tx.prepare_cached(sql::RENEW)?.execute(params![
             grant.name,
@@ -647,7 +670,6 @@ fn renew(conn: &mut Connection, grant: &GrantKey, ttl: i64) -> rusqlite::Result<
             now
         ])?,
     };
-    tx.commit()?;
     Ok(changed == 1)
 }
 
@@ -824,6 +846,22 @@ impl Engine for SqliteEngine {
         self.worker
             .run(move |conn, _| renew(conn, &grant, ttl))
             .await
+    }
+
+    /// One transaction, one synced commit, for the whole batch.
+    async fn renew_batch(
+        &self,
+        batch: &[(GrantKey, LeaseMillis)],
+    ) -> Result<Vec<Result<bool, BoxError>>, BoxError> {
+        let batch: Vec<(GrantKey, i64)> = batch
+            .iter()
+            .map(|(grant, ttl)| (grant.clone(), ttl.as_i64()))
+            .collect();
+        let renewed = self
+            .worker
+            .run(move |conn, _| renew_batch(conn, &batch))
+            .await?;
+        Ok(renewed.into_iter().map(Ok).collect())
     }
 
     async fn release(&self, grant: &GrantKey) -> Result<bool, BoxError> {

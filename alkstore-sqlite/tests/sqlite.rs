@@ -578,3 +578,51 @@ async fn a_lease_the_keepalive_gave_up_on_frees_the_name() {
     assert!(next.release().await.unwrap());
     assert!(!kept.release().await.unwrap(), "already released");
 }
+
+/// Renewals asked for at once go to SQLite together (`alkstore.renew_batch`
+/// spans: one transaction, one synced commit each), and each handle gets
+/// its own answer: the grants another store force-released answer `false`,
+/// the others `true`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn renewals_asked_at_once_go_together_and_each_is_answered_alone() {
+    use alkstore_contract_suite::spans::{collected, collecting};
+    const LOCKS: usize = 50;
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("renewals.db");
+    let (store, other) = (
+        SqliteStore::open(&db).await.unwrap(),
+        SqliteStore::open(&db).await.unwrap(),
+    );
+    let owner = alkstore_core::unique_owner("renewer").unwrap();
+    let ttl = Duration::from_secs(60);
+    let mut locks = Vec::new();
+    for i in 0..LOCKS {
+        let lock = store.try_lock(&format!("n{i}"), &owner, ttl).await.unwrap();
+        locks.push(lock.expect("a free name"));
+    }
+    for i in (0..LOCKS).step_by(10) {
+        other
+            .force_release(&format!("n{i}"))
+            .await
+            .unwrap()
+            .unwrap();
+    }
+    let (subscriber, spans, _) = collecting();
+    let renewals = futures::future::join_all(locks.iter().map(|lock| lock.renew(ttl)));
+    let answers = collected(renewals, &subscriber).await;
+    for (i, answer) in answers.into_iter().enumerate() {
+        assert_eq!(answer.unwrap(), i % 10 != 0, "n{i}");
+    }
+    let batches: Vec<usize> = spans
+        .take()
+        .iter()
+        .filter(|s| s.name == "alkstore.renew_batch")
+        .map(|s| s.field("size").unwrap().parse().unwrap())
+        .collect();
+    assert_eq!(batches.iter().sum::<usize>(), LOCKS, "{batches:?}");
+    // The first renewal may go alone, at once; the rest wait for a beat.
+    assert!(batches.len() <= 3, "{batches:?}");
+    for lock in locks {
+        lock.let_lapse();
+    }
+}

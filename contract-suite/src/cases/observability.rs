@@ -103,7 +103,13 @@ pub async fn operations_are_traced_with_their_outcome(store: Arc<dyn Store>) {
     .with_subscriber(subscriber)
     .await;
 
-    let seen: Vec<Seen> = spans.take();
+    // The batch a renewal went in has a span of its own
+    // (`alkstore.renew_batch`), not an operation's.
+    let seen: Vec<Seen> = spans
+        .take()
+        .into_iter()
+        .filter(|s| s.name != "alkstore.renew_batch")
+        .collect();
     let names: Vec<&str> = seen.iter().map(|s| s.name).collect();
     let wanted: Vec<&str> = expected.iter().map(|(op, _)| *op).collect();
     assert_eq!(

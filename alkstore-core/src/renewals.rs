@@ -1,0 +1,222 @@
+//! Renewals sent together: what a store's handles ask for within one beat
+//! goes to the engine in one call ([`Engine::renew_batch`]), one round trip
+//! where the engine can, so that ten thousand kept leases cost a few round
+//! trips a second rather than one each.
+//!
+//! The first renewal after a quiet beat goes at once; the ones that follow
+//! within [`RENEWAL_BEAT`] of a batch wait for the next one (a short lease
+//! less: [`window`]). Each member still gets its own answer, and its
+//! grant's deadline is measured from when its batch was sent.
+
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::{Duration, Instant};
+
+use tokio::sync::{Notify, oneshot};
+use tracing::Instrument;
+use tracing::instrument::WithSubscriber;
+
+use crate::clock::valid_until;
+use crate::duration::LeaseMillis;
+use crate::engine::{Engine, GrantKey};
+use crate::engine_store::Shared;
+use crate::error::{BoxError, Closed};
+use crate::grant::{self, Renewal, SharedGrant};
+
+/// The shortest time between two batches of one store's renewals: at most
+/// 20 round trips a second, however many leases it keeps.
+pub const RENEWAL_BEAT: Duration = Duration::from_millis(50);
+
+/// How long a renewal asking for `ttl` may wait for its batch: a beat, or
+/// an eighth of a lease shorter than eight beats.
+fn window(ttl: Duration) -> Duration {
+    RENEWAL_BEAT.min(ttl / 8)
+}
+
+/// One renewal waiting for its batch.
+struct Asked {
+    key: GrantKey,
+    ttl: LeaseMillis,
+    state: SharedGrant,
+    send_by: Instant,
+    answer: oneshot::Sender<Result<bool, BoxError>>,
+}
+
+/// The renewals one store's handles asked for and not yet sent.
+#[derive(Default)]
+pub(crate) struct Renewals {
+    queue: Mutex<Queue>,
+    /// A renewal joined the queue (its window may end before the beat).
+    joined: Notify,
+}
+
+impl std::fmt::Debug for Renewals {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Renewals")
+            .field("waiting", &self.queue().asked.len())
+            .finish()
+    }
+}
+
+#[derive(Default)]
+struct Queue {
+    asked: Vec<Asked>,
+    /// When the last batch was sent.
+    last_sent: Option<Instant>,
+    /// Whether a task is timing the next batch.
+    timing: bool,
+}
+
+impl Renewals {
+    fn queue(&self) -> MutexGuard<'_, Queue> {
+        self.queue.lock().unwrap_or_else(|e| e.into_inner())
+    }
+}
+
+/// Renews `key` for `ttl` in the store's next batch and answers as
+/// [`Engine::renew`] would; `state` learns when it was sent and what it
+/// answered. The batch runs to its end, and records its answer, even if
+/// this future is dropped.
+pub(crate) async fn renew<E: Engine>(
+    shared: &Arc<Shared<E>>,
+    key: GrantKey,
+    ttl: LeaseMillis,
+    state: SharedGrant,
+) -> Result<bool, BoxError> {
+    let (answer, answered) = oneshot::channel();
+    let send_by = Instant::now() + window(ttl.as_duration());
+    let start_timing = {
+        let mut queue = shared.renewals.queue();
+        queue.asked.push(Asked {
+            key,
+            ttl,
+            state,
+            send_by,
+            answer,
+        });
+        !std::mem::replace(&mut queue.timing, true)
+    };
+    if start_timing {
+        // The batches' spans go where this call's go.
+        tokio::spawn(time_batches(shared.clone()).with_current_subscriber());
+    } else {
+        shared.renewals.joined.notify_one();
+    }
+    answered
+        .await
+        .unwrap_or_else(|_| Err("the renewal's batch ended without an answer".into()))
+}
+
+/// Sends batches while renewals wait: each when its first member's window
+/// ends or a beat after the last one, whichever is sooner.
+async fn time_batches<E: Engine>(shared: Arc<Shared<E>>) {
+    loop {
+        let send_at = {
+            let mut queue = shared.renewals.queue();
+            let Some(first) = queue.asked.iter().map(|a| a.send_by).min() else {
+                queue.timing = false;
+                return;
+            };
+            let next_beat = queue.last_sent.map(|sent| sent + RENEWAL_BEAT);
+            let send_at = next_beat.map_or(first, |beat| beat.min(first));
+            if send_at <= Instant::now() {
+                queue.last_sent = Some(Instant::now());
+                let batch = std::mem::take(&mut queue.asked);
+                // Batches may overlap: one slow answer holds up no other.
+                tokio::spawn(send(shared.clone(), batch).with_current_subscriber());
+                continue;
+            }
+            send_at
+        };
+        tokio::select! {
+            () = tokio::time::sleep_until(send_at.into()) => {}
+            () = shared.renewals.joined.notified() => {}
+        }
+    }
+}
+
+/// Sends one batch and hands each member its answer, in an
+/// `alkstore.renew_batch` span (`size`: how many renewals it carried).
+async fn send<E: Engine>(shared: Arc<Shared<E>>, batch: Vec<Asked>) {
+    let span = tracing::debug_span!("alkstore.renew_batch", size = batch.len());
+    send_batch(shared, batch).instrument(span).await;
+}
+
+async fn send_batch<E: Engine>(shared: Arc<Shared<E>>, batch: Vec<Asked>) {
+    if shared.check_open("renew").is_err() {
+        for asked in batch {
+            let _ = asked.answer.send(Err(Closed.into()));
+        }
+        return;
+    }
+    let sent = Instant::now();
+    for asked in &batch {
+        grant::renewal_sent(&asked.state, valid_until(sent, asked.ttl.as_duration()));
+    }
+    let grants: Vec<(GrantKey, LeaseMillis)> =
+        batch.iter().map(|a| (a.key.clone(), a.ttl)).collect();
+    let answers: Vec<Result<bool, BoxError>> = match shared.engine.renew_batch(&grants).await {
+        Ok(answers) if answers.len() == batch.len() => answers,
+        Ok(answers) => {
+            let wrong = BatchError::from(format!(
+                "the engine answered {} renewals of a batch of {}",
+                answers.len(),
+                batch.len()
+            ));
+            (0..batch.len())
+                .map(|_| Err(wrong.clone().into()))
+                .collect()
+        }
+        Err(error) => {
+            let shared_error = BatchError(Arc::from(error));
+            (0..batch.len())
+                .map(|_| Err(shared_error.clone().into()))
+                .collect()
+        }
+    };
+    for (asked, answer) in batch.into_iter().zip(answers) {
+        let outcome = match &answer {
+            Ok(true) => Renewal::Renewed,
+            Ok(false) => Renewal::Lost { sent },
+            Err(_) => Renewal::Unknown,
+        };
+        grant::renewal_answered(&asked.state, outcome);
+        let _ = asked.answer.send(answer);
+    }
+}
+
+/// A batch's error, the answer of each of its members: none of them is
+/// known to have been renewed or not.
+#[derive(Debug, Clone)]
+struct BatchError(Arc<dyn std::error::Error + Send + Sync>);
+
+impl From<String> for BatchError {
+    fn from(problem: String) -> Self {
+        BatchError(Arc::from(BoxError::from(problem)))
+    }
+}
+
+impl std::fmt::Display for BatchError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "the batch of renewals failed: {}", self.0)
+    }
+}
+
+impl std::error::Error for BatchError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        Some(&*self.0)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_short_lease_waits_less_than_a_beat() {
+        assert_eq!(window(Duration::from_secs(30)), RENEWAL_BEAT);
+        assert_eq!(
+            window(Duration::from_millis(200)),
+            Duration::from_millis(25)
+        );
+    }
+}
