@@ -301,19 +301,28 @@ pub trait Engine: Send + Sync + 'static {
     /// its row is that slot's in the permits table.
     async fn renew(&self, grant: &GrantKey, ttl: LeaseMillis) -> Result<bool, BoxError>;
 
+    /// Whether [`Engine::renew_batch`] renews a batch in one round trip.
+    /// When it does, the core sends every renewal a store's handles ask for
+    /// within one beat as one batch; when not (the default), each renewal
+    /// goes alone as it is asked, and a slow one holds up no other.
+    fn batches_renewals(&self) -> bool {
+        false
+    }
+
     /// Renews each grant of `batch` for its ttl, as [`Engine::renew`]
-    /// would, in one round trip where the engine can: the core sends every
-    /// renewal a store's handles ask for within one beat as one batch. The
-    /// answers come in `batch`'s order, one per grant; an `Err` of the whole
-    /// says that none of them is known to have been renewed or not (as a
-    /// renewal's own error does). The default renews them one by one,
-    /// concurrently: an engine that cannot do better keeps working.
+    /// would, in one round trip ([`Engine::batches_renewals`]). The answers
+    /// come in `batch`'s order, one per grant; an `Err` of the whole says
+    /// that none of them is known to have been renewed or not (as a
+    /// renewal's own error does). The default renews them one by one.
     async fn renew_batch(
         &self,
         batch: &[(GrantKey, LeaseMillis)],
     ) -> Result<Vec<Result<bool, BoxError>>, BoxError> {
-        let renewals = batch.iter().map(|(grant, ttl)| self.renew(grant, *ttl));
-        Ok(futures::future::join_all(renewals).await)
+        let mut answers = Vec::with_capacity(batch.len());
+        for (grant, ttl) in batch {
+            answers.push(self.renew(grant, *ttl).await);
+        }
+        Ok(answers)
     }
 
     /// Delete the grant's row, expired or not; `Ok(true)` if it was there.

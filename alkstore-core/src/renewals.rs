@@ -1,7 +1,8 @@
-//! Renewals sent together: what a store's handles ask for within one beat
-//! goes to the engine in one call ([`Engine::renew_batch`]), one round trip
-//! where the engine can, so that ten thousand kept leases cost a few round
-//! trips a second rather than one each.
+//! Renewals sent together: on an engine that renews a batch in one round
+//! trip ([`Engine::batches_renewals`]), what a store's handles ask for
+//! within one beat goes in one [`Engine::renew_batch`], so that ten
+//! thousand kept leases cost a few round trips a second rather than one
+//! each. On other engines each renewal goes alone, as it is asked.
 //!
 //! The first renewal after a quiet beat goes at once; the ones that follow
 //! within [`RENEWAL_BEAT`] of a batch wait for the next one (a short lease
@@ -20,11 +21,16 @@ use crate::duration::LeaseMillis;
 use crate::engine::{Engine, GrantKey};
 use crate::engine_store::Shared;
 use crate::error::{BoxError, Closed};
+use crate::finish::run_to_end;
 use crate::grant::{self, Renewal, SharedGrant};
 
 /// The shortest time between two batches of one store's renewals: at most
 /// 20 round trips a second, however many leases it keeps.
 pub const RENEWAL_BEAT: Duration = Duration::from_millis(50);
+
+/// The most renewals one batch carries: a batch holds the engine (SQLite's
+/// one connection, a row lock per grant) while it runs.
+const MAX_BATCH: usize = 500;
 
 /// How long a renewal asking for `ttl` may wait for its batch: a beat, or
 /// an eighth of a lease shorter than eight beats.
@@ -72,16 +78,30 @@ impl Renewals {
     }
 }
 
-/// Renews `key` for `ttl` in the store's next batch and answers as
-/// [`Engine::renew`] would; `state` learns when it was sent and what it
-/// answered. The batch runs to its end, and records its answer, even if
-/// this future is dropped.
+/// Renews `key` for `ttl` and answers as [`Engine::renew`] would; `state`
+/// learns when it was sent and what it answered. The renewal runs to its
+/// end, and records its answer, even if this future is dropped: a renewal
+/// given up on may still land, and until its answer is known the grant's
+/// deadline cannot go up.
 pub(crate) async fn renew<E: Engine>(
     shared: &Arc<Shared<E>>,
     key: GrantKey,
     ttl: LeaseMillis,
     state: SharedGrant,
 ) -> Result<bool, BoxError> {
+    // Batches need a runtime to time them; without one, or on an engine
+    // that cannot batch, the renewal goes alone.
+    if !shared.engine.batches_renewals() || tokio::runtime::Handle::try_current().is_err() {
+        let shared = shared.clone();
+        return run_to_end(async move {
+            let sent = Instant::now();
+            grant::renewal_sent(&state, valid_until(sent, ttl.as_duration()));
+            let answer = shared.engine.renew(&key, ttl).await;
+            grant::renewal_answered(&state, outcome(&answer, sent));
+            answer
+        })
+        .await;
+    }
     let (answer, answered) = oneshot::channel();
     let send_by = Instant::now() + window(ttl.as_duration());
     let start_timing = {
@@ -106,21 +126,39 @@ pub(crate) async fn renew<E: Engine>(
         .unwrap_or_else(|_| Err("the renewal's batch ended without an answer".into()))
 }
 
+/// What a renewal's answer means for its grant's deadline.
+fn outcome(answer: &Result<bool, BoxError>, sent: Instant) -> Renewal {
+    match answer {
+        Ok(true) => Renewal::Renewed,
+        Ok(false) => Renewal::Lost { sent },
+        Err(_) => Renewal::Unknown,
+    }
+}
+
 /// Sends batches while renewals wait: each when its first member's window
 /// ends or a beat after the last one, whichever is sooner.
 async fn time_batches<E: Engine>(shared: Arc<Shared<E>>) {
+    // Should this task end any other way than by finding the queue empty
+    // (its runtime shut down, a timer it could not set), the renewals left
+    // are answered (none was sent) and the next one starts a new timer.
+    let mut timing = Timing {
+        renewals: &shared.renewals,
+        done: false,
+    };
     loop {
         let send_at = {
             let mut queue = shared.renewals.queue();
             let Some(first) = queue.asked.iter().map(|a| a.send_by).min() else {
                 queue.timing = false;
+                timing.done = true;
                 return;
             };
             let next_beat = queue.last_sent.map(|sent| sent + RENEWAL_BEAT);
             let send_at = next_beat.map_or(first, |beat| beat.min(first));
             if send_at <= Instant::now() {
                 queue.last_sent = Some(Instant::now());
-                let batch = std::mem::take(&mut queue.asked);
+                let take = queue.asked.len().min(MAX_BATCH);
+                let batch: Vec<Asked> = queue.asked.drain(..take).collect();
                 // Batches may overlap: one slow answer holds up no other.
                 tokio::spawn(send(shared.clone(), batch).with_current_subscriber());
                 continue;
@@ -130,6 +168,27 @@ async fn time_batches<E: Engine>(shared: Arc<Shared<E>>) {
         tokio::select! {
             () = tokio::time::sleep_until(send_at.into()) => {}
             () = shared.renewals.joined.notified() => {}
+        }
+    }
+}
+
+/// The timer's watch over its queue (see [`time_batches`]).
+struct Timing<'a> {
+    renewals: &'a Renewals,
+    done: bool,
+}
+
+impl Drop for Timing<'_> {
+    fn drop(&mut self) {
+        if self.done {
+            return;
+        }
+        let mut queue = self.renewals.queue();
+        queue.timing = false;
+        for asked in queue.asked.drain(..) {
+            let _ = asked.answer.send(Err(
+                "the renewals' timer stopped before sending this one".into()
+            ));
         }
     }
 }
@@ -152,16 +211,25 @@ async fn send_batch<E: Engine>(shared: Arc<Shared<E>>, batch: Vec<Asked>) {
     for asked in &batch {
         grant::renewal_sent(&asked.state, valid_until(sent, asked.ttl.as_duration()));
     }
-    let grants: Vec<(GrantKey, LeaseMillis)> =
-        batch.iter().map(|a| (a.key.clone(), a.ttl)).collect();
-    let answers: Vec<Result<bool, BoxError>> = match shared.engine.renew_batch(&grants).await {
+    // Should this task end before the answer (its runtime shut down, the
+    // engine panicked), each renewal is recorded unknown: it may have
+    // landed, and its grant's deadline must not stay stuck.
+    let mut in_flight = InFlight(Some(batch));
+    let grants: Vec<(GrantKey, LeaseMillis)> = in_flight
+        .members()
+        .iter()
+        .map(|a| (a.key.clone(), a.ttl))
+        .collect();
+    let answered = shared.engine.renew_batch(&grants).await;
+    let batch = in_flight.0.take().unwrap_or_default();
+    let answers: Vec<Result<bool, BoxError>> = match answered {
         Ok(answers) if answers.len() == batch.len() => answers,
         Ok(answers) => {
-            let wrong = BatchError::from(format!(
+            let wrong = format!(
                 "the engine answered {} renewals of a batch of {}",
                 answers.len(),
                 batch.len()
-            ));
+            );
             (0..batch.len())
                 .map(|_| Err(wrong.clone().into()))
                 .collect()
@@ -174,30 +242,39 @@ async fn send_batch<E: Engine>(shared: Arc<Shared<E>>, batch: Vec<Asked>) {
         }
     };
     for (asked, answer) in batch.into_iter().zip(answers) {
-        let outcome = match &answer {
-            Ok(true) => Renewal::Renewed,
-            Ok(false) => Renewal::Lost { sent },
-            Err(_) => Renewal::Unknown,
-        };
-        grant::renewal_answered(&asked.state, outcome);
+        grant::renewal_answered(&asked.state, outcome(&answer, sent));
         let _ = asked.answer.send(answer);
     }
 }
 
-/// A batch's error, the answer of each of its members: none of them is
-/// known to have been renewed or not.
-#[derive(Debug, Clone)]
-struct BatchError(Arc<dyn std::error::Error + Send + Sync>);
+/// A batch sent and not yet answered (see [`send_batch`]).
+struct InFlight(Option<Vec<Asked>>);
 
-impl From<String> for BatchError {
-    fn from(problem: String) -> Self {
-        BatchError(Arc::from(BoxError::from(problem)))
+impl InFlight {
+    fn members(&self) -> &[Asked] {
+        self.0.as_deref().unwrap_or_default()
     }
 }
 
+impl Drop for InFlight {
+    fn drop(&mut self) {
+        for asked in self.0.take().unwrap_or_default() {
+            grant::renewal_answered(&asked.state, Renewal::Unknown);
+            let _ = asked
+                .answer
+                .send(Err("the renewal's batch ended before its answer".into()));
+        }
+    }
+}
+
+/// A batch's error, the answer of each of its members: none of them is
+/// known to have been renewed or not. The cause is its source.
+#[derive(Debug, Clone)]
+struct BatchError(Arc<dyn std::error::Error + Send + Sync>);
+
 impl std::fmt::Display for BatchError {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "the batch of renewals failed: {}", self.0)
+        f.write_str("the batch of renewals failed")
     }
 }
 

@@ -848,6 +848,10 @@ impl Engine for SqliteEngine {
             .await
     }
 
+    fn batches_renewals(&self) -> bool {
+        true
+    }
+
     /// One transaction, one synced commit, for the whole batch.
     async fn renew_batch(
         &self,
