@@ -269,6 +269,7 @@ pub(crate) struct Statements {
     pub(crate) acquire_rw_waiting: SqlStr,
     pub(crate) renew: SqlStr,
     pub(crate) renew_permit: SqlStr,
+    pub(crate) renew_batch: SqlStr,
     pub(crate) release: SqlStr,
     pub(crate) release_permit: SqlStr,
     pub(crate) holder: SqlStr,
@@ -1140,6 +1141,33 @@ END",
                  WHERE name = $1 AND owner = $2 AND fence = $3 AND expires_at > {NOW_MS}
                    AND epoch = {TIMELINE} AND EXISTS (SELECT 1 FROM durable_commit)"
             )),
+            // Every grant of a batch, as `renew` and `renew_permit` would,
+            // in one statement: $1 a JSON array of {i, name, slot (null for
+            // a lock), owner, fence, ttl}, no grant twice; answers the `i`
+            // of each renewed.
+            renew_batch: audited(format!(
+                "WITH {DURABLE_COMMIT_CTE},
+                 batch AS (
+                     SELECT * FROM jsonb_to_recordset($1::jsonb)
+                         AS b(i int4, name text, slot int4, owner text, fence int8, ttl int8)
+                 ),
+                 locks_renewed AS (
+                     UPDATE {locks} l SET expires_at = {NOW_MS} + b.ttl FROM batch b
+                     WHERE b.slot IS NULL AND l.name = b.name AND l.owner = b.owner
+                       AND l.fence = b.fence AND l.expires_at > {NOW_MS}
+                       AND l.epoch = {TIMELINE} AND EXISTS (SELECT 1 FROM durable_commit)
+                     RETURNING b.i
+                 ),
+                 permits_renewed AS (
+                     UPDATE {permits} p SET expires_at = {NOW_MS} + b.ttl FROM batch b
+                     WHERE b.slot IS NOT NULL AND p.name = b.name AND p.slot = b.slot
+                       AND p.owner = b.owner AND p.fence = b.fence
+                       AND p.expires_at > {NOW_MS} AND p.epoch = {TIMELINE}
+                       AND EXISTS (SELECT 1 FROM durable_commit)
+                     RETURNING b.i
+                 )
+                 SELECT i FROM locks_renewed UNION ALL SELECT i FROM permits_renewed"
+            )),
             // $1 name, $2 slot, $3 owner, $4 fence, $5 ttl ms.
             renew_permit: audited(format!(
                 "WITH {DURABLE_COMMIT_CTE}
@@ -1510,6 +1538,41 @@ impl alkstore_sqlx::Statements for Statements {
                 .int8(ttl.as_i64()),
         };
         Box::pin(self.protocol.execute(call, conn))
+    }
+
+    fn batches_renewals(&self) -> bool {
+        true
+    }
+
+    fn renew_batch<'c>(
+        &self,
+        conn: &'c mut PgConnection,
+        batch: &[(GrantKey, LeaseMillis)],
+    ) -> StatementFuture<'c, Vec<usize>> {
+        let grants: Vec<serde_json::Value> = batch
+            .iter()
+            .enumerate()
+            .map(|(i, (grant, ttl))| {
+                serde_json::json!({
+                    "i": i,
+                    "name": grant.name,
+                    "slot": grant.row_slot().map(slot_to_sql),
+                    "owner": grant.owner,
+                    "fence": fence_to_sql(grant.fence),
+                    "ttl": ttl.as_i64(),
+                })
+            })
+            .collect();
+        let call =
+            Call::new(self.renew_batch.clone()).text(&serde_json::Value::from(grants).to_string());
+        let renewed = self.fetch_all::<(i32,)>(conn, call);
+        Box::pin(async move {
+            Ok(renewed
+                .await?
+                .into_iter()
+                .filter_map(|(i,)| usize::try_from(i).ok())
+                .collect())
+        })
     }
 
     fn release<'c>(

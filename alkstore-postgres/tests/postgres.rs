@@ -793,3 +793,67 @@ async fn layout_8_is_upgraded_in_place_with_epochs() {
     reopened.drop_schema().await.unwrap();
     reopened.close().await.unwrap();
 }
+
+/// Renewals asked for at once go to PostgreSQL in one statement per batch
+/// (`alkstore.renew_batch` spans), locks', permits' and readers' alike, two
+/// handles of one grant included, and each handle gets its own answer: the
+/// grants another store force-released answer `false`, the others `true`,
+/// and a renewed lease is extended on the server.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn renewals_asked_at_once_go_in_one_statement_and_each_is_answered_alone() {
+    use alkstore_contract_suite::spans::{collected, collecting};
+    let Some(server) = alkstore_testkit::pg::server() else {
+        return;
+    };
+    let schema = alkstore_testkit::pg::unique_schema("batch");
+    let store = PgStore::connect(&server.url, &schema).await.unwrap();
+    let other = PgStore::connect(&server.url, &schema).await.unwrap();
+    let owner = alkstore_core::unique_owner("renewer").unwrap();
+    let short = Duration::from_secs(5);
+    let mut locks = Vec::new();
+    for i in 0..40 {
+        let lock = store.try_lock(&format!("n{i}"), &owner, short).await;
+        locks.push(lock.unwrap().expect("a free name"));
+    }
+    // A twin handle of n1's grant, a permit and a reader.
+    locks.push(store.try_lock("n1", &owner, short).await.unwrap().unwrap());
+    let permit = store.try_acquire_permit("sem", 3, &owner, short).await;
+    locks.push(permit.unwrap().expect("a free permit"));
+    let reader = store.try_read_lock("rw", &owner, short).await;
+    locks.push(reader.unwrap().expect("a free name"));
+    let released = ["n0", "n10", "n20", "n30"];
+    for name in released {
+        other.force_release(name).await.unwrap().unwrap();
+    }
+    let (subscriber, spans, _) = collecting();
+    let renewals = futures::future::join_all(locks.iter().map(|lock| lock.renew(TTL)));
+    let answers = collected(renewals, &subscriber).await;
+    for (lock, answer) in locks.iter().zip(answers) {
+        let expected = !released.contains(&lock.name());
+        assert_eq!(answer.unwrap(), expected, "{}", lock.name());
+    }
+    let batches: Vec<usize> = spans
+        .take()
+        .iter()
+        .filter(|s| s.name == "alkstore.renew_batch")
+        .map(|s| s.field("size").unwrap().parse().unwrap())
+        .collect();
+    assert_eq!(batches.iter().sum::<usize>(), locks.len(), "{batches:?}");
+    // The first renewal may go alone, at once; the rest wait for a beat.
+    assert!(batches.len() <= 3, "{batches:?}");
+    // Extended on the server: live well past the short lease they had.
+    let (live,): (i64,) = sqlx::query_as(sqlx::AssertSqlSafe(format!(
+        "SELECT (SELECT count(*) FROM \"{schema}\".locks
+                 WHERE expires_at > floor(extract(epoch FROM now()) * 1000) + 20000)
+              + (SELECT count(*) FROM \"{schema}\".permits
+                 WHERE expires_at > floor(extract(epoch FROM now()) * 1000) + 20000)"
+    )))
+    .fetch_one(store.pool())
+    .await
+    .unwrap();
+    assert_eq!(live, 36 + 2, "36 locks, the permit and the reader");
+    for lock in locks {
+        lock.let_lapse();
+    }
+    store.drop_schema().await.unwrap();
+}

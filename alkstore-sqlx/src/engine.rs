@@ -224,6 +224,24 @@ pub trait Statements: Debug + Send + Sync + 'static {
         ttl: LeaseMillis,
     ) -> StatementFuture<'c, u64>;
 
+    /// Whether [`Statements::renew_batch`] renews a batch in one
+    /// statement (the default: no).
+    fn batches_renewals(&self) -> bool {
+        false
+    }
+
+    /// Extends each live grant of `batch` (no grant twice) to its ttl from
+    /// now, in one statement; answers the positions in `batch` of the
+    /// grants it renewed. Called only when [`Statements::batches_renewals`].
+    fn renew_batch<'c>(
+        &self,
+        conn: &'c mut Conn<Self::Dialect>,
+        batch: &[(GrantKey, LeaseMillis)],
+    ) -> StatementFuture<'c, Vec<usize>> {
+        let _ = (conn, batch);
+        Box::pin(async { Err(sqlx::Error::Protocol("no batched renewal".into())) })
+    }
+
     /// Removes the grant (waking waiters, where the database can tell other
     /// processes); answers the rows it removed.
     fn release<'c>(
@@ -624,6 +642,49 @@ impl<S: Statements> Engine for SqlxEngine<S> {
             })
             .await?;
         Ok(matched == 1)
+    }
+
+    fn batches_renewals(&self) -> bool {
+        self.statements.batches_renewals()
+    }
+
+    /// One statement for the batch, each grant in it once (two handles of
+    /// one grant share its answer).
+    async fn renew_batch(
+        &self,
+        batch: &[(GrantKey, LeaseMillis)],
+    ) -> Result<Vec<Result<bool, BoxError>>, BoxError> {
+        let mut distinct: Vec<(GrantKey, LeaseMillis)> = Vec::with_capacity(batch.len());
+        let mut position_of = std::collections::HashMap::new();
+        let positions: Vec<usize> = batch
+            .iter()
+            .map(|(grant, ttl)| {
+                *position_of.entry(grant).or_insert_with(|| {
+                    distinct.push((grant.clone(), *ttl));
+                    distinct.len() - 1
+                })
+            })
+            .collect();
+        // The shortest ttl asked of a grant twice: no lease longer than
+        // any of its renewals asked for.
+        for ((_, ttl), at) in batch.iter().zip(&positions) {
+            if ttl.as_i64() < distinct[*at].1.as_i64() {
+                distinct[*at].1 = *ttl;
+            }
+        }
+        let renewed = self
+            .connections
+            .run(OnLostConnection::RunAgain, None, |conn, _| {
+                self.statements.renew_batch(conn, &distinct)
+            })
+            .await?;
+        let mut answered = vec![false; distinct.len()];
+        for at in renewed {
+            if let Some(slot) = answered.get_mut(at) {
+                *slot = true;
+            }
+        }
+        Ok(positions.into_iter().map(|at| Ok(answered[at])).collect())
     }
 
     async fn release(&self, grant: &GrantKey) -> Result<bool, BoxError> {
