@@ -6,6 +6,7 @@ use std::path::Path;
 use std::sync::OnceLock;
 use std::time::Duration;
 
+use alkstore_contract_suite::support::error_chain;
 use alkstore_core::{Error, Store};
 use alkstore_mysql::MySqlStore;
 use alkstore_testkit::mysql::TlsServer;
@@ -30,17 +31,6 @@ fn with(url: &str, database: &str, params: &[(&str, &str)]) -> String {
 
 fn file(path: &Path) -> &str {
     path.to_str().unwrap()
-}
-
-/// `error` and its sources, as a log line shows them.
-fn chain(error: &Error) -> String {
-    let mut text = error.to_string();
-    let mut source = std::error::Error::source(error);
-    while let Some(e) = source {
-        text += &format!(": {e}");
-        source = e.source();
-    }
-    text
 }
 
 /// Opens a store at `url` (its path names the database) as
@@ -128,7 +118,7 @@ async fn verify_identity_refuses_a_certificate_for_another_host_name() {
         &database("tls"),
         &[("ssl-mode", "VERIFY_IDENTITY"), ("ssl-ca", ca)],
     );
-    let text = chain(&store_works_encrypted(&url).await.unwrap_err());
+    let text = error_chain(&store_works_encrypted(&url).await.unwrap_err());
     assert!(text.contains("not valid for name"), "{text}");
 }
 
@@ -141,7 +131,7 @@ async fn verify_identity_and_verify_ca_refuse_a_certificate_of_another_ca() {
             &database("tls"),
             &[("ssl-mode", mode), ("ssl-ca", file(&server.certs.other_ca))],
         );
-        let text = chain(&store_works_encrypted(&url).await.unwrap_err());
+        let text = error_chain(&store_works_encrypted(&url).await.unwrap_err());
         assert!(text.contains("UnknownIssuer"), "{mode}: {text}");
     }
 }
@@ -150,7 +140,7 @@ async fn verify_identity_and_verify_ca_refuse_a_certificate_of_another_ca() {
 async fn a_tls_only_server_refuses_disabled_saying_so() {
     let Some(server) = server() else { return };
     let url = with(&server.url, &database("tls"), &[("ssl-mode", "DISABLED")]);
-    let text = chain(&store_works_encrypted(&url).await.unwrap_err());
+    let text = error_chain(&store_works_encrypted(&url).await.unwrap_err());
     assert!(text.contains("accepts only TLS"), "{text}");
     let password = server.url.split(['@', ':']).nth(2).unwrap();
     assert!(!text.contains(password), "{text}");
@@ -178,6 +168,6 @@ async fn a_client_certificate_logs_in_where_the_server_demands_one() {
         &database("tls"),
         &[("ssl-mode", "VERIFY_IDENTITY"), ("ssl-ca", file(&certs.ca))],
     );
-    let text = chain(&store_works_encrypted(&bare).await.unwrap_err());
+    let text = error_chain(&store_works_encrypted(&bare).await.unwrap_err());
     assert!(text.contains("Access denied for user 'alk'"), "{text}");
 }

@@ -8,6 +8,7 @@ mod common;
 
 use std::time::Duration;
 
+use alkstore_contract_suite::support::error_chain;
 use alkstore_core::{Error, Store};
 use alkstore_postgres::{DeploymentError, PgStore};
 use alkstore_testkit::pg::{self, Pair};
@@ -35,17 +36,6 @@ async fn connect(url: &str) -> PgConnection {
     PgConnection::connect_with(&options.extra_float_digits(None))
         .await
         .unwrap()
-}
-
-/// `error` and its sources, as a log line shows them.
-fn chain(error: &Error) -> String {
-    let mut text = error.to_string();
-    let mut source = std::error::Error::source(error);
-    while let Some(e) = source {
-        text += &format!(": {e}");
-        source = e.source();
-    }
-    text
 }
 
 async fn exec(url: &str, sql: &str) {
@@ -138,7 +128,10 @@ async fn a_pool_smaller_than_the_store_is_a_clear_error_not_a_hang() {
     .await
     .expect("an answer, not a hang");
     let error = outcome.expect_err("no server connection for the store");
-    assert!(chain(&error).contains("default_pool_size"), "{error:?}");
+    assert!(
+        error_chain(&error).contains("default_pool_size"),
+        "{error:?}"
+    );
     let server = pg::server().unwrap();
     let sweeper = PgStore::connect(&server.url, &schema).await.unwrap();
     sweeper.drop_schema().await.unwrap();
@@ -173,7 +166,10 @@ async fn a_store_connection_without_a_server_connection_is_a_clear_error() {
         ),
         "{error:?}"
     );
-    assert!(chain(&error).contains("default_pool_size"), "{error:?}");
+    assert!(
+        error_chain(&error).contains("default_pool_size"),
+        "{error:?}"
+    );
     store.drop_schema().await.unwrap();
     store.close().await.unwrap();
 }
@@ -201,7 +197,10 @@ async fn an_untold_transaction_pooler_is_named_with_the_fix() {
         ),
         "{error:?}"
     );
-    assert!(chain(&error).contains("pooler=transaction"), "{error:?}");
+    assert!(
+        error_chain(&error).contains("pooler=transaction"),
+        "{error:?}"
+    );
     let server = pg::server().unwrap();
     let sweeper = PgStore::connect(&server.url, &schema).await.unwrap();
     sweeper.drop_schema().await.unwrap();
@@ -352,7 +351,7 @@ async fn a_standby_behind_the_url_is_named_as_such() {
             ),
             "{error:?}"
         );
-        assert!(chain(&error).contains("is a standby"), "{error:?}");
+        assert!(error_chain(&error).contains("is a standby"), "{error:?}");
     }
     held.release().await.unwrap();
 }
@@ -394,7 +393,7 @@ async fn a_server_gone_behind_the_pooler_fails_calls_within_the_bound() {
         let took = asked.elapsed();
         for call in calls {
             let error = call.expect_err("no server: no answer");
-            let text = chain(&error);
+            let text = error_chain(&error);
             // Ours, once the bound passed; or PgBouncer's own, when it
             // already knows its logins to the server fail.
             let ours = text.contains(param) && text.contains(&bouncer.port.to_string());

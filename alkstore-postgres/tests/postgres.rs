@@ -801,7 +801,7 @@ async fn layout_8_is_upgraded_in_place_with_epochs() {
 /// and a renewed lease is extended on the server.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn renewals_asked_at_once_go_in_one_statement_and_each_is_answered_alone() {
-    use alkstore_contract_suite::spans::{collected, collecting};
+    use alkstore_contract_suite::spans::{collected, collecting, renewal_batches};
     let Some(server) = alkstore_testkit::pg::server() else {
         return;
     };
@@ -832,12 +832,7 @@ async fn renewals_asked_at_once_go_in_one_statement_and_each_is_answered_alone()
         let expected = !released.contains(&lock.name());
         assert_eq!(answer.unwrap(), expected, "{}", lock.name());
     }
-    let batches: Vec<usize> = spans
-        .take()
-        .iter()
-        .filter(|s| s.name == "alkstore.renew_batch")
-        .map(|s| s.field("size").unwrap().parse().unwrap())
-        .collect();
+    let batches = renewal_batches(&spans.take());
     assert_eq!(batches.iter().sum::<usize>(), locks.len(), "{batches:?}");
     // The first renewal may go alone, at once; the rest wait for a beat.
     assert!(batches.len() <= 3, "{batches:?}");

@@ -7,6 +7,7 @@ use std::path::Path;
 use std::sync::OnceLock;
 use std::time::Duration;
 
+use alkstore_contract_suite::support::error_chain;
 use alkstore_core::{Error, Store};
 use alkstore_postgres::PgStore;
 use alkstore_testkit::pg::{self, TlsOwn};
@@ -29,17 +30,6 @@ fn with(url: &str, params: &[(&str, &Path)]) -> String {
             .append_pair(key, value.to_str().unwrap());
     }
     url.into()
-}
-
-/// `error` and its sources, as a log line shows them.
-fn chain(error: &Error) -> String {
-    let mut text = error.to_string();
-    let mut source = std::error::Error::source(error);
-    while let Some(e) = source {
-        text += &format!(": {e}");
-        source = e.source();
-    }
-    text
 }
 
 /// Opens a store at `url` in a schema of its own, takes and releases a
@@ -116,7 +106,7 @@ async fn verify_full_refuses_a_certificate_for_another_host_name() {
     let err = store_works_encrypted(&(url.clone() + "&sslmode=verify-full"))
         .await
         .unwrap_err();
-    let text = chain(&err);
+    let text = error_chain(&err);
     assert!(text.contains("not valid for name"), "{text}");
     // verify-ca checks the CA, not the name.
     assert!(
@@ -133,7 +123,7 @@ async fn verify_full_and_verify_ca_refuse_a_certificate_of_another_ca() {
         let url =
             with(&server.url, &[("sslrootcert", &server.certs.other_ca)]) + "&sslmode=" + mode;
         let err = store_works_encrypted(&url).await.unwrap_err();
-        let text = chain(&err);
+        let text = error_chain(&err);
         assert!(text.contains("UnknownIssuer"), "{mode}: {text}");
     }
 }
@@ -144,7 +134,7 @@ async fn a_tls_only_server_refuses_disable_saying_so() {
     let err = store_works_encrypted(&format!("{}?sslmode=disable", server.url))
         .await
         .unwrap_err();
-    let text = chain(&err);
+    let text = error_chain(&err);
     assert!(text.contains("no encryption"), "{text}");
     let password = server.url.split(['@', ':']).nth(2).unwrap();
     assert!(!text.contains(password), "{text}");
@@ -165,7 +155,7 @@ async fn a_client_certificate_logs_in_where_the_server_demands_one() {
     assert!(store_works_encrypted(&url).await.unwrap());
     // Without it, the role cannot log in.
     let bare = with(&server.cert_url, &[("sslrootcert", &certs.ca)]) + "&sslmode=verify-full";
-    let text = chain(&store_works_encrypted(&bare).await.unwrap_err());
+    let text = error_chain(&store_works_encrypted(&bare).await.unwrap_err());
     assert!(
         text.contains("requires a valid client certificate"),
         "{text}"
@@ -179,7 +169,7 @@ async fn unreadable_tls_files_are_refused_before_connecting() {
         "{}?sslmode=verify-full&sslrootcert=/no/such/ca.pem",
         server.url
     );
-    let text = chain(&store_works_encrypted(&url).await.unwrap_err());
+    let text = error_chain(&store_works_encrypted(&url).await.unwrap_err());
     assert!(
         text.contains("`sslrootcert`") && text.contains("/no/such/ca.pem"),
         "{text}"
@@ -259,6 +249,6 @@ async fn through_pgbouncer_with_tls_on_both_sides_and_a_direct_listen() {
     store.close().await.unwrap();
     // PgBouncer takes no client without TLS.
     let plain = bouncer.url_for("postgres", "pooler=transaction&sslmode=disable");
-    let text = chain(&PgStore::connect(&plain, &schema).await.unwrap_err());
+    let text = error_chain(&PgStore::connect(&plain, &schema).await.unwrap_err());
     assert!(text.contains("SSL required"), "{text}");
 }

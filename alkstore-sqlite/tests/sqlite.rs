@@ -585,7 +585,7 @@ async fn a_lease_the_keepalive_gave_up_on_frees_the_name() {
 /// the others `true`.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn renewals_asked_at_once_go_together_and_each_is_answered_alone() {
-    use alkstore_contract_suite::spans::{collected, collecting};
+    use alkstore_contract_suite::spans::{collected, collecting, renewal_batches};
     const LOCKS: usize = 50;
     let dir = tempfile::tempdir().unwrap();
     let db = dir.path().join("renewals.db");
@@ -613,12 +613,7 @@ async fn renewals_asked_at_once_go_together_and_each_is_answered_alone() {
     for (i, answer) in answers.into_iter().enumerate() {
         assert_eq!(answer.unwrap(), i % 10 != 0, "n{i}");
     }
-    let batches: Vec<usize> = spans
-        .take()
-        .iter()
-        .filter(|s| s.name == "alkstore.renew_batch")
-        .map(|s| s.field("size").unwrap().parse().unwrap())
-        .collect();
+    let batches = renewal_batches(&spans.take());
     assert_eq!(batches.iter().sum::<usize>(), LOCKS, "{batches:?}");
     // The first renewal may go alone, at once; the rest wait for a beat.
     assert!(batches.len() <= 3, "{batches:?}");

@@ -111,6 +111,16 @@ pub fn woken_in(spans: &[Seen], op: &str) -> bool {
         == Some("true")
 }
 
+/// The sizes of the renewal batches among `spans` (their
+/// `alkstore.renew_batch` spans), in the order they were sent.
+pub fn renewal_batches(spans: &[Seen]) -> Vec<usize> {
+    spans
+        .iter()
+        .filter(|s| s.name == "alkstore.renew_batch")
+        .filter_map(|s| s.field("size")?.parse().ok())
+        .collect()
+}
+
 /// `future`, its spans collected by `subscriber` (from [`collecting`]),
 /// wherever it runs (a task spawned with it too).
 pub fn collected<F: std::future::Future>(
