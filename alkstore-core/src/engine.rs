@@ -313,7 +313,10 @@ pub trait Engine: Send + Sync + 'static {
     /// would, in one round trip ([`Engine::batches_renewals`]). The answers
     /// come in `batch`'s order, one per grant; an `Err` of the whole says
     /// that none of them is known to have been renewed or not (as a
-    /// renewal's own error does). The default renews them one by one.
+    /// renewal's own error does). A `false` need not be final: the core
+    /// renews each grant answered `false` once more alone, so a batch may
+    /// skip a row it would have to wait for. The default renews them one
+    /// by one.
     async fn renew_batch(
         &self,
         batch: &[(GrantKey, LeaseMillis)],

@@ -242,6 +242,28 @@ async fn send_batch<E: Engine>(shared: Arc<Shared<E>>, batch: Vec<Asked>) {
         }
     };
     for (asked, answer) in batch.into_iter().zip(answers) {
+        if matches!(answer, Ok(false)) {
+            // Not renewed in the batch, perhaps only because its row was
+            // busy: once more alone, its answer final; the others are
+            // answered now.
+            tokio::spawn(confirm_alone(shared.clone(), asked).with_current_subscriber());
+            continue;
+        }
+        grant::renewal_answered(&asked.state, outcome(&answer, sent));
+        let _ = asked.answer.send(answer);
+    }
+}
+
+/// Renews a batch's member that the batch did not renew, alone; still in
+/// flight for its grant (sent with the batch) until this answers.
+async fn confirm_alone<E: Engine>(shared: Arc<Shared<E>>, asked: Asked) {
+    let mut in_flight = InFlight(Some(vec![asked]));
+    let sent = Instant::now();
+    let answer = match in_flight.members().first() {
+        Some(asked) => shared.engine.renew(&asked.key, asked.ttl).await,
+        None => return,
+    };
+    if let Some(asked) = in_flight.0.take().and_then(|mut one| one.pop()) {
         grant::renewal_answered(&asked.state, outcome(&answer, sent));
         let _ = asked.answer.send(answer);
     }

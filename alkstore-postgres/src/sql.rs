@@ -1143,28 +1143,44 @@ END",
             )),
             // Every grant of a batch, as `renew` and `renew_permit` would,
             // in one statement: $1 a JSON array of {i, name, slot (null for
-            // a lock), owner, fence, ttl}, no grant twice; answers the `i`
-            // of each renewed.
+            // a lock), owner, fence, ttl}, no row twice; answers the `i` of
+            // each renewed. It never waits for a row lock: it locks its
+            // rows in order and skips those another transaction holds
+            // (which the core then renews alone), so no batch deadlocks
+            // with another, a purge or an acquire, nor waits on one.
             renew_batch: audited(format!(
                 "WITH {DURABLE_COMMIT_CTE},
                  batch AS (
                      SELECT * FROM jsonb_to_recordset($1::jsonb)
                          AS b(i int4, name text, slot int4, owner text, fence int8, ttl int8)
                  ),
+                 clock AS (SELECT {NOW_MS} AS now_ms, {TIMELINE} AS timeline),
+                 own_locks AS (
+                     SELECT l.name, b.i, b.ttl FROM {locks} l
+                       JOIN batch b ON b.slot IS NULL AND l.name = b.name
+                                   AND l.owner = b.owner AND l.fence = b.fence
+                     ORDER BY l.name FOR UPDATE OF l SKIP LOCKED
+                 ),
                  locks_renewed AS (
-                     UPDATE {locks} l SET expires_at = {NOW_MS} + b.ttl FROM batch b
-                     WHERE b.slot IS NULL AND l.name = b.name AND l.owner = b.owner
-                       AND l.fence = b.fence AND l.expires_at > {NOW_MS}
-                       AND l.epoch = {TIMELINE} AND EXISTS (SELECT 1 FROM durable_commit)
-                     RETURNING b.i
+                     UPDATE {locks} l SET expires_at = c.now_ms + o.ttl
+                       FROM own_locks o, clock c
+                     WHERE l.name = o.name AND l.expires_at > c.now_ms
+                       AND l.epoch = c.timeline AND EXISTS (SELECT 1 FROM durable_commit)
+                     RETURNING o.i
+                 ),
+                 own_permits AS (
+                     SELECT p.name, p.slot, b.i, b.ttl FROM {permits} p
+                       JOIN batch b ON b.slot IS NOT NULL AND p.name = b.name
+                                   AND p.slot = b.slot AND p.owner = b.owner
+                                   AND p.fence = b.fence
+                     ORDER BY p.name, p.slot FOR UPDATE OF p SKIP LOCKED
                  ),
                  permits_renewed AS (
-                     UPDATE {permits} p SET expires_at = {NOW_MS} + b.ttl FROM batch b
-                     WHERE b.slot IS NOT NULL AND p.name = b.name AND p.slot = b.slot
-                       AND p.owner = b.owner AND p.fence = b.fence
-                       AND p.expires_at > {NOW_MS} AND p.epoch = {TIMELINE}
-                       AND EXISTS (SELECT 1 FROM durable_commit)
-                     RETURNING b.i
+                     UPDATE {permits} p SET expires_at = c.now_ms + o.ttl
+                       FROM own_permits o, clock c
+                     WHERE p.name = o.name AND p.slot = o.slot AND p.expires_at > c.now_ms
+                       AND p.epoch = c.timeline AND EXISTS (SELECT 1 FROM durable_commit)
+                     RETURNING o.i
                  )
                  SELECT i FROM locks_renewed UNION ALL SELECT i FROM permits_renewed"
             )),

@@ -795,8 +795,10 @@ async fn layout_8_is_upgraded_in_place_with_epochs() {
 }
 
 /// Renewals asked for at once go to PostgreSQL in one statement per batch
-/// (`alkstore.renew_batch` spans), locks', permits' and readers' alike, two
-/// handles of one grant included, and each handle gets its own answer: the
+/// (`alkstore.renew_batch` spans, each one statement as
+/// `pg_stat_statements` counts them), locks', permits', readers' and
+/// writers' alike, two handles of one grant included, names with quotes,
+/// backslashes and accents too, and each handle gets its own answer: the
 /// grants another store force-released answer `false`, the others `true`,
 /// and a renewed lease is extended on the server.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -809,34 +811,64 @@ async fn renewals_asked_at_once_go_in_one_statement_and_each_is_answered_alone()
     let store = PgStore::connect(&server.url, &schema).await.unwrap();
     let other = PgStore::connect(&server.url, &schema).await.unwrap();
     let owner = alkstore_core::unique_owner("renewer").unwrap();
-    let short = Duration::from_secs(5);
+    let short = Duration::from_secs(15);
+    let name = |i: usize| format!("n{i}'\\\"é");
     let mut locks = Vec::new();
     for i in 0..40 {
-        let lock = store.try_lock(&format!("n{i}"), &owner, short).await;
+        let lock = store.try_lock(&name(i), &owner, short).await;
         locks.push(lock.unwrap().expect("a free name"));
     }
-    // A twin handle of n1's grant, a permit and a reader.
-    locks.push(store.try_lock("n1", &owner, short).await.unwrap().unwrap());
+    // A twin handle of one grant, a permit, a reader and a writer.
+    locks.push(
+        store
+            .try_lock(&name(1), &owner, short)
+            .await
+            .unwrap()
+            .unwrap(),
+    );
     let permit = store.try_acquire_permit("sem", 3, &owner, short).await;
     locks.push(permit.unwrap().expect("a free permit"));
     let reader = store.try_read_lock("rw", &owner, short).await;
     locks.push(reader.unwrap().expect("a free name"));
-    let released = ["n0", "n10", "n20", "n30"];
-    for name in released {
+    let writer = store.try_write_lock("w", &owner, short).await;
+    locks.push(writer.unwrap().expect("a free name"));
+    let released: Vec<String> = [0, 10, 20, 30].map(name).to_vec();
+    for name in &released {
         other.force_release(name).await.unwrap().unwrap();
     }
+    let statements = || async {
+        let (calls,): (i64,) = sqlx::query_as(
+            "SELECT coalesce(sum(calls), 0)::bigint FROM pg_stat_statements
+             WHERE query LIKE '%jsonb_to_recordset%' AND query LIKE '%' || $1 || '%'",
+        )
+        .bind(&schema)
+        .fetch_one(store.pool())
+        .await
+        .unwrap();
+        calls
+    };
+    sqlx::raw_sql("CREATE EXTENSION IF NOT EXISTS pg_stat_statements")
+        .execute(store.pool())
+        .await
+        .unwrap();
+    let before = statements().await;
     let (subscriber, spans, _) = collecting();
     let renewals = futures::future::join_all(locks.iter().map(|lock| lock.renew(TTL)));
     let answers = collected(renewals, &subscriber).await;
     for (lock, answer) in locks.iter().zip(answers) {
-        let expected = !released.contains(&lock.name());
+        let expected = !released.iter().any(|r| r == lock.name());
         assert_eq!(answer.unwrap(), expected, "{}", lock.name());
     }
     let batches = renewal_batches(&spans.take());
     assert_eq!(batches.iter().sum::<usize>(), locks.len(), "{batches:?}");
     // The first renewal may go alone, at once; the rest wait for a beat.
     assert!(batches.len() <= 3, "{batches:?}");
-    // Extended on the server: live well past the short lease they had.
+    assert_eq!(
+        statements().await - before,
+        batches.len() as i64,
+        "{batches:?}"
+    );
+    // Extended on the server: live well past the lease they had.
     let (live,): (i64,) = sqlx::query_as(sqlx::AssertSqlSafe(format!(
         "SELECT (SELECT count(*) FROM \"{schema}\".locks
                  WHERE expires_at > floor(extract(epoch FROM now()) * 1000) + 20000)
@@ -846,7 +878,56 @@ async fn renewals_asked_at_once_go_in_one_statement_and_each_is_answered_alone()
     .fetch_one(store.pool())
     .await
     .unwrap();
-    assert_eq!(live, 36 + 2, "36 locks, the permit and the reader");
+    assert_eq!(
+        live,
+        36 + 3,
+        "36 locks, the permit, the reader and the writer"
+    );
+    for lock in locks {
+        lock.let_lapse();
+    }
+    store.drop_schema().await.unwrap();
+}
+
+/// A batch never waits for a row another transaction holds: that grant is
+/// renewed alone (waiting, as a renewal always did), and the rest of its
+/// batch is answered while the row is still held.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_busy_row_holds_up_no_other_renewal_of_its_batch() {
+    use sqlx::Connection;
+    let Some(server) = alkstore_testkit::pg::server() else {
+        return;
+    };
+    let schema = alkstore_testkit::pg::unique_schema("busy");
+    let store = PgStore::connect(&server.url, &schema).await.unwrap();
+    let owner = alkstore_core::unique_owner("renewer").unwrap();
+    let mut locks = Vec::new();
+    for i in 0..10 {
+        let lock = store.try_lock(&format!("b{i}"), &owner, TTL).await;
+        locks.push(lock.unwrap().expect("a free name"));
+    }
+    let mut admin = sqlx::PgConnection::connect(&server.url).await.unwrap();
+    sqlx::raw_sql(sqlx::AssertSqlSafe(format!(
+        "BEGIN; SELECT 1 FROM \"{schema}\".locks WHERE name = 'b1' FOR UPDATE"
+    )))
+    .execute(&mut admin)
+    .await
+    .unwrap();
+    let busy = locks.remove(1);
+    let held_up = tokio::spawn(async move { busy.renew(TTL).await.map(|r| (r, busy)) });
+    let others = futures::future::join_all(locks.iter().map(|lock| lock.renew(TTL)));
+    let answers = tokio::time::timeout(Duration::from_secs(20), others)
+        .await
+        .expect("the rest of the batch answered while the row is held");
+    assert!(answers.into_iter().all(|a| a.unwrap()));
+    assert!(
+        !held_up.is_finished(),
+        "the busy row's renewal did not wait for it"
+    );
+    sqlx::raw_sql("COMMIT").execute(&mut admin).await.unwrap();
+    let (renewed, busy) = held_up.await.unwrap().unwrap();
+    assert!(renewed, "renewed once the row was free");
+    busy.let_lapse();
     for lock in locks {
         lock.let_lapse();
     }

@@ -230,9 +230,11 @@ pub trait Statements: Debug + Send + Sync + 'static {
         false
     }
 
-    /// Extends each live grant of `batch` (no grant twice) to its ttl from
+    /// Extends each live grant of `batch` (no row twice) to its ttl from
     /// now, in one statement; answers the positions in `batch` of the
-    /// grants it renewed. Called only when [`Statements::batches_renewals`].
+    /// grants it renewed. It may leave out a grant whose row another
+    /// transaction holds rather than wait for it: the core renews each one
+    /// it left out alone. Called only when [`Statements::batches_renewals`].
     fn renew_batch<'c>(
         &self,
         conn: &'c mut Conn<Self::Dialect>,
@@ -648,30 +650,34 @@ impl<S: Statements> Engine for SqlxEngine<S> {
         self.statements.batches_renewals()
     }
 
-    /// One statement for the batch, each grant in it once (two handles of
+    /// One statement for the batch, each row in it once (two handles of
     /// one grant share its answer).
     async fn renew_batch(
         &self,
         batch: &[(GrantKey, LeaseMillis)],
     ) -> Result<Vec<Result<bool, BoxError>>, BoxError> {
+        if batch.is_empty() {
+            return Ok(Vec::new());
+        }
+        // The grant's row, as the statement matches it.
+        let row = |g: &GrantKey| (g.name.clone(), g.row_slot(), g.owner.clone(), g.fence);
         let mut distinct: Vec<(GrantKey, LeaseMillis)> = Vec::with_capacity(batch.len());
         let mut position_of = std::collections::HashMap::new();
         let positions: Vec<usize> = batch
             .iter()
             .map(|(grant, ttl)| {
-                *position_of.entry(grant).or_insert_with(|| {
+                let at = *position_of.entry(row(grant)).or_insert_with(|| {
                     distinct.push((grant.clone(), *ttl));
                     distinct.len() - 1
-                })
+                });
+                // Asked twice: the shortest ttl, so that no lease is longer
+                // than any of its renewals asked for.
+                if ttl.as_i64() < distinct[at].1.as_i64() {
+                    distinct[at].1 = *ttl;
+                }
+                at
             })
             .collect();
-        // The shortest ttl asked of a grant twice: no lease longer than
-        // any of its renewals asked for.
-        for ((_, ttl), at) in batch.iter().zip(&positions) {
-            if ttl.as_i64() < distinct[*at].1.as_i64() {
-                distinct[*at].1 = *ttl;
-            }
-        }
         let renewed = self
             .connections
             .run(OnLostConnection::RunAgain, None, |conn, _| {
@@ -680,9 +686,10 @@ impl<S: Statements> Engine for SqlxEngine<S> {
             .await?;
         let mut answered = vec![false; distinct.len()];
         for at in renewed {
-            if let Some(slot) = answered.get_mut(at) {
-                *slot = true;
-            }
+            let slot = answered
+                .get_mut(at)
+                .ok_or("the batch renewal answered a grant it was not given")?;
+            *slot = true;
         }
         Ok(positions.into_iter().map(|at| Ok(answered[at])).collect())
     }
