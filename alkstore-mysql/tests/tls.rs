@@ -78,10 +78,7 @@ async fn verify_identity_with_the_tests_ca_opens_a_store_over_tls() {
     assert!(!cipher.is_empty(), "not encrypted");
     // Doctor says what was asked and what the server saw.
     let report = (alkstore_mysql::ENGINE.inspect)(&url).await.unwrap();
-    let setting = |name: &str| {
-        let found = report.settings.iter().find(|(k, _)| k == name);
-        found.map(|(_, v)| v.clone()).unwrap_or_default()
-    };
+    let setting = |name: &str| report.setting(name).unwrap_or_default().to_owned();
     assert!(
         setting("TLS asked (URL)")
             .contains("certificate and host name verified (ssl-mode=VERIFY_IDENTITY)"),

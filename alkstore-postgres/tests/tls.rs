@@ -60,10 +60,7 @@ async fn verify_full_with_the_tests_ca_opens_a_store_over_tls() {
     store.close().await.unwrap();
     // Doctor says what was asked and what the server saw.
     let report = (alkstore_postgres::ENGINE.inspect)(&url).await.unwrap();
-    let setting = |name: &str| {
-        let found = report.settings.iter().find(|(k, _)| k == name);
-        found.map(|(_, v)| v.clone()).unwrap_or_default()
-    };
+    let setting = |name: &str| report.setting(name).unwrap_or_default().to_owned();
     assert!(
         setting("TLS asked (URL)")
             .contains("certificate and host name verified (sslmode=verify-full)"),
