@@ -126,9 +126,9 @@ impl<E: Engine> Lock for EngineLock<E> {
         async {
             let ttl = LeaseMillis::new(ttl).map_err(|e| Error::database("renew", e))?;
             self.shared.check_open("renew")?;
-            // Sent in the store's next batch, which runs to its answer and
-            // records it even if this future is dropped: a renewal given up
-            // on may still land (PostgreSQL runs a statement to its end
+            // Sent alone or in the store's next batch (`renewals`), which
+            // runs to its answer and records it even if this future is
+            // dropped: a renewal given up on may still land (PostgreSQL runs a statement to its end
             // after the client left), and until its answer is known the
             // grant's deadline cannot go up.
             let answer =
