@@ -1,7 +1,9 @@
 //! Every SQL text of the MariaDB/MySQL engine, composed in this one place.
 //!
 //! The caller's database name is the only piece of text spliced into SQL,
-//! and only through [`quote_ident`]; every value is a bound parameter.
+//! and only through [`quote_ident`]; every value is a bound parameter,
+//! but for a batch of renewals (sent as several statements, which take no
+//! parameters): JSON of numbers and hex strings ([`renew_batch_text`]).
 
 use std::time::Instant;
 
@@ -90,6 +92,40 @@ const TEXT_BYTES: usize = alkstore_core::MAX_NAME_BYTES;
 /// NULL past 2038-01-19 before MariaDB 11.5).
 const NOW_MS: &str =
     "(TIMESTAMPDIFF(MICROSECOND, '1970-01-01 00:00:00', UTC_TIMESTAMP(3)) DIV 1000)";
+
+/// Where a batch of renewals goes in `Statements::renew_batch`'s text.
+const BATCH_MARKER: &str = "<alkstore batch>";
+
+/// `template` with `batch` spliced in at [`BATCH_MARKER`]: a JSON array of
+/// `{i, name, in_permits, slot, owner, fence, ttl}` — `i` its position in
+/// `batch`, name and owner as hex (no quote, backslash or character set
+/// can reach the SQL text), `in_permits` 1 for a row of `permits` (a
+/// permit, a reader's, a writer's) and 0 for a lock's — in key order
+/// (name, then slot), so that every batch locks its rows in one order.
+fn renew_batch_text(template: &str, batch: &[(GrantKey, LeaseMillis)]) -> SqlStr {
+    let hex = |text: &str| -> String { text.bytes().map(|b| format!("{b:02X}")).collect() };
+    let mut order: Vec<usize> = (0..batch.len()).collect();
+    order.sort_by(|&a, &b| {
+        let key = |at: usize| (batch[at].0.name.as_bytes(), batch[at].0.row_slot());
+        key(a).cmp(&key(b))
+    });
+    let entries: Vec<String> = order
+        .into_iter()
+        .map(|i| {
+            let (grant, ttl) = &batch[i];
+            format!(
+                r#"{{"i":{i},"name":"{}","in_permits":{},"slot":{},"owner":"{}","fence":{},"ttl":{}}}"#,
+                hex(&grant.name),
+                u8::from(grant.row_slot().is_some()),
+                grant.row_slot().unwrap_or(0),
+                hex(&grant.owner),
+                fence_to_sql(grant.fence),
+                ttl.as_i64()
+            )
+        })
+        .collect();
+    audited(template.replacen(BATCH_MARKER, &format!("[{}]", entries.join(",")), 1))
+}
 
 /// Run once on each new connection of the store: what the statements rely
 /// on, whatever the server's or the role's defaults say. Autocommit on and
@@ -287,6 +323,9 @@ pub(crate) struct Statements {
     pub(crate) acquire_rw: SqlStr,
     pub(crate) renew: SqlStr,
     pub(crate) renew_permit: SqlStr,
+    /// Every grant of a batch renewed, as text with [`BATCH_MARKER`] where
+    /// the batch goes ([`renew_batch_text`]).
+    pub(crate) renew_batch: String,
     pub(crate) release: SqlStr,
     pub(crate) release_permit: SqlStr,
     pub(crate) holder: SqlStr,
@@ -1204,6 +1243,49 @@ END"
                  WHERE name = ? AND slot = ? AND owner = ? AND fence = ? AND expires_at > {NOW_MS}
                    AND {current_epoch}"
             )),
+            // Every grant of a batch, as `renew` and `renew_permit` would,
+            // in one round trip: statements sent together (no parameters
+            // there: the batch is spliced in, JSON of numbers and hex
+            // strings only, see `renew_batch_text`). One clock for all;
+            // each UPDATE commits on its own, then the rows renewed are
+            // read back: their expiry is exactly this batch's, which no
+            // other write gives a row of this owner and fence. A row
+            // another transaction holds is waited for, as by `renew`.
+            // Rows are matched in the batch's order (name, then slot, the
+            // key's), so batches lock in one order.
+            renew_batch: {
+                let batch = format!(
+                    "JSON_TABLE(@alkstore_batch, '$[*]' COLUMNS (
+                         i INT PATH '$.i',
+                         name VARCHAR({hex}) CHARACTER SET ascii PATH '$.name',
+                         in_permits INT PATH '$.in_permits',
+                         slot BIGINT PATH '$.slot',
+                         owner VARCHAR({hex}) CHARACTER SET ascii PATH '$.owner',
+                         fence BIGINT PATH '$.fence',
+                         ttl BIGINT PATH '$.ttl'
+                     )) AS b",
+                    hex = 2 * TEXT_BYTES
+                );
+                let lock_row = "l.name = UNHEX(b.name) AND l.owner = UNHEX(b.owner) \
+                                AND l.fence = b.fence";
+                let permit_row = "p.name = UNHEX(b.name) AND p.slot = b.slot \
+                                  AND p.owner = UNHEX(b.owner) AND p.fence = b.fence";
+                format!(
+                    "SET @alkstore_now = {NOW_MS}, @alkstore_batch = '{BATCH_MARKER}';
+                     UPDATE {batch} STRAIGHT_JOIN {locks} AS l ON {lock_row}
+                        SET l.expires_at = @alkstore_now + b.ttl
+                      WHERE b.in_permits = 0 AND l.expires_at > @alkstore_now AND {current_epoch};
+                     UPDATE {batch} STRAIGHT_JOIN {permits} AS p ON {permit_row}
+                        SET p.expires_at = @alkstore_now + b.ttl
+                      WHERE b.in_permits = 1 AND p.expires_at > @alkstore_now AND {current_epoch};
+                     SELECT b.i FROM {batch} STRAIGHT_JOIN {locks} AS l ON {lock_row}
+                      WHERE b.in_permits = 0 AND l.expires_at = @alkstore_now + b.ttl AND {current_epoch}
+                     UNION ALL
+                     SELECT b.i FROM {batch} STRAIGHT_JOIN {permits} AS p ON {permit_row}
+                      WHERE b.in_permits = 1 AND p.expires_at = @alkstore_now + b.ttl
+                        AND {current_epoch}"
+                )
+            },
             // name, owner, fence.
             release: audited(format!(
                 "DELETE FROM {locks} WHERE name = ? AND owner = ? AND fence = ?"
@@ -1514,6 +1596,28 @@ impl alkstore_sqlx::Statements for Statements {
                 .bind(fence_to_sql(grant.fence)),
         };
         Box::pin(async move { Ok(renew.execute(conn).await?.rows_affected()) })
+    }
+
+    fn batches_renewals(&self) -> bool {
+        true
+    }
+
+    fn renew_batch<'c>(
+        &self,
+        conn: &'c mut MySqlConnection,
+        batch: &[(GrantKey, LeaseMillis)],
+    ) -> StatementFuture<'c, Vec<usize>> {
+        use sqlx::Row;
+        let text = renew_batch_text(&self.renew_batch, batch);
+        Box::pin(async move {
+            let rows = sqlx::raw_sql(text).fetch_all(conn).await?;
+            rows.iter()
+                .map(|row| {
+                    let i: i64 = row.try_get(0)?;
+                    usize::try_from(i).map_err(|e| sqlx::Error::Decode(e.into()))
+                })
+                .collect()
+        })
     }
 
     fn release<'c>(

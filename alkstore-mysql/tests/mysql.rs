@@ -847,3 +847,95 @@ async fn layout_6_is_upgraded_in_place_with_epochs() {
     reopened.drop_database().await.unwrap();
     reopened.close().await.unwrap();
 }
+
+/// Renewals asked for at once go to the server in one round trip per batch
+/// (`alkstore.renew_batch` spans; flights counted on the wire), locks',
+/// permits', readers' and writers' alike, two handles of one grant
+/// included, names with quotes, backslashes, accents and bytes of every
+/// kind too; each handle gets its own answer: the grants another store
+/// force-released answer `false`, the others `true`, and a renewed lease
+/// is extended on the server.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn renewals_asked_at_once_go_in_one_round_trip_and_each_is_answered_alone() {
+    use alkstore_contract_suite::spans::{collected, collecting, renewal_batches};
+    let Some(server) = mysql::server() else {
+        return;
+    };
+    let (url, flights) = alkstore_testkit::wire::through_proxy(&server.url).await;
+    let database = alkstore_testkit::unique_name("batch");
+    let store = MySqlStore::connect(&url, &database).await.unwrap();
+    let other = MySqlStore::connect(&server.url, &database).await.unwrap();
+    let owner = alkstore_core::unique_owner("renewer'\\").unwrap();
+    let short = Duration::from_secs(15);
+    let name = |i: usize| format!("n{i}'\\\"é`;🔒");
+    let mut locks = Vec::new();
+    for i in 0..40 {
+        let lock = store.try_lock(&name(i), &owner, short).await;
+        locks.push(lock.unwrap().expect("a free name"));
+    }
+    // A twin handle of one grant, a permit, a reader and a writer.
+    locks.push(
+        store
+            .try_lock(&name(1), &owner, short)
+            .await
+            .unwrap()
+            .unwrap(),
+    );
+    let permit = store.try_acquire_permit("sem", 3, &owner, short).await;
+    locks.push(permit.unwrap().expect("a free permit"));
+    let reader = store.try_read_lock("rw", &owner, short).await;
+    locks.push(reader.unwrap().expect("a free name"));
+    let writer = store.try_write_lock("w", &owner, short).await;
+    locks.push(writer.unwrap().expect("a free name"));
+    let renew_all = || async {
+        let (subscriber, spans, _) = collecting();
+        let renewals = futures::future::join_all(locks.iter().map(|lock| lock.renew(TTL)));
+        let answers = collected(renewals, &subscriber).await;
+        let batches = renewal_batches(&spans.take());
+        assert_eq!(batches.iter().sum::<usize>(), locks.len(), "{batches:?}");
+        // The first renewal may go alone, at once; the rest wait for a beat.
+        assert!(batches.len() <= 3, "{batches:?}");
+        (answers, batches)
+    };
+    // Once to open the connections batches use (each opening is several
+    // flights), then counted.
+    renew_all().await;
+    let before = flights.count();
+    let (answers, batches) = renew_all().await;
+    assert!(answers.into_iter().all(|a| a.unwrap()));
+    assert_eq!(
+        flights.count() - before,
+        batches.len() as u64,
+        "a round trip per batch: {batches:?}"
+    );
+    let released: Vec<String> = [0, 10, 20, 30].map(name).to_vec();
+    for name in &released {
+        other.force_release(name).await.unwrap().unwrap();
+    }
+    let (answers, _) = renew_all().await;
+    for (lock, answer) in locks.iter().zip(answers) {
+        let expected = !released.iter().any(|r| r == lock.name());
+        assert_eq!(answer.unwrap(), expected, "{}", lock.name());
+    }
+    // Extended on the server: live well past the lease they had.
+    let (live,): (i64,) = sqlx::query_as(sqlx::AssertSqlSafe(format!(
+        "SELECT (SELECT count(*) FROM `{database}`.locks
+                 WHERE expires_at > UNIX_TIMESTAMP(NOW(3)) * 1000 + 20000)
+              + (SELECT count(*) FROM `{database}`.permits
+                 WHERE expires_at > UNIX_TIMESTAMP(NOW(3)) * 1000 + 20000)"
+    )))
+    .fetch_one(other.pool())
+    .await
+    .unwrap();
+    assert_eq!(
+        live,
+        36 + 3,
+        "36 locks, the permit, the reader and the writer"
+    );
+    for lock in locks {
+        lock.let_lapse();
+    }
+    store.drop_database().await.unwrap();
+    store.close().await.unwrap();
+    other.close().await.unwrap();
+}
