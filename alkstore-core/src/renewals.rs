@@ -153,8 +153,12 @@ async fn time_batches<E: Engine>(shared: Arc<Shared<E>>) {
                 timing.done = true;
                 return;
             };
-            let next_beat = queue.last_sent.map(|sent| sent + RENEWAL_BEAT);
-            let send_at = next_beat.map_or(first, |beat| beat.min(first));
+            // The first batch of a store goes at once, as the first after a
+            // quiet beat does.
+            let next_beat = queue
+                .last_sent
+                .map_or_else(Instant::now, |sent| sent + RENEWAL_BEAT);
+            let send_at = next_beat.min(first);
             if send_at <= Instant::now() {
                 queue.last_sent = Some(Instant::now());
                 let take = queue.asked.len().min(MAX_BATCH);

@@ -16,9 +16,10 @@
 //! sent once more. Refused calls were never applied, so sending again is
 //! safe. A cluster without authentication is used as it is.
 
+use std::collections::HashMap;
 use std::future::Future;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::time::Duration;
 
 use alkstore_core::BoxError;
@@ -171,7 +172,7 @@ struct Auth {
     /// How many authentications were made, read before a call is sent: a
     /// call refused for want of a token authenticates only if none was
     /// made since (else it takes that one's token, or its error).
-    attempts: std::sync::atomic::AtomicU64,
+    attempts: AtomicU64,
     /// One authentication at a time, and the last one's error.
     last: tokio::sync::Mutex<Option<tonic::Status>>,
 }
@@ -223,6 +224,8 @@ pub(crate) struct Client {
     timeout: Duration,
     /// `None`: the URL gave no credentials.
     auth: Option<Arc<Auth>>,
+    /// Calls sent (each sending of one), for tests that count round trips.
+    sent: Arc<AtomicU64>,
 }
 
 impl Client {
@@ -284,11 +287,18 @@ impl Client {
                 Arc::new(Auth {
                     credentials,
                     token,
-                    attempts: std::sync::atomic::AtomicU64::new(0),
+                    attempts: AtomicU64::new(0),
                     last: tokio::sync::Mutex::new(None),
                 })
             }),
+            sent: Arc::default(),
         })
+    }
+
+    /// How many calls were sent through [`Client::call_on`] (a stream's
+    /// opening is one, whatever it carries).
+    pub(crate) fn calls_sent(&self) -> u64 {
+        self.sent.load(Ordering::Relaxed)
     }
 
     /// How many times the client authenticated (0 without credentials).
@@ -375,12 +385,14 @@ impl Client {
             .auth
             .as_ref()
             .map_or(0, |auth| auth.attempts.load(Ordering::Acquire));
+        self.sent.fetch_add(1, Ordering::Relaxed);
         let answer = call(member.clone()).await;
         match answer {
             Err(status) if wants_token(&status) => {
                 let until = started + within.unwrap_or(self.timeout);
                 let again = async {
                     self.authenticate(member, seen).await?;
+                    self.sent.fetch_add(1, Ordering::Relaxed);
                     call(member.clone()).await
                 };
                 tokio::time::timeout_at(until, again)
@@ -528,6 +540,33 @@ impl Client {
                     "the keep-alive stream ended unanswered",
                 )),
             }
+        })
+        .await
+    }
+
+    /// Refreshes each lease of `ids` (no id twice) to its full TTL, every
+    /// one on one keep-alive stream; the TTL each has now (0: gone), by id.
+    pub(crate) async fn lease_keep_alive_many(
+        &self,
+        ids: &[i64],
+    ) -> Result<HashMap<i64, i64>, tonic::Status> {
+        self.call(|mut m| async move {
+            let requests: Vec<LeaseKeepAliveRequest> =
+                ids.iter().map(|&id| LeaseKeepAliveRequest { id }).collect();
+            let request = futures::stream::iter(requests);
+            let mut answers = m.lease.lease_keep_alive(request).await?.into_inner();
+            // etcd answers each request in turn, then ends the stream.
+            let mut left = HashMap::with_capacity(ids.len());
+            while left.len() < ids.len() {
+                let Some(answer) = answers.next().await else {
+                    return Err(tonic::Status::unavailable(
+                        "the keep-alive stream ended before answering every lease",
+                    ));
+                };
+                let answer = answer?;
+                left.insert(answer.id, answer.ttl.max(0));
+            }
+            Ok(left)
         })
         .await
     }
@@ -777,6 +816,19 @@ pub(crate) fn reads(answer: TxnResponse) -> Vec<RangeResponse> {
         .into_iter()
         .filter_map(|r| match r.response {
             Some(OpResponse::ResponseRange(range)) => Some(range),
+            _ => None,
+        })
+        .collect()
+}
+
+/// Whether each transaction nested in a transaction's answer
+/// ([`Txn::then_if`]) found its compares holding, in order.
+pub(crate) fn nested_succeeded(answer: &TxnResponse) -> Vec<bool> {
+    answer
+        .responses
+        .iter()
+        .filter_map(|r| match &r.response {
+            Some(OpResponse::ResponseTxn(inner)) => Some(inner.succeeded),
             _ => None,
         })
         .collect()

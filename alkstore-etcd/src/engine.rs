@@ -27,6 +27,7 @@ use crate::proto::mvccpb::KeyValue;
 use crate::watcher::Watcher;
 
 mod queue;
+mod renewals;
 
 use queue::{Drawn, FoundTicket, InTurn, Spare, Standing};
 
@@ -684,17 +685,20 @@ impl EtcdEngine {
 
     /// The lease of the grant `grant`: remembered, or read.
     async fn leased(&self, grant: &GrantKey) -> Result<Option<Leased>, BoxError> {
-        let remembered = self
-            .leased
+        match self.remembered(grant) {
+            Some(leased) => Ok(Some(leased)),
+            None => self.read_grant(grant).await,
+        }
+    }
+
+    /// The lease this store remembers `grant` on, if it does.
+    fn remembered(&self, grant: &GrantKey) -> Option<Leased> {
+        self.leased
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .map
             .get(&(grant.name.clone(), grant.fence))
-            .cloned();
-        if remembered.is_some() {
-            return Ok(remembered);
-        }
-        self.read_grant(grant).await
+            .cloned()
     }
 
     /// The grant `grant` as its key holds it now (its lease may have moved:
@@ -710,6 +714,27 @@ impl EtcdEngine {
         let leased = Leased::of(&found, granted);
         self.remember(&grant.name, grant.fence, leased.clone(), true);
         Ok(Some(leased))
+    }
+
+    /// A transaction whose compares hold while the grant's key is on the
+    /// lease `leased` names (not released, removed by force or moved) and
+    /// no fence raise retired it since.
+    fn still_on(&self, leased: &Leased) -> Txn {
+        Txn::new()
+            .when(
+                leased.key.clone(),
+                Vec::new(),
+                Target::Lease,
+                Is::Equal,
+                leased.lease,
+            )
+            .when(
+                self.layout.base(),
+                Vec::new(),
+                Target::Mod,
+                Is::Less,
+                leased.fence_revision.saturating_add(1),
+            )
     }
 
     /// One renewal of `grant` on the lease `leased` names.
@@ -728,23 +753,7 @@ impl EtcdEngine {
         leased: &Leased,
         ttl: LeaseMillis,
     ) -> Result<Renewal, BoxError> {
-        let still = || {
-            Txn::new()
-                .when(
-                    leased.key.clone(),
-                    Vec::new(),
-                    Target::Lease,
-                    Is::Equal,
-                    leased.lease,
-                )
-                .when(
-                    self.layout.base(),
-                    Vec::new(),
-                    Target::Mod,
-                    Is::Less,
-                    leased.fence_revision.saturating_add(1),
-                )
-        };
+        let still = || self.still_on(leased);
         if self.client.lease_keep_alive_once(leased.lease).await? == 0 {
             return Ok(Renewal::Lost);
         }
@@ -1170,6 +1179,17 @@ impl Engine for EtcdEngine {
         }
         self.forget(&grant.name, grant.fence);
         Ok(false)
+    }
+
+    fn batches_renewals(&self) -> bool {
+        true
+    }
+
+    async fn renew_batch(
+        &self,
+        batch: &[(GrantKey, LeaseMillis)],
+    ) -> Result<Vec<Result<bool, BoxError>>, BoxError> {
+        Ok(self.renew_each(batch).await)
     }
 
     async fn release(&self, grant: &GrantKey) -> Result<bool, BoxError> {

@@ -83,6 +83,12 @@ pub mod raw {
             self.0.authentications()
         }
 
+        /// How many calls the store sent to the cluster (a stream's
+        /// opening is one): for the tests that count round trips.
+        pub fn calls_sent(&self) -> u64 {
+            self.0.calls_sent()
+        }
+
         /// Reads `key` (a linearizable range read).
         pub async fn get(&self, key: &[u8]) -> bool {
             !self
