@@ -97,6 +97,18 @@ impl<E: Engine> EngineStore<E> {
         self
     }
 
+    /// Whether renewals go to the engine in batches, on an engine that
+    /// batches them (the default: `true`); with `false` each goes alone,
+    /// as it is asked. For the benchmark's A/B of the two paths.
+    #[doc(hidden)]
+    pub fn renewals_in_batches(self, batched: bool) -> Self {
+        self.shared
+            .renewals
+            .alone
+            .store(!batched, Ordering::Relaxed);
+        self
+    }
+
     /// The engine underneath.
     pub fn engine(&self) -> &E {
         &self.shared.engine

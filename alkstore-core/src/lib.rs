@@ -54,6 +54,7 @@ pub use name::{
 pub use owner::unique_owner;
 pub use permit::{HeldAs, MAX_PERMITS, PermitSlot, PermitsUnsupported, validate_permits};
 pub use queue::{Line, Queue, Queued, TICKET_LEASE, Ticket, TicketKind, Waiter};
+pub use renewals::RENEWAL_BEAT;
 pub use rw::{
     Access, INTENT_SLOT, MAX_INTENT, MAX_READERS, READ_WRITE_PERMITS, RwMode, RwUnsupported,
     WRITER_SLOT, permits_row_kind,

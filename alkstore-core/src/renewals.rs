@@ -50,6 +50,9 @@ struct Asked {
 /// The renewals one store's handles asked for and not yet sent.
 #[derive(Default)]
 pub(crate) struct Renewals {
+    /// Each renewal goes alone even on an engine that batches
+    /// ([`crate::EngineStore::renewals_in_batches`]).
+    pub(crate) alone: std::sync::atomic::AtomicBool,
     queue: Mutex<Queue>,
     /// A renewal joined the queue (its window may end before the beat).
     joined: Notify,
@@ -89,9 +92,15 @@ pub(crate) async fn renew<E: Engine>(
     ttl: LeaseMillis,
     state: SharedGrant,
 ) -> Result<bool, BoxError> {
-    // Batches need a runtime to time them; without one, or on an engine
-    // that cannot batch, the renewal goes alone.
-    if !shared.engine.batches_renewals() || tokio::runtime::Handle::try_current().is_err() {
+    // Batches need a runtime to time them; without one, on an engine that
+    // cannot batch, or told to, the renewal goes alone.
+    if !shared.engine.batches_renewals()
+        || shared
+            .renewals
+            .alone
+            .load(std::sync::atomic::Ordering::Relaxed)
+        || tokio::runtime::Handle::try_current().is_err()
+    {
         let shared = shared.clone();
         return run_to_end(async move {
             let sent = Instant::now();

@@ -821,19 +821,6 @@ pub(crate) fn reads(answer: TxnResponse) -> Vec<RangeResponse> {
         .collect()
 }
 
-/// Whether each transaction nested in a transaction's answer
-/// ([`Txn::then_if`]) found its compares holding, in order.
-pub(crate) fn nested_succeeded(answer: &TxnResponse) -> Vec<bool> {
-    answer
-        .responses
-        .iter()
-        .filter_map(|r| match &r.response {
-            Some(OpResponse::ResponseTxn(inner)) => Some(inner.succeeded),
-            _ => None,
-        })
-        .collect()
-}
-
 /// The revision a transaction's answer was applied at.
 pub(crate) fn revision(answer: &TxnResponse) -> i64 {
     answer.header.as_ref().map_or(0, |h| h.revision)

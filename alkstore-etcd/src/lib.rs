@@ -174,6 +174,16 @@ impl EtcdStore {
         }
     }
 
+    /// Whether renewals go to the server in batches (the default: `true`;
+    /// [`EngineStore::renewals_in_batches`](alkstore_core::EngineStore::renewals_in_batches)):
+    /// for the benchmark's A/B of the two paths.
+    #[doc(hidden)]
+    pub fn renewals_in_batches(self, batched: bool) -> Self {
+        EtcdStore {
+            inner: self.inner.renewals_in_batches(batched),
+        }
+    }
+
     /// The shortest lease the cluster grants: a lease of one second asked
     /// for and ended at once (etcd raises a shorter TTL to 1.5 election
     /// timeouts, rounded up to a second: 2 s with its defaults).

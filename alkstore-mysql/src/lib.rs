@@ -113,6 +113,16 @@ impl MySqlStore {
         }
     }
 
+    /// Whether renewals go to the server in batches (the default: `true`;
+    /// [`EngineStore::renewals_in_batches`](alkstore_core::EngineStore::renewals_in_batches)):
+    /// for the benchmark's A/B of the two paths.
+    #[doc(hidden)]
+    pub fn renewals_in_batches(self, batched: bool) -> Self {
+        MySqlStore {
+            inner: self.inner.renewals_in_batches(batched),
+        }
+    }
+
     /// The database this store lives in.
     pub fn database(&self) -> &str {
         &self.inner.engine().namespace().name

@@ -1246,13 +1246,15 @@ END"
             // Every grant of a batch, as `renew` and `renew_permit` would,
             // in one round trip: statements sent together (no parameters
             // there: the batch is spliced in, JSON of numbers and hex
-            // strings only, see `renew_batch_text`). One clock for all;
-            // each UPDATE commits on its own, then the rows renewed are
-            // read back: their expiry is exactly this batch's, which no
-            // other write gives a row of this owner and fence. A row
-            // another transaction holds is waited for, as by `renew`.
-            // Rows are matched in the batch's order (name, then slot, the
-            // key's), so batches lock in one order.
+            // strings only, see `renew_batch_text`). One clock for all, in
+            // one transaction: the batch's rows are locked first, skipping
+            // any another transaction holds (the core renews those alone,
+            // waiting as a lone renewal does), and only the rows locked are
+            // renewed, then read back by their new expiry — which no other
+            // write gives a row of this owner and fence. Rows are matched
+            // in the batch's order (name, then slot: the key's). Should a
+            // statement fail inside the transaction, the connection is
+            // dropped, not reused, and the server rolls the rest back.
             renew_batch: {
                 let batch = format!(
                     "JSON_TABLE(@alkstore_batch, '$[*]' COLUMNS (
@@ -1266,24 +1268,34 @@ END"
                      )) AS b",
                     hex = 2 * TEXT_BYTES
                 );
-                let lock_row = "l.name = UNHEX(b.name) AND l.owner = UNHEX(b.owner) \
-                                AND l.fence = b.fence";
-                let permit_row = "p.name = UNHEX(b.name) AND p.slot = b.slot \
-                                  AND p.owner = UNHEX(b.owner) AND p.fence = b.fence";
+                let lock_row = "b.in_permits = 0 AND l.name = UNHEX(b.name) \
+                                AND l.owner = UNHEX(b.owner) AND l.fence = b.fence";
+                let permit_row = "b.in_permits = 1 AND p.name = UNHEX(b.name) \
+                                  AND p.slot = b.slot AND p.owner = UNHEX(b.owner) \
+                                  AND p.fence = b.fence";
                 format!(
                     "SET @alkstore_now = {NOW_MS}, @alkstore_batch = '{BATCH_MARKER}';
+                     START TRANSACTION;
+                     SELECT GROUP_CONCAT(b.i) INTO @alkstore_locked
+                       FROM {batch} STRAIGHT_JOIN {locks} AS l ON {lock_row}
+                        FOR UPDATE SKIP LOCKED;
                      UPDATE {batch} STRAIGHT_JOIN {locks} AS l ON {lock_row}
                         SET l.expires_at = @alkstore_now + b.ttl
-                      WHERE b.in_permits = 0 AND l.expires_at > @alkstore_now AND {current_epoch};
+                      WHERE FIND_IN_SET(b.i, @alkstore_locked)
+                        AND l.expires_at > @alkstore_now AND {current_epoch};
+                     SELECT GROUP_CONCAT(b.i) INTO @alkstore_locked
+                       FROM {batch} STRAIGHT_JOIN {permits} AS p ON {permit_row}
+                        FOR UPDATE SKIP LOCKED;
                      UPDATE {batch} STRAIGHT_JOIN {permits} AS p ON {permit_row}
                         SET p.expires_at = @alkstore_now + b.ttl
-                      WHERE b.in_permits = 1 AND p.expires_at > @alkstore_now AND {current_epoch};
+                      WHERE FIND_IN_SET(b.i, @alkstore_locked)
+                        AND p.expires_at > @alkstore_now AND {current_epoch};
                      SELECT b.i FROM {batch} STRAIGHT_JOIN {locks} AS l ON {lock_row}
-                      WHERE b.in_permits = 0 AND l.expires_at = @alkstore_now + b.ttl AND {current_epoch}
+                      WHERE l.expires_at = @alkstore_now + b.ttl AND {current_epoch}
                      UNION ALL
                      SELECT b.i FROM {batch} STRAIGHT_JOIN {permits} AS p ON {permit_row}
-                      WHERE b.in_permits = 1 AND p.expires_at = @alkstore_now + b.ttl
-                        AND {current_epoch}"
+                      WHERE p.expires_at = @alkstore_now + b.ttl AND {current_epoch};
+                     COMMIT"
                 )
             },
             // name, owner, fence.

@@ -863,7 +863,13 @@ async fn renewals_asked_at_once_go_in_one_round_trip_and_each_is_answered_alone(
     };
     let (url, flights) = alkstore_testkit::wire::through_proxy(&server.url).await;
     let database = alkstore_testkit::unique_name("batch");
-    let store = MySqlStore::connect(&url, &database).await.unwrap();
+    // One connection: batches that overlap (a beat apart, on a loaded
+    // machine) take turns on it rather than open another (several flights).
+    let pool = sqlx::mysql::MySqlPoolOptions::new()
+        .max_connections(1)
+        .connect_lazy(&url)
+        .unwrap();
+    let store = MySqlStore::open(pool, &database).await.unwrap();
     let other = MySqlStore::connect(&server.url, &database).await.unwrap();
     let owner = alkstore_core::unique_owner("renewer'\\").unwrap();
     let short = Duration::from_secs(15);
@@ -897,8 +903,7 @@ async fn renewals_asked_at_once_go_in_one_round_trip_and_each_is_answered_alone(
         assert!(batches.len() <= 3, "{batches:?}");
         (answers, batches)
     };
-    // Once to open the connections batches use (each opening is several
-    // flights), then counted.
+    // Once to open the connection (several flights), then counted.
     renew_all().await;
     let before = flights.count();
     let (answers, batches) = renew_all().await;
@@ -938,4 +943,52 @@ async fn renewals_asked_at_once_go_in_one_round_trip_and_each_is_answered_alone(
     store.drop_database().await.unwrap();
     store.close().await.unwrap();
     other.close().await.unwrap();
+}
+
+/// A batch never waits for a row another transaction holds: that grant is
+/// renewed alone (waiting, as a renewal always did), and the rest of its
+/// batch is answered while the row is still held.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_busy_row_holds_up_no_other_renewal_of_its_batch() {
+    use sqlx::Connection;
+    let Some(server) = mysql::server() else {
+        return;
+    };
+    let database = alkstore_testkit::unique_name("busy");
+    let store = MySqlStore::connect(&server.url, &database).await.unwrap();
+    let owner = alkstore_core::unique_owner("renewer").unwrap();
+    let mut locks = Vec::new();
+    for i in 0..10 {
+        let lock = store.try_lock(&format!("b{i}"), &owner, TTL).await;
+        locks.push(lock.unwrap().expect("a free name"));
+    }
+    let permit = store.try_acquire_permit("sem", 2, &owner, TTL).await;
+    locks.push(permit.unwrap().expect("a free permit"));
+    let mut admin = sqlx::MySqlConnection::connect(&server.url).await.unwrap();
+    sqlx::raw_sql(sqlx::AssertSqlSafe(format!(
+        "START TRANSACTION; SELECT 1 FROM `{database}`.locks WHERE name = 'b1' FOR UPDATE"
+    )))
+    .execute(&mut admin)
+    .await
+    .unwrap();
+    let busy = locks.remove(1);
+    let held_up = tokio::spawn(async move { busy.renew(TTL).await.map(|r| (r, busy)) });
+    let others = futures::future::join_all(locks.iter().map(|lock| lock.renew(TTL)));
+    let answers = tokio::time::timeout(Duration::from_secs(20), others)
+        .await
+        .expect("the rest of the batch answered while the row is held");
+    assert!(answers.into_iter().all(|a| a.unwrap()));
+    assert!(
+        !held_up.is_finished(),
+        "the busy row's renewal did not wait for it"
+    );
+    sqlx::raw_sql("COMMIT").execute(&mut admin).await.unwrap();
+    let (renewed, busy) = held_up.await.unwrap().unwrap();
+    assert!(renewed, "renewed once the row was free");
+    busy.let_lapse();
+    for lock in locks {
+        lock.let_lapse();
+    }
+    store.drop_database().await.unwrap();
+    store.close().await.unwrap();
 }

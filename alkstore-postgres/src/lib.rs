@@ -141,6 +141,16 @@ impl PgStore {
         }
     }
 
+    /// Whether renewals go to the server in batches (the default: `true`;
+    /// [`EngineStore::renewals_in_batches`](alkstore_core::EngineStore::renewals_in_batches)):
+    /// for the benchmark's A/B of the two paths.
+    #[doc(hidden)]
+    pub fn renewals_in_batches(self, batched: bool) -> Self {
+        PgStore {
+            inner: self.inner.renewals_in_batches(batched),
+        }
+    }
+
     /// The schema this store lives in.
     pub fn schema(&self) -> &str {
         &self.inner.engine().namespace().name

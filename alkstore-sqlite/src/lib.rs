@@ -150,6 +150,16 @@ impl SqliteStore {
         }
     }
 
+    /// Whether renewals go to the server in batches (the default: `true`;
+    /// [`EngineStore::renewals_in_batches`](alkstore_core::EngineStore::renewals_in_batches)):
+    /// for the benchmark's A/B of the two paths.
+    #[doc(hidden)]
+    pub fn renewals_in_batches(self, batched: bool) -> Self {
+        SqliteStore {
+            inner: self.inner.renewals_in_batches(batched),
+        }
+    }
+
     fn from_engine(engine: SqliteEngine) -> Self {
         SqliteStore {
             inner: EngineStore::new(engine),

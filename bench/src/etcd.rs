@@ -16,7 +16,8 @@ use crate::report::Row;
 const ENGINE: &str = "etcd";
 const ITERATIONS: u32 = 200;
 
-pub async fn run(url: &str, rows: &mut Vec<Row>) {
+pub async fn run(url: &str, collected: &mut crate::Collected) {
+    let (rows, _, _, renewals) = collected.parts();
     eprintln!("bench: etcd floors and operations, alternating");
     let url = format!("{url}/bench_{}", std::process::id());
     let store = Arc::new(EtcdStore::connect(&url).await.unwrap());
@@ -68,6 +69,7 @@ pub async fn run(url: &str, rows: &mut Vec<Row>) {
         ));
     }
     held.release().await.unwrap();
+    renewals.push((ENGINE, crate::held::run(ENGINE, &url, rows).await));
     let direct = EtcdStore::connect(&url).await.unwrap();
     direct.remove_store().await.unwrap();
 }

@@ -58,7 +58,7 @@ impl Collected {
 async fn main() {
     let args: Vec<String> = std::env::args().skip(1).collect();
     if args.first().map(String::as_str) == Some("held-child") {
-        held::child(&args[1], &args[2]).await;
+        held::child(&args[1], &args[2], &args[3]).await;
         return;
     }
     if args.first().map(String::as_str) == Some("sqlite-child") {
@@ -117,7 +117,7 @@ async fn main() {
         .then(alkstore_testkit::etcd::server)
         .flatten()
     {
-        Some(server) => etcd::run(&server.url, &mut collected.rows).await,
+        Some(server) => etcd::run(&server.url, &mut collected).await,
         None => eprintln!("bench: etcd figures skipped (no cluster)"),
     }
     fair(&wanted, dir.path(), &mut collected.rows).await;
