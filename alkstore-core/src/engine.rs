@@ -309,6 +309,15 @@ pub trait Engine: Send + Sync + 'static {
         false
     }
 
+    /// The shortest time between two batches of one store's renewals
+    /// ([`crate::RENEWAL_BEAT`] by default, at most 20 batches a second): an
+    /// engine whose batch costs more than one round trip may ask for a
+    /// longer one. A renewal waits at most this long, or an eighth of its
+    /// lease, for its batch.
+    fn renewal_beat(&self) -> std::time::Duration {
+        crate::RENEWAL_BEAT
+    }
+
     /// Renews each grant of `batch` for its ttl, as [`Engine::renew`]
     /// would, in one round trip ([`Engine::batches_renewals`]). The answers
     /// come in `batch`'s order, one per grant; an `Err` of the whole says

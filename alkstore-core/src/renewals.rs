@@ -5,9 +5,10 @@
 //! each. On other engines each renewal goes alone, as it is asked.
 //!
 //! The first renewal after a quiet beat goes at once; the ones that follow
-//! within [`RENEWAL_BEAT`] of a batch wait for the next one (a short lease
-//! less: [`window`]). Each member still gets its own answer, and its
-//! grant's deadline is measured from when its batch was sent.
+//! within a beat ([`RENEWAL_BEAT`], or the engine's) of a batch wait for
+//! the next one (a short lease less: [`window`]). Each member still gets
+//! its own answer, and its grant's deadline is measured from when its
+//! batch was sent.
 
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
@@ -24,8 +25,9 @@ use crate::error::{BoxError, Closed};
 use crate::finish::run_to_end;
 use crate::grant::{self, Renewal, SharedGrant};
 
-/// The shortest time between two batches of one store's renewals: at most
-/// 20 round trips a second, however many leases it keeps.
+/// The shortest time between two batches of one store's renewals, unless
+/// its engine asks for another ([`Engine::renewal_beat`]): at most 20
+/// batches a second, however many leases it keeps.
 pub const RENEWAL_BEAT: Duration = Duration::from_millis(50);
 
 /// The most renewals one batch carries: a batch holds the engine (SQLite's
@@ -34,8 +36,8 @@ const MAX_BATCH: usize = 500;
 
 /// How long a renewal asking for `ttl` may wait for its batch: a beat, or
 /// an eighth of a lease shorter than eight beats.
-fn window(ttl: Duration) -> Duration {
-    RENEWAL_BEAT.min(ttl / 8)
+fn window(beat: Duration, ttl: Duration) -> Duration {
+    beat.min(ttl / 8)
 }
 
 /// One renewal waiting for its batch.
@@ -112,7 +114,7 @@ pub(crate) async fn renew<E: Engine>(
         .await;
     }
     let (answer, answered) = oneshot::channel();
-    let send_by = Instant::now() + window(ttl.as_duration());
+    let send_by = Instant::now() + window(shared.engine.renewal_beat(), ttl.as_duration());
     let start_timing = {
         let mut queue = shared.renewals.queue();
         queue.asked.push(Asked {
@@ -166,7 +168,7 @@ async fn time_batches<E: Engine>(shared: Arc<Shared<E>>) {
             // quiet beat does.
             let next_beat = queue
                 .last_sent
-                .map_or_else(Instant::now, |sent| sent + RENEWAL_BEAT);
+                .map_or_else(Instant::now, |sent| sent + shared.engine.renewal_beat());
             let send_at = next_beat.min(first);
             if send_at <= Instant::now() {
                 queue.last_sent = Some(Instant::now());
@@ -325,9 +327,9 @@ mod tests {
 
     #[test]
     fn a_short_lease_waits_less_than_a_beat() {
-        assert_eq!(window(Duration::from_secs(30)), RENEWAL_BEAT);
+        assert_eq!(window(RENEWAL_BEAT, Duration::from_secs(30)), RENEWAL_BEAT);
         assert_eq!(
-            window(Duration::from_millis(200)),
+            window(RENEWAL_BEAT, Duration::from_millis(200)),
             Duration::from_millis(25)
         );
     }

@@ -1185,6 +1185,13 @@ impl Engine for EtcdEngine {
         true
     }
 
+    /// Two beats: a batch is two calls (a keep-alive stream, then a read),
+    /// so half as many batches keep a store at 20 calls a second. Leases
+    /// are whole seconds here: a renewal waits at most an eighth of one.
+    fn renewal_beat(&self) -> Duration {
+        2 * alkstore_core::RENEWAL_BEAT
+    }
+
     async fn renew_batch(
         &self,
         batch: &[(GrantKey, LeaseMillis)],

@@ -72,10 +72,16 @@ async fn main() {
     );
     std::fs::create_dir_all(&out).unwrap();
     // Engines to measure: those named after the output directory, or all;
-    // `fairness` among them measures fair waiting alone.
+    // `fairness` among them measures fair waiting alone, `kept` the kept
+    // leases alone.
     const ENGINES: [&str; 4] = ["sqlite", "postgres", "mysql", "etcd"];
     const FAIRNESS: &str = "fairness";
-    let named: Vec<&String> = args.iter().skip(1).filter(|a| *a != FAIRNESS).collect();
+    const KEPT: &str = "kept";
+    let named: Vec<&String> = args
+        .iter()
+        .skip(1)
+        .filter(|a| *a != FAIRNESS && *a != KEPT)
+        .collect();
     if let Some(unknown) = named.iter().find(|a| !ENGINES.contains(&a.as_str())) {
         eprintln!("bench: no engine named {unknown:?}; the engines are {ENGINES:?}");
         std::process::exit(2);
@@ -85,6 +91,15 @@ async fn main() {
     let mut collected = Collected::default();
     let dir = tempfile::tempdir().unwrap();
     let mut curves = Vec::new();
+    if args.iter().skip(1).any(|a| a == KEPT) {
+        kept(&wanted, dir.path(), &mut collected).await;
+        report::print_table(&collected.rows);
+        report::write_json(&out.join("kept.json"), &collected.rows, &[]).unwrap();
+        report::plot_renewals(&out.join("renewals.svg"), held::BUCKET, &collected.renewals)
+            .unwrap();
+        println!("\nwrote {0}/kept.json, {0}/renewals.svg", out.display());
+        return;
+    }
     if fairness_only {
         fair(&wanted, dir.path(), &mut collected.rows).await;
         report::print_table(&collected.rows);
@@ -151,6 +166,45 @@ async fn main() {
          {0}/semaphore.svg, {0}/renewals.svg",
         out.display()
     );
+}
+
+/// Issue 47: the kept leases alone, on each engine wanted (each engine's
+/// full run measures them too).
+async fn kept(wanted: &dyn Fn(&str) -> bool, dir: &std::path::Path, collected: &mut Collected) {
+    let tag = format!("kept_{}", std::process::id());
+    let (rows, _, _, renewals) = collected.parts();
+    if wanted("sqlite") {
+        let path = dir.join("kept.db");
+        let location = path.to_str().unwrap();
+        renewals.push(("sqlite", held::run("sqlite", location, rows).await));
+    }
+    if let Some(server) = wanted("postgres")
+        .then(alkstore_testkit::pg::server)
+        .flatten()
+    {
+        let location = format!("{} {tag}", server.url);
+        renewals.push(("postgres", held::run("postgres", &location, rows).await));
+        let store = alkstore_postgres::PgStore::connect(&server.url, &tag).await;
+        store.unwrap().drop_schema().await.unwrap();
+    }
+    if let Some(server) = wanted("mysql")
+        .then(alkstore_testkit::mysql::server)
+        .flatten()
+    {
+        let location = format!("{} {tag}", server.url);
+        renewals.push(("mysql", held::run("mysql", &location, rows).await));
+        let store = alkstore_mysql::MySqlStore::connect(&server.url, &tag).await;
+        store.unwrap().drop_database().await.unwrap();
+    }
+    if let Some(server) = wanted("etcd")
+        .then(alkstore_testkit::etcd::server)
+        .flatten()
+    {
+        let location = format!("{}/{tag}", server.url);
+        renewals.push(("etcd", held::run("etcd", &location, rows).await));
+        let store = alkstore_etcd::EtcdStore::connect(&location).await;
+        store.unwrap().remove_store().await.unwrap();
+    }
 }
 
 /// Issue 38: how fair waiting is on each engine wanted, and its cost next
