@@ -204,8 +204,9 @@ async fn a_holder_is_promised_the_ttl_asked_not_the_rounded_lease() {
     promised(asked, reader.valid_until(), "a reader");
     let asked = Instant::now();
     assert!(lock.renew(ttl).await.unwrap());
+    // etcd's beat: two of the core's.
     promised(
-        asked + alkstore_core::RENEWAL_BEAT,
+        asked + 2 * alkstore_core::RENEWAL_BEAT,
         lock.valid_until(),
         "a renewal",
     );
@@ -359,11 +360,15 @@ async fn renewals_asked_at_once_go_in_two_calls_and_each_is_answered_alone() {
     let before = raw.calls_sent();
     let (answers, batches) = renew_all().await;
     assert!(answers.into_iter().all(|a| a.unwrap()));
-    let calls: usize = batches.iter().map(|size| 2 * size.div_ceil(100)).sum();
-    assert_eq!(
-        raw.calls_sent() - before,
-        calls as u64,
-        "a keep-alive stream and a read per 100 grants of a batch: {batches:?}"
+    // A keep-alive stream per 100 leases and a read per 100 grants: the
+    // twin's lease is kept alive once, so its batch may need one stream
+    // fewer.
+    let reads: usize = batches.iter().map(|size| size.div_ceil(100)).sum();
+    let fewest: usize = batches.iter().map(|size| (size - 1).div_ceil(100)).sum();
+    let sent = usize::try_from(raw.calls_sent() - before).unwrap();
+    assert!(
+        (reads + fewest..=2 * reads).contains(&sent),
+        "{sent} calls for batches {batches:?}"
     );
     let released: Vec<String> = [0, 10, 20, 30].map(name).to_vec();
     for name in &released {

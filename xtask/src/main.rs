@@ -15,7 +15,7 @@
 //!   this usage line (also run by `cargo test`: `tidy::tests`).
 //! - `cargo xtask ci` — fmt check, clippy `-D warnings`, the full test run,
 //!   the quickstart example, the contract table and tidy.
-//! - `cargo xtask bench [engine…] [fairness|kept]` — the benchmark (`bench/`;
+//! - `cargo xtask bench [engine…] [fairness/kept]` — the benchmark (`bench/`;
 //!   every engine, or those named; with `fairness`, fair waiting alone;
 //!   with `kept`, the kept leases alone),
 //!   built with optimizations:
@@ -105,7 +105,7 @@ fn main() -> ExitCode {
         }
         _ => {
             eprintln!(
-                "usage: cargo xtask <contract [--from FILE] | tidy | ci | bench [engine…] [fairness|kept] | mutants [args] | soak [minutes] | protos>"
+                "usage: cargo xtask <contract [--from FILE] | tidy | ci | bench [engine…] [fairness/kept] | mutants [args] | soak [minutes] | protos>"
             );
             return ExitCode::from(2);
         }
