@@ -318,7 +318,7 @@ async fn compaction_leaves_fences_rising_and_grants_whole() {
 /// 150 locks, past etcd's 128 operations in one transaction.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn renewals_asked_at_once_go_in_two_calls_and_each_is_answered_alone() {
-    use alkstore_contract_suite::spans::{collected, collecting, renewal_batches};
+    use alkstore_contract_suite::support::{renew_at_once, renewal_batch_handles};
     let Some(url) = url("batch") else {
         return;
     };
@@ -328,35 +328,8 @@ async fn renewals_asked_at_once_go_in_two_calls_and_each_is_answered_alone() {
     let owner = alkstore_core::unique_owner("renewer").unwrap();
     let ttl = Duration::from_secs(30);
     let name = |i: usize| format!("n{i}'\\\"é");
-    let mut locks = Vec::new();
-    for i in 0..150 {
-        let lock = store.try_lock(&name(i), &owner, ttl).await;
-        locks.push(lock.unwrap().expect("a free name"));
-    }
-    // A twin handle of one grant, a permit, a reader and a writer.
-    locks.push(
-        store
-            .try_lock(&name(1), &owner, ttl)
-            .await
-            .unwrap()
-            .unwrap(),
-    );
-    let permit = store.try_acquire_permit("sem", 3, &owner, ttl).await;
-    locks.push(permit.unwrap().expect("a free permit"));
-    let reader = store.try_read_lock("rw", &owner, ttl).await;
-    locks.push(reader.unwrap().expect("a free name"));
-    let writer = store.try_write_lock("w", &owner, ttl).await;
-    locks.push(writer.unwrap().expect("a free name"));
-    let renew_all = || async {
-        let (subscriber, spans, _) = collecting();
-        let renewals = futures::future::join_all(locks.iter().map(|lock| lock.renew(ttl)));
-        let answers = collected(renewals, &subscriber).await;
-        let batches = renewal_batches(&spans.take());
-        assert_eq!(batches.iter().sum::<usize>(), locks.len(), "{batches:?}");
-        // The first renewal may go alone, at once; the rest wait for a beat.
-        assert!(batches.len() <= 3, "{batches:?}");
-        (answers, batches)
-    };
+    let locks = renewal_batch_handles(&store, 150, name, &owner, ttl).await;
+    let renew_all = || renew_at_once(&locks, ttl);
     let before = raw.calls_sent();
     let (answers, batches) = renew_all().await;
     assert!(answers.into_iter().all(|a| a.unwrap()));

@@ -857,7 +857,7 @@ async fn layout_6_is_upgraded_in_place_with_epochs() {
 /// is extended on the server.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn renewals_asked_at_once_go_in_one_round_trip_and_each_is_answered_alone() {
-    use alkstore_contract_suite::spans::{collected, collecting, renewal_batches};
+    use alkstore_contract_suite::support::{renew_at_once, renewal_batch_handles};
     let Some(server) = mysql::server() else {
         return;
     };
@@ -874,35 +874,8 @@ async fn renewals_asked_at_once_go_in_one_round_trip_and_each_is_answered_alone(
     let owner = alkstore_core::unique_owner("renewer'\\").unwrap();
     let short = Duration::from_secs(15);
     let name = |i: usize| format!("n{i}'\\\"é`;🔒");
-    let mut locks = Vec::new();
-    for i in 0..40 {
-        let lock = store.try_lock(&name(i), &owner, short).await;
-        locks.push(lock.unwrap().expect("a free name"));
-    }
-    // A twin handle of one grant, a permit, a reader and a writer.
-    locks.push(
-        store
-            .try_lock(&name(1), &owner, short)
-            .await
-            .unwrap()
-            .unwrap(),
-    );
-    let permit = store.try_acquire_permit("sem", 3, &owner, short).await;
-    locks.push(permit.unwrap().expect("a free permit"));
-    let reader = store.try_read_lock("rw", &owner, short).await;
-    locks.push(reader.unwrap().expect("a free name"));
-    let writer = store.try_write_lock("w", &owner, short).await;
-    locks.push(writer.unwrap().expect("a free name"));
-    let renew_all = || async {
-        let (subscriber, spans, _) = collecting();
-        let renewals = futures::future::join_all(locks.iter().map(|lock| lock.renew(TTL)));
-        let answers = collected(renewals, &subscriber).await;
-        let batches = renewal_batches(&spans.take());
-        assert_eq!(batches.iter().sum::<usize>(), locks.len(), "{batches:?}");
-        // The first renewal may go alone, at once; the rest wait for a beat.
-        assert!(batches.len() <= 3, "{batches:?}");
-        (answers, batches)
-    };
+    let locks = renewal_batch_handles(&store, 40, name, &owner, short).await;
+    let renew_all = || renew_at_once(&locks, TTL);
     // Once to open the connection (several flights), then counted.
     renew_all().await;
     let before = flights.count();

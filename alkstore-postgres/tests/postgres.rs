@@ -813,25 +813,9 @@ async fn renewals_asked_at_once_go_in_one_statement_and_each_is_answered_alone()
     let owner = alkstore_core::unique_owner("renewer").unwrap();
     let short = Duration::from_secs(15);
     let name = |i: usize| format!("n{i}'\\\"é");
-    let mut locks = Vec::new();
-    for i in 0..40 {
-        let lock = store.try_lock(&name(i), &owner, short).await;
-        locks.push(lock.unwrap().expect("a free name"));
-    }
-    // A twin handle of one grant, a permit, a reader and a writer.
-    locks.push(
-        store
-            .try_lock(&name(1), &owner, short)
-            .await
-            .unwrap()
-            .unwrap(),
-    );
-    let permit = store.try_acquire_permit("sem", 3, &owner, short).await;
-    locks.push(permit.unwrap().expect("a free permit"));
-    let reader = store.try_read_lock("rw", &owner, short).await;
-    locks.push(reader.unwrap().expect("a free name"));
-    let writer = store.try_write_lock("w", &owner, short).await;
-    locks.push(writer.unwrap().expect("a free name"));
+    let locks =
+        alkstore_contract_suite::support::renewal_batch_handles(&store, 40, name, &owner, short)
+            .await;
     let released: Vec<String> = [0, 10, 20, 30].map(name).to_vec();
     for name in &released {
         other.force_release(name).await.unwrap().unwrap();

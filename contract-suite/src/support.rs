@@ -369,3 +369,44 @@ pub fn assert_woken(handoffs: &[Handoff], what: &str) {
         handoffs.len()
     );
 }
+
+/// What the engines' batch-renewal tests renew: `count` locks named by
+/// `name`, a second handle of `name(1)`'s grant, a permit of `sem`, a
+/// reader of `rw` and a writer of `w`, every one `owner`'s for `ttl`.
+pub async fn renewal_batch_handles(
+    store: &dyn Store,
+    count: usize,
+    name: impl Fn(usize) -> String,
+    owner: &str,
+    ttl: Duration,
+) -> Vec<Box<dyn Lock>> {
+    let mut handles = Vec::new();
+    for i in 0..count {
+        handles.push(granted(store.try_lock(&name(i), owner, ttl).await));
+    }
+    handles.push(granted(store.try_lock(&name(1), owner, ttl).await));
+    handles.push(granted(
+        store.try_acquire_permit("sem", 3, owner, ttl).await,
+    ));
+    handles.push(granted(store.try_read_lock("rw", owner, ttl).await));
+    handles.push(granted(store.try_write_lock("w", owner, ttl).await));
+    handles
+}
+
+/// Renews every handle at once for `ttl`: the answers, in order, and the
+/// sizes of the batches they went in (`alkstore.renew_batch` spans) — all
+/// of them carried, in three batches at most (the first renewal may go
+/// alone, at once; the rest wait for a beat).
+pub async fn renew_at_once(
+    handles: &[Box<dyn Lock>],
+    ttl: Duration,
+) -> (Vec<Result<bool>>, Vec<usize>) {
+    use crate::spans::{collected, collecting, renewal_batches};
+    let (subscriber, spans, _) = collecting();
+    let renewals = futures::future::join_all(handles.iter().map(|h| h.renew(ttl)));
+    let answers = collected(renewals, &subscriber).await;
+    let batches = renewal_batches(&spans.take());
+    assert_eq!(batches.iter().sum::<usize>(), handles.len(), "{batches:?}");
+    assert!(batches.len() <= 3, "{batches:?}");
+    (answers, batches)
+}
