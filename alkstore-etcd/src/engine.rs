@@ -271,9 +271,33 @@ fn attempt_bound(deadline: Option<Instant>) -> Option<Duration> {
 /// are whole seconds; the cluster raises one below its minimum), at most
 /// etcd's longest ([`MAX_LEASE_SECONDS`]).
 pub(crate) fn lease_seconds(ttl: LeaseMillis) -> i64 {
-    i64::try_from(ttl.get().div_ceil(1000))
-        .unwrap_or(i64::MAX)
-        .clamp(1, MAX_LEASE_SECONDS)
+    whole_seconds_asked(ttl).clamp(1, MAX_LEASE_SECONDS)
+}
+
+/// A transaction whose compare holds while the grant's key is on the lease
+/// `leased` names (not released, removed by force or moved).
+fn on_its_lease(leased: &Leased) -> Txn {
+    Txn::new().when(
+        leased.key.clone(),
+        Vec::new(),
+        Target::Lease,
+        Is::Equal,
+        leased.lease,
+    )
+}
+
+/// The whole seconds `ttl` asks for, rounded up.
+fn whole_seconds_asked(ttl: LeaseMillis) -> i64 {
+    i64::try_from(ttl.get().div_ceil(1000)).unwrap_or(i64::MAX)
+}
+
+/// A renewal's `ttl`, refused when it is longer than etcd's longest lease
+/// (the lease is left as it was).
+fn renewable(ttl: LeaseMillis) -> Result<(), LeaseTooLong> {
+    match whole_seconds_asked(ttl) {
+        asked if asked > MAX_LEASE_SECONDS => Err(LeaseTooLong { asked }),
+        _ => Ok(()),
+    }
 }
 
 impl EtcdEngine {
@@ -720,21 +744,13 @@ impl EtcdEngine {
     /// lease `leased` names (not released, removed by force or moved) and
     /// no fence raise retired it since.
     fn still_on(&self, leased: &Leased) -> Txn {
-        Txn::new()
-            .when(
-                leased.key.clone(),
-                Vec::new(),
-                Target::Lease,
-                Is::Equal,
-                leased.lease,
-            )
-            .when(
-                self.layout.base(),
-                Vec::new(),
-                Target::Mod,
-                Is::Less,
-                leased.fence_revision.saturating_add(1),
-            )
+        on_its_lease(leased).when(
+            self.layout.base(),
+            Vec::new(),
+            Target::Mod,
+            Is::Less,
+            leased.fence_revision.saturating_add(1),
+        )
     }
 
     /// One renewal of `grant` on the lease `leased` names.
@@ -1149,10 +1165,7 @@ impl Engine for EtcdEngine {
     }
 
     async fn renew(&self, grant: &GrantKey, ttl: LeaseMillis) -> Result<bool, BoxError> {
-        let asked = i64::try_from(ttl.get().div_ceil(1000)).unwrap_or(i64::MAX);
-        if asked > MAX_LEASE_SECONDS {
-            return Err(LeaseTooLong { asked }.into());
-        }
+        renewable(ttl)?;
         let Some(mut leased) = self.leased(grant).await? else {
             return Ok(false);
         };
@@ -1205,15 +1218,7 @@ impl Engine for EtcdEngine {
         };
         let mut read_again = true;
         let released = loop {
-            let txn = Txn::new()
-                .when(
-                    leased.key.clone(),
-                    Vec::new(),
-                    Target::Lease,
-                    Is::Equal,
-                    leased.lease,
-                )
-                .delete(leased.key.clone());
+            let txn = on_its_lease(&leased).delete(leased.key.clone());
             if self.client.txn(txn).await?.succeeded {
                 self.client.lease_revoke_later(leased.lease);
                 break true;

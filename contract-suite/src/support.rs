@@ -410,3 +410,23 @@ pub async fn renew_at_once(
     assert!(batches.len() <= 3, "{batches:?}");
     (answers, batches)
 }
+
+/// Force-releases each of `released` from `other` (another store), then
+/// renews every handle at once ([`renew_at_once`]): a force-released
+/// grant's handles answer `false`, every other `true`.
+pub async fn assert_only_the_force_released_are_lost(
+    other: &dyn Store,
+    handles: &[Box<dyn Lock>],
+    released: &[String],
+    ttl: Duration,
+) {
+    for name in released {
+        let forced = other.force_release(name).await.unwrap();
+        assert!(forced.is_some(), "{name} was held");
+    }
+    let (answers, _) = renew_at_once(handles, ttl).await;
+    for (handle, answer) in handles.iter().zip(answers) {
+        let expected = !released.iter().any(|r| r == handle.name());
+        assert_eq!(answer.unwrap(), expected, "{}", handle.name());
+    }
+}

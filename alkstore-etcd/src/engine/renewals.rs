@@ -18,7 +18,7 @@ use std::sync::Arc;
 
 use alkstore_core::{BoxError, GrantKey, LeaseMillis};
 
-use super::{EtcdEngine, Leased, MAX_LEASE_SECONDS};
+use super::{EtcdEngine, Leased, renewable};
 use crate::client::{self, Txn};
 
 /// The most leases one keep-alive stream refreshes (etcd renews them one
@@ -79,8 +79,7 @@ impl EtcdEngine {
     /// The lease `grant` is remembered on, when a renewal for `ttl` would
     /// only refresh it and check the key (see the module's comment).
     fn batchable(&self, grant: &GrantKey, ttl: LeaseMillis) -> Option<Leased> {
-        let asked = i64::try_from(ttl.get().div_ceil(1000)).unwrap_or(i64::MAX);
-        if asked > MAX_LEASE_SECONDS || self.is_unsettled(&grant.name, grant.fence) {
+        if renewable(ttl).is_err() || self.is_unsettled(&grant.name, grant.fence) {
             return None;
         }
         let leased = self.remembered(grant)?;
